@@ -1,0 +1,431 @@
+//! Wire types of the HTTP/JSON API (v1), shared by the server, clients and the
+//! OpenAPI document. Conversions from store rows live here too, so handlers stay thin.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+use uuid::Uuid;
+
+use crate::domain::session::SessionConfig;
+use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict};
+use crate::store::{
+    Counts, QuestRow, ReviewDecisionRow, SessionRow, SessionStatus, SubmissionRow, TokenRow,
+};
+
+/// The body of every refusal.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// What went wrong and what to do.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable snake_case code, e.g. `lease_lost`.
+    pub code: String,
+    /// What happened and what to do about it.
+    pub message: String,
+}
+
+/// A scan sent as JSON: the session config and the rows.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateSessionRequest {
+    pub config: SessionConfig,
+    /// One object per row; columns are the keys in first-seen order.
+    #[schema(value_type = Vec<Object>)]
+    pub items: Vec<Map<String, Value>>,
+}
+
+/// A session with its progress.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Session {
+    pub id: Uuid,
+    pub name: String,
+    pub key_column: String,
+    /// The original column names, in order.
+    pub columns: Vec<String>,
+    pub source_name: String,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub config: SessionConfig,
+    pub status: Status,
+}
+
+/// Counts and progress of one session. `pass + review + done + remaining = total`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Status {
+    pub session_id: Uuid,
+    pub total: u64,
+    /// Quests still TODO, in any phase. Never rises.
+    pub remaining: u64,
+    pub open: u64,
+    pub leased: u64,
+    pub checking: u64,
+    pub verifying: u64,
+    pub pass: u64,
+    pub review: u64,
+    pub done: u64,
+    pub submissions: u64,
+    /// Agents holding a live lease.
+    pub agents_active: u64,
+    /// Quests finished per minute over the last five minutes.
+    pub rate_per_minute: f64,
+    /// Time to finish at the current rate; null when nothing finished lately.
+    pub eta_seconds: Option<u64>,
+}
+
+impl Status {
+    /// Builds the wire status from a store snapshot.
+    pub fn new(session_id: Uuid, s: &SessionStatus) -> Status {
+        let Counts {
+            total,
+            open,
+            leased,
+            checking,
+            verifying,
+            pass,
+            review,
+            done,
+            submissions,
+        } = s.counts;
+        let remaining = s.counts.remaining();
+        let eta_seconds = (s.rate_per_minute > 0.0)
+            .then(|| (remaining as f64 / s.rate_per_minute * 60.0).ceil() as u64);
+        Status {
+            session_id,
+            total,
+            remaining,
+            open,
+            leased,
+            checking,
+            verifying,
+            pass,
+            review,
+            done,
+            submissions,
+            agents_active: s.agents_active,
+            rate_per_minute: s.rate_per_minute,
+            eta_seconds,
+        }
+    }
+}
+
+impl Session {
+    /// Builds the wire session from its row and status.
+    pub fn new(row: SessionRow, status: &SessionStatus) -> Session {
+        Session {
+            status: Status::new(row.id, status),
+            id: row.id,
+            name: row.name,
+            key_column: row.key_column,
+            columns: row.columns,
+            source_name: row.source_name,
+            created_by: row.created_by,
+            created_at: row.created_at,
+            config: row.config,
+        }
+    }
+}
+
+/// The body of `next`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NextRequest {
+    /// A name for this agent, so that many agents may share one token.
+    #[serde(default)]
+    pub agent: Option<String>,
+}
+
+/// The answer to `next`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(tag = "status", rename_all = "lowercase")]
+pub enum NextResponse {
+    /// A quest is leased to you: do it and submit.
+    Assigned {
+        quest: LeasedQuest,
+        lease: Lease,
+        /// The full text for the agent.
+        prompt: String,
+        submit: SubmitHint,
+    },
+    /// Nothing is open now, but quests are in flight: ask again later.
+    Wait { retry_after_seconds: u32 },
+    /// No quest remains.
+    Finished,
+}
+
+/// The quest part of an assignment.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct LeasedQuest {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub key: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+    pub tries: u32,
+    pub max_tries: u32,
+    /// The facts of the last FAIL, with hints.
+    pub last_facts: Vec<Fact>,
+}
+
+/// A lease: the id that fences every later write, and when it ends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Lease {
+    pub id: Uuid,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// Where and what to submit.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SubmitHint {
+    pub url: String,
+    #[schema(value_type = Object)]
+    pub result_example: Value,
+}
+
+/// The body of `submit`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitRequest {
+    pub lease_id: Uuid,
+    /// The result: a JSON object.
+    #[schema(value_type = Object)]
+    pub result: Map<String, Value>,
+}
+
+/// The query of `submit`.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitQuery {
+    /// Seconds to wait for the gate before answering 202 PENDING (0 to 300; default 30).
+    pub wait: Option<u32>,
+}
+
+/// The answer to `submit`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SubmitResponse {
+    pub submission_id: Uuid,
+    pub verdict: SubmissionVerdict,
+    pub state: State,
+    pub phase: Option<Phase>,
+    pub tries: u32,
+    pub max_tries: u32,
+    pub facts: Vec<Fact>,
+    pub remaining: u64,
+    pub receipt: Option<String>,
+    /// After a FAIL that leaves the quest TODO: the same lease, renewed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
+/// The body of heartbeat and release.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseRequest {
+    pub lease_id: Uuid,
+}
+
+/// One submission and its verdict.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Submission {
+    pub id: Uuid,
+    pub quest_id: Uuid,
+    pub session_id: Uuid,
+    pub agent: String,
+    #[schema(value_type = Object)]
+    pub result: Value,
+    pub verdict: SubmissionVerdict,
+    pub facts: Vec<Fact>,
+    #[schema(value_type = Vec<Object>)]
+    pub evidence: Vec<Value>,
+    pub gate: Option<String>,
+    pub gate_version: Option<String>,
+    pub receipt: Option<String>,
+    /// The quest's state right after this verdict.
+    pub state_after: Option<State>,
+    pub tries_after: Option<u32>,
+    pub created_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+}
+
+impl From<SubmissionRow> for Submission {
+    fn from(s: SubmissionRow) -> Self {
+        Submission {
+            id: s.id,
+            quest_id: s.quest_id,
+            session_id: s.session_id,
+            agent: s.agent,
+            result: s.result,
+            verdict: s.verdict,
+            facts: s.facts,
+            evidence: s.evidence,
+            gate: s.gate,
+            gate_version: s.gate_version,
+            receipt: s.receipt,
+            state_after: s.state_after,
+            tries_after: s.tries_after,
+            created_at: s.created_at,
+            decided_at: s.decided_at,
+        }
+    }
+}
+
+/// A reviewer's recorded decision.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReviewDecision {
+    pub reviewer: String,
+    pub decision: Decision,
+    pub note: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<ReviewDecisionRow> for ReviewDecision {
+    fn from(r: ReviewDecisionRow) -> Self {
+        ReviewDecision {
+            reviewer: r.reviewer,
+            decision: r.decision,
+            note: r.note,
+            created_at: r.created_at,
+        }
+    }
+}
+
+/// A quest with its full history.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Quest {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    /// 0-based position of the row in the upload.
+    pub row: u64,
+    pub key: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+    pub state: State,
+    pub phase: Option<Phase>,
+    pub tries: u32,
+    pub lapses: u32,
+    pub last_facts: Vec<Fact>,
+    /// The result under review or accepted.
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<Value>,
+    pub receipt: Option<String>,
+    /// `gate`, `reviewer:<name>` or `limit`.
+    pub decided_by: Option<String>,
+    pub review_claimed_by: Option<String>,
+    pub review_claim_expires_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+    pub submissions: Vec<Submission>,
+    pub reviews: Vec<ReviewDecision>,
+}
+
+impl Quest {
+    /// Builds the wire quest from its row and history.
+    pub fn new(
+        q: QuestRow,
+        submissions: Vec<SubmissionRow>,
+        reviews: Vec<ReviewDecisionRow>,
+    ) -> Quest {
+        Quest {
+            id: q.id,
+            session_id: q.session_id,
+            row: q.row_index,
+            key: q.key,
+            input: q.input,
+            state: q.state,
+            phase: q.phase,
+            tries: q.tries,
+            lapses: q.lapses,
+            last_facts: q.last_facts,
+            result: q.result,
+            receipt: q.receipt,
+            decided_by: q.decided_by,
+            review_claimed_by: q.review_claimed_by,
+            review_claim_expires_at: q.review_claim_expires_at,
+            updated_at: q.updated_at,
+            submissions: submissions.into_iter().map(Submission::from).collect(),
+            reviews: reviews.into_iter().map(ReviewDecision::from).collect(),
+        }
+    }
+}
+
+/// The query of the review queue.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewQuery {
+    /// Only quests of this session.
+    pub session: Option<Uuid>,
+    /// At most this many quests (1 to 500; default 100).
+    pub limit: Option<u32>,
+}
+
+/// A reviewer's decision.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewRequest {
+    pub decision: Decision,
+    #[serde(default)]
+    pub note: String,
+}
+
+/// A review claim.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReviewClaim {
+    pub quest_id: Uuid,
+    pub claimed_by: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The body of token creation.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateTokenRequest {
+    pub name: String,
+    pub role: Role,
+}
+
+/// A token's public part.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Token {
+    pub id: Uuid,
+    pub name: String,
+    pub role: Role,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<TokenRow> for Token {
+    fn from(t: TokenRow) -> Self {
+        Token {
+            id: t.id,
+            name: t.name,
+            role: t.role,
+            created_at: t.created_at,
+            revoked_at: t.revoked_at,
+        }
+    }
+}
+
+/// A new token, with its secret shown this once.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CreatedToken {
+    #[serde(flatten)]
+    pub token: Token,
+    /// The bearer secret. It is stored only as a hash and cannot be shown again.
+    pub secret: String,
+}
+
+/// The query of export.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct ExportQuery {
+    /// `csv` (default), `jsonl` or `xlsx`.
+    pub format: Option<String>,
+}
+
+/// Liveness and readiness answers.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct Health {
+    pub status: String,
+}

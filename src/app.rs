@@ -1,0 +1,180 @@
+//! Wiring: [`App::build`] opens the store, ensures the admin token, starts the
+//! gate runner and the sweeper, and binds the listener; [`App::run`] serves
+//! until the shutdown signal, then stops the workers.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use tokio::net::TcpListener;
+use tokio::sync::broadcast;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::domain::{Role, SystemClock};
+use crate::gates::GateRegistry;
+use crate::http::extract::token_hash;
+use crate::http::{self, AppState};
+use crate::service::{Service, new_secret};
+use crate::store::{SqliteStore, Store};
+use crate::workers::{GateRunner, sweeper};
+
+/// A built server, bound and ready to run.
+pub struct App {
+    listener: TcpListener,
+    router: axum::Router,
+    shutdown: CancellationToken,
+    admin_token: String,
+}
+
+/// The process-wide metrics recorder (a recorder can be installed only once).
+fn metrics_handle() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new().build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics will be empty");
+            }
+            handle
+        })
+        .clone()
+}
+
+impl App {
+    /// Opens everything `config` names and binds the listener.
+    pub async fn build(config: Config) -> anyhow::Result<App> {
+        std::fs::create_dir_all(&config.data_dir).with_context(|| {
+            format!(
+                "cannot create the data directory {}",
+                config.data_dir.display()
+            )
+        })?;
+        let (events, _) = broadcast::channel(4096);
+        let store: Arc<dyn Store> = Arc::new(
+            SqliteStore::open(
+                &config.database_path(),
+                Arc::new(SystemClock),
+                events.clone(),
+            )
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot open the database {}",
+                    config.database_path().display()
+                )
+            })?,
+        );
+        let admin_token = admin_token(&config)?;
+        store
+            .ensure_token("admin", Role::Admin, &token_hash(&admin_token))
+            .await?;
+
+        let shutdown = CancellationToken::new();
+        let registry = Arc::new(GateRegistry::with_builtin_gates());
+        let runner = GateRunner::start(
+            store.clone(),
+            registry.clone(),
+            config.gate_workers,
+            Duration::from_secs(config.gate_timeout_seconds),
+            shutdown.clone(),
+        );
+        let requeued = runner.requeue_pending().await?;
+        if requeued > 0 {
+            tracing::info!(
+                requeued,
+                "re-running submissions that were still being checked"
+            );
+        }
+        tokio::spawn(sweeper::run(
+            store.clone(),
+            Duration::from_secs(config.sweep_seconds.max(1)),
+            shutdown.clone(),
+        ));
+
+        let service = Arc::new(Service::new(store.clone(), registry, runner, events));
+        let router = http::router(AppState {
+            service,
+            store,
+            metrics: metrics_handle(),
+        });
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.bind))?;
+        Ok(App {
+            listener,
+            router,
+            shutdown,
+            admin_token,
+        })
+    }
+
+    /// The address the server listens on (useful with port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.listener
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// The admin bearer token.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
+    }
+
+    /// Serves until `signal` completes, then finishes in-flight requests and stops the workers.
+    pub async fn run(
+        self,
+        signal: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let shutdown = self.shutdown.clone();
+        tracing::info!(address = %self.local_addr(), "quest is listening");
+        let result = axum::serve(self.listener, self.router)
+            .with_graceful_shutdown(signal)
+            .await;
+        shutdown.cancel();
+        result.context("the server failed")
+    }
+}
+
+/// The admin token: from the config, else from `<data-dir>/admin.token`, else a
+/// new one written there (mode 0600).
+fn admin_token(config: &Config) -> anyhow::Result<String> {
+    if let Some(token) = config
+        .admin_token
+        .as_deref()
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+    {
+        return Ok(token.to_owned());
+    }
+    let path = config.admin_token_path();
+    if path.exists() {
+        let token = std::fs::read_to_string(&path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        tracing::info!(path = %path.display(), "admin token read from file");
+        return Ok(token.trim().to_owned());
+    }
+    let token = new_secret();
+    write_private(&path, &token)?;
+    tracing::info!(path = %path.display(), "generated an admin token; it is in this file");
+    Ok(token)
+}
+
+fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    file.write_all(contents.as_bytes())?;
+    file.sync_all()?;
+    Ok(())
+}

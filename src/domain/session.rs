@@ -1,0 +1,164 @@
+//! A session's configuration: the gate, the limits and the prompt, parsed and
+//! checked once at scan time so that nothing later meets a nonsensical value.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+/// The configuration a session is created with (the `config` part of a scan).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionConfig {
+    /// A human name; defaults to the uploaded file's name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The column whose cell names each quest; defaults to the first column.
+    #[serde(default)]
+    pub key_column: Option<String>,
+    /// The XLSX sheet to read; defaults to the first.
+    #[serde(default)]
+    pub sheet: Option<String>,
+    /// The gate that decides every submission.
+    pub gate: GateConfig,
+    /// FAILs after which a quest ends in DONE.
+    #[serde(default = "default_max_tries")]
+    pub max_tries: u32,
+    /// Lease expiries after which a quest ends in DONE.
+    #[serde(default = "default_max_lapses")]
+    pub max_lapses: u32,
+    /// How long a lease lasts without a heartbeat, 1 to 86400.
+    #[serde(default = "default_lease_seconds")]
+    pub lease_seconds: u32,
+    /// What the agent is told.
+    #[serde(default)]
+    pub prompt: PromptConfig,
+    /// AI verifiers (L2). Not available on this server yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub verify: Option<Value>,
+}
+
+/// The gate of a session: its kind and that kind's own parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct GateConfig {
+    /// The gate's name in the registry, e.g. `schema`.
+    pub kind: String,
+    /// Parameters of that gate kind (for `schema`: `schema`, `deny`, `review_when`).
+    #[serde(flatten)]
+    #[schema(value_type = Object)]
+    pub params: Map<String, Value>,
+}
+
+/// The agent's task text and worked examples.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PromptConfig {
+    #[serde(default)]
+    pub instructions: String,
+    #[serde(default)]
+    pub examples: Vec<Example>,
+}
+
+/// One example of a correct result for an input.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Example {
+    #[schema(value_type = Object)]
+    pub input: Value,
+    #[schema(value_type = Object)]
+    pub result: Value,
+}
+
+fn default_max_tries() -> u32 {
+    3
+}
+fn default_max_lapses() -> u32 {
+    3
+}
+fn default_lease_seconds() -> u32 {
+    300
+}
+
+/// A configuration that is well-formed JSON but says something impossible.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl SessionConfig {
+    /// Parses and checks a configuration value.
+    pub fn parse(value: Value) -> Result<SessionConfig, ConfigError> {
+        let config: SessionConfig = serde_json::from_value(value).map_err(|e| ConfigError {
+            field: "config",
+            message: e.to_string(),
+        })?;
+        let bad = |field, message: &str| {
+            Err(ConfigError {
+                field,
+                message: message.to_owned(),
+            })
+        };
+        if config.max_tries == 0 || config.max_tries > 1000 {
+            return bad("config.max_tries", "must be between 1 and 1000");
+        }
+        if config.max_lapses == 0 || config.max_lapses > 1000 {
+            return bad("config.max_lapses", "must be between 1 and 1000");
+        }
+        if !(1..=86_400).contains(&config.lease_seconds) {
+            return bad("config.lease_seconds", "must be between 1 and 86400");
+        }
+        if config.gate.kind.trim().is_empty() {
+            return bad("config.gate.kind", "name a gate, e.g. \"schema\"");
+        }
+        if config.verify.as_ref().is_some_and(|v| !v.is_null()) {
+            return bad(
+                "config.verify",
+                "AI verifiers are not configured on this server; remove `verify`",
+            );
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_fill_the_limits() {
+        let c = SessionConfig::parse(json!({"gate": {"kind": "schema", "schema": {}}})).unwrap();
+        assert_eq!((c.max_tries, c.max_lapses, c.lease_seconds), (3, 3, 300));
+        assert_eq!(c.gate.params["schema"], json!({}));
+    }
+
+    #[test]
+    fn impossible_limits_and_unknown_fields_are_refused() {
+        for (config, field) in [
+            (
+                json!({"gate": {"kind": "schema"}, "max_tries": 0}),
+                "config.max_tries",
+            ),
+            (
+                json!({"gate": {"kind": "schema"}, "lease_seconds": 86401}),
+                "config.lease_seconds",
+            ),
+            (json!({"gate": {"kind": ""}}), "config.gate.kind"),
+            (
+                json!({"gate": {"kind": "schema"}, "verify": {"verifiers": ["a"]}}),
+                "config.verify",
+            ),
+        ] {
+            assert_eq!(SessionConfig::parse(config).unwrap_err().field, field);
+        }
+        let typo =
+            SessionConfig::parse(json!({"gate": {"kind": "schema"}, "max_trys": 2})).unwrap_err();
+        assert!(typo.message.contains("max_trys"), "{typo}");
+        assert!(
+            SessionConfig::parse(json!({"max_tries": 2})).is_err(),
+            "gate is required"
+        );
+    }
+}

@@ -1,0 +1,159 @@
+//! Gates: the deterministic checkers that turn one submission into a verdict,
+//! facts and evidence. A [`GateRegistry`] builds a session's gate from its
+//! `config.gate` by kind; each gate kind lives in its own file.
+//!
+//! Gates never touch the store; what they ask the outside world goes through
+//! injected traits so that tests can run them offline.
+
+pub mod schema;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use crate::domain::session::GateConfig;
+use crate::domain::{Fact, Verdict};
+
+/// What a gate decided about one submission.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GateOutcome {
+    pub verdict: Verdict,
+    pub facts: Vec<Fact>,
+    /// What the gate observed in the world to decide (URLs, statuses, digests, snippets).
+    pub evidence: Vec<Value>,
+}
+
+impl GateOutcome {
+    /// Folds checks into one outcome: FAIL if any failed, else REVIEW if any asked
+    /// for review, else PASS. Every fact is kept.
+    pub fn from_checks(checks: impl IntoIterator<Item = (Verdict, Option<Fact>)>) -> GateOutcome {
+        let mut verdict = Verdict::Pass;
+        let mut facts = Vec::new();
+        for (v, fact) in checks {
+            verdict = verdict.combine(v);
+            facts.extend(fact);
+        }
+        GateOutcome {
+            verdict,
+            facts,
+            evidence: Vec::new(),
+        }
+    }
+}
+
+/// A deterministic checker with a stable name and version.
+#[async_trait]
+pub trait Gate: Send + Sync {
+    /// The kind name sessions use to pick this gate.
+    fn name(&self) -> &'static str;
+    /// Changes whenever the gate could decide the same submission differently.
+    fn version(&self) -> &'static str;
+    /// Checks one result for one quest input. Runs every check, so the agent gets all facts at once.
+    async fn check(&self, input: &Value, result: &Value) -> GateOutcome;
+}
+
+/// A gate configuration that cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config.gate{}: {message}", if field.is_empty() { String::new() } else { format!(".{field}") })]
+pub struct GateConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+impl GateConfigError {
+    /// An error about the gate parameter `field`.
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        GateConfigError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+type Factory =
+    Box<dyn Fn(&Map<String, Value>) -> Result<Arc<dyn Gate>, GateConfigError> + Send + Sync>;
+
+/// Builds gates by kind.
+pub struct GateRegistry {
+    factories: HashMap<&'static str, Factory>,
+}
+
+impl GateRegistry {
+    /// A registry with every gate this build ships.
+    pub fn with_builtin_gates() -> Self {
+        let mut registry = GateRegistry {
+            factories: HashMap::new(),
+        };
+        registry.register(schema::KIND, |params| {
+            Ok(Arc::new(schema::SchemaGate::from_params(params)?))
+        });
+        registry
+    }
+
+    /// Adds (or replaces) the factory for `kind`.
+    pub fn register(
+        &mut self,
+        kind: &'static str,
+        factory: impl Fn(&Map<String, Value>) -> Result<Arc<dyn Gate>, GateConfigError>
+        + Send
+        + Sync
+        + 'static,
+    ) {
+        self.factories.insert(kind, Box::new(factory));
+    }
+
+    /// Builds the gate a session's config names, or says what is wrong with it.
+    pub fn build(&self, config: &GateConfig) -> Result<Arc<dyn Gate>, GateConfigError> {
+        let factory = self.factories.get(config.kind.as_str()).ok_or_else(|| {
+            let mut kinds: Vec<_> = self.factories.keys().copied().collect();
+            kinds.sort_unstable();
+            GateConfigError::new(
+                "kind",
+                format!(
+                    "unknown gate `{}`; this server has: {}",
+                    config.kind,
+                    kinds.join(", ")
+                ),
+            )
+        })?;
+        factory(&config.params)
+    }
+}
+
+impl std::fmt::Debug for GateRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateRegistry")
+            .field("kinds", &self.factories.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn an_unknown_kind_lists_the_known_ones() {
+        let registry = GateRegistry::with_builtin_gates();
+        let config: GateConfig = serde_json::from_value(json!({"kind": "nope"})).unwrap();
+        let err = registry.build(&config).err().unwrap();
+        assert_eq!(err.field, "kind");
+        assert!(err.to_string().contains("schema"), "{err}");
+    }
+
+    #[test]
+    fn outcomes_fold_fail_over_review_and_keep_every_fact() {
+        let fact = |c: &str| Some(Fact::new(c, "", "", "", ""));
+        let o = GateOutcome::from_checks([
+            (Verdict::Review, fact("a")),
+            (Verdict::Fail, fact("b")),
+            (Verdict::Pass, None),
+        ]);
+        assert_eq!(o.verdict, Verdict::Fail);
+        assert_eq!(o.facts.len(), 2);
+        assert_eq!(GateOutcome::from_checks([]).verdict, Verdict::Pass);
+    }
+}

@@ -1,0 +1,288 @@
+//! The `schema` gate: the result must validate against the session's JSON Schema;
+//! `deny` rules name values that FAIL and `review_when` rules name grey zones
+//! that go to a human (unless something already failed).
+
+use async_trait::async_trait;
+use regex::Regex;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use super::{Gate, GateConfigError, GateOutcome};
+use crate::domain::table::cell_as_text;
+use crate::domain::{Fact, Verdict};
+
+/// The registry name of this gate.
+pub const KIND: &str = "schema";
+
+/// A result-checking gate built from a JSON Schema and pattern rules.
+pub struct SchemaGate {
+    schema: Value,
+    validator: jsonschema::Validator,
+    deny: Vec<Rule>,
+    review_when: Vec<Rule>,
+}
+
+/// A pattern over the value at a JSON pointer of the result.
+#[derive(Debug)]
+struct Rule {
+    pointer: String,
+    pattern: Regex,
+    hint: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RuleParams {
+    pointer: String,
+    pattern: String,
+    #[serde(default)]
+    hint: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    schema: Value,
+    #[serde(default)]
+    deny: Vec<RuleParams>,
+    #[serde(default)]
+    review_when: Vec<RuleParams>,
+}
+
+impl SchemaGate {
+    /// Builds the gate from `config.gate`'s parameters, refusing a schema or
+    /// pattern that does not compile.
+    pub fn from_params(params: &Map<String, Value>) -> Result<SchemaGate, GateConfigError> {
+        let params: Params =
+            serde_json::from_value(Value::Object(params.clone())).map_err(|e| {
+                GateConfigError::new(
+                    "",
+                    format!("{e}; the schema gate takes `schema`, `deny` and `review_when`"),
+                )
+            })?;
+        let validator = jsonschema::validator_for(&params.schema)
+            .map_err(|e| GateConfigError::new("schema", format!("not a valid JSON Schema: {e}")))?;
+        let rules = |list: Vec<RuleParams>, name: &str| -> Result<Vec<Rule>, GateConfigError> {
+            list.into_iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    if !(r.pointer.is_empty() || r.pointer.starts_with('/')) {
+                        return Err(GateConfigError::new(
+                            format!("{name}[{i}].pointer"),
+                            "a JSON pointer starts with `/`, e.g. \"/confidence\"",
+                        ));
+                    }
+                    let pattern = Regex::new(&r.pattern).map_err(|e| {
+                        GateConfigError::new(
+                            format!("{name}[{i}].pattern"),
+                            format!("not a valid regex: {e}"),
+                        )
+                    })?;
+                    Ok(Rule {
+                        pointer: r.pointer,
+                        pattern,
+                        hint: r.hint,
+                    })
+                })
+                .collect()
+        };
+        Ok(SchemaGate {
+            deny: rules(params.deny, "deny")?,
+            review_when: rules(params.review_when, "review_when")?,
+            validator,
+            schema: params.schema,
+        })
+    }
+
+    fn schema_facts(&self, result: &Value) -> Vec<Fact> {
+        self.validator
+            .iter_errors(result)
+            .map(|error| {
+                let schema_path = error.schema_path().as_str().to_owned();
+                let keyword = schema_path.rsplit('/').next().unwrap_or_default();
+                let rule = self
+                    .schema
+                    .pointer(&schema_path)
+                    .map(|v| compact(v, 120))
+                    .unwrap_or_default();
+                Fact::new(
+                    KIND,
+                    error.instance_path().as_str(),
+                    format!("{keyword}: {rule}"),
+                    compact(error.instance(), 200),
+                    format!("{error}; fix this value and submit again"),
+                )
+            })
+            .collect()
+    }
+}
+
+impl Rule {
+    /// The matched value's text, when the rule matches.
+    fn matches(&self, result: &Value) -> Option<String> {
+        let value = result.pointer(&self.pointer)?;
+        let text = cell_as_text(value);
+        self.pattern.is_match(&text).then_some(text)
+    }
+}
+
+fn compact(value: &Value, max: usize) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= max {
+        return text;
+    }
+    let cut: String = text.chars().take(max).collect();
+    format!("{cut}…")
+}
+
+#[async_trait]
+impl Gate for SchemaGate {
+    fn name(&self) -> &'static str {
+        KIND
+    }
+
+    fn version(&self) -> &'static str {
+        "1"
+    }
+
+    async fn check(&self, _input: &Value, result: &Value) -> GateOutcome {
+        let schema = self
+            .schema_facts(result)
+            .into_iter()
+            .map(|f| (Verdict::Fail, Some(f)));
+        let deny = self.deny.iter().filter_map(|rule| {
+            let found = rule.matches(result)?;
+            let hint = rule.hint.clone().unwrap_or_else(|| {
+                "this value is on the session's deny list: find the real one".into()
+            });
+            Some((
+                Verdict::Fail,
+                Some(Fact::new(
+                    "deny",
+                    &rule.pointer,
+                    format!("a value not matching /{}/", rule.pattern),
+                    found,
+                    hint,
+                )),
+            ))
+        });
+        let review = self.review_when.iter().filter_map(|rule| {
+            let found = rule.matches(result)?;
+            let hint = rule
+                .hint
+                .clone()
+                .unwrap_or_else(|| "a person will look at this value before it is accepted".into());
+            Some((
+                Verdict::Review,
+                Some(Fact::new(
+                    "review_when",
+                    &rule.pointer,
+                    format!("a value not matching /{}/", rule.pattern),
+                    found,
+                    hint,
+                )),
+            ))
+        });
+        GateOutcome::from_checks(schema.chain(deny).chain(review).collect::<Vec<_>>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn gate(params: Value) -> SchemaGate {
+        SchemaGate::from_params(params.as_object().unwrap()).unwrap()
+    }
+
+    fn contact_gate() -> SchemaGate {
+        gate(json!({
+            "schema": {
+                "type": "object",
+                "required": ["email", "confidence"],
+                "properties": {"email": {"type": "string", "minLength": 3}, "confidence": {"enum": ["high", "low"]}}
+            },
+            "deny": [{"pointer": "/email", "pattern": "@example\\.com$"}],
+            "review_when": [{"pointer": "/confidence", "pattern": "^low$", "hint": "low confidence goes to a person"}]
+        }))
+    }
+
+    async fn check(g: &SchemaGate, result: Value) -> GateOutcome {
+        g.check(&json!({}), &result).await
+    }
+
+    #[tokio::test]
+    async fn a_valid_result_passes_with_no_facts() {
+        let o = check(
+            &contact_gate(),
+            json!({"email": "a@acme.test", "confidence": "high"}),
+        )
+        .await;
+        assert_eq!((o.verdict, o.facts.len()), (Verdict::Pass, 0));
+    }
+
+    #[tokio::test]
+    async fn every_violation_is_one_fact_at_its_pointer() {
+        let o = check(&contact_gate(), json!({"email": 7})).await;
+        assert_eq!(o.verdict, Verdict::Fail);
+        let fields: Vec<_> = o
+            .facts
+            .iter()
+            .map(|f| (f.check.as_str(), f.field.as_str()))
+            .collect();
+        assert!(fields.contains(&("schema", "/email")), "{fields:?}");
+        assert!(
+            fields.contains(&("schema", "")),
+            "the missing `confidence` is reported at the root: {fields:?}"
+        );
+        let type_fact = o.facts.iter().find(|f| f.field == "/email").unwrap();
+        assert_eq!(type_fact.expected, "type: \"string\"");
+        assert_eq!(type_fact.actual, "7");
+    }
+
+    #[tokio::test]
+    async fn a_deny_match_fails_and_a_grey_zone_goes_to_review() {
+        let g = contact_gate();
+        let denied = check(&g, json!({"email": "a@example.com", "confidence": "high"})).await;
+        assert_eq!(denied.verdict, Verdict::Fail);
+        assert_eq!(denied.facts[0].check, "deny");
+        assert_eq!(denied.facts[0].actual, "a@example.com");
+
+        let grey = check(&g, json!({"email": "a@acme.test", "confidence": "low"})).await;
+        assert_eq!(grey.verdict, Verdict::Review);
+        assert_eq!(grey.facts[0].hint, "low confidence goes to a person");
+
+        let both = check(&g, json!({"email": "a@example.com", "confidence": "low"})).await;
+        assert_eq!(
+            both.verdict,
+            Verdict::Fail,
+            "review only when nothing failed"
+        );
+        assert_eq!(both.facts.len(), 2, "all facts are reported at once");
+    }
+
+    #[test]
+    fn bad_parameters_are_refused_with_the_field_named() {
+        let err = |p: Value| {
+            SchemaGate::from_params(p.as_object().unwrap())
+                .err()
+                .unwrap()
+        };
+        assert_eq!(err(json!({"schema": {"type": "nonsense"}})).field, "schema");
+        assert_eq!(
+            err(json!({"schema": {}, "deny": [{"pointer": "/a", "pattern": "("}]})).field,
+            "deny[0].pattern"
+        );
+        assert_eq!(
+            err(json!({"schema": {}, "review_when": [{"pointer": "a", "pattern": "x"}]})).field,
+            "review_when[0].pointer"
+        );
+        assert_eq!(err(json!({"deny": []})).field, "");
+    }
+
+    #[test]
+    fn long_values_are_cut_in_facts() {
+        assert_eq!(compact(&json!("abcdef"), 4), "\"abc…");
+    }
+}

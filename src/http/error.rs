@@ -1,0 +1,179 @@
+//! [`ApiError`]: the one error type of the HTTP layer and its one body,
+//! `{"error": {"code", "message"}}`. Server faults are logged here, once, and
+//! never echoed to the client.
+
+use axum::Json;
+use axum::extract::multipart::MultipartError;
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+use crate::api::{ErrorBody, ErrorDetail};
+use crate::domain::session::ConfigError;
+use crate::domain::table::TableError;
+use crate::gates::GateConfigError;
+use crate::store::StoreError;
+
+/// A refused or failed request.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with the given status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// 400: the request cannot be read.
+    pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+
+    /// 422: the request is well-formed but says something invalid.
+    pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)
+    }
+
+    /// 404 for an unknown id.
+    pub fn not_found(what: &str) -> Self {
+        Self::new(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no such {what}: check the id"),
+        )
+    }
+
+    /// 500, logged with its cause; the client only hears that it failed.
+    pub fn internal(cause: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %cause, "internal error");
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            "the server failed; try again, and report it if it persists",
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code.to_owned(),
+                message: self.message,
+            },
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(what) => ApiError::not_found(what),
+            StoreError::Conflict { code, message } => {
+                ApiError::new(StatusCode::CONFLICT, code, message)
+            }
+            StoreError::Unavailable => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unavailable",
+                "the server is shutting down; retry shortly",
+            ),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+impl From<TableError> for ApiError {
+    fn from(e: TableError) -> Self {
+        ApiError::invalid("invalid_table", e.to_string())
+    }
+}
+
+impl From<ConfigError> for ApiError {
+    fn from(e: ConfigError) -> Self {
+        ApiError::invalid("invalid_config", e.to_string())
+    }
+}
+
+impl From<GateConfigError> for ApiError {
+    fn from(e: GateConfigError) -> Self {
+        ApiError::invalid("invalid_config", e.to_string())
+    }
+}
+
+/// The code for a status axum's own extractors chose.
+fn rejection_code(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_body",
+        _ => "malformed_body",
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        let status = r.status();
+        let hint = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => {
+                "; send a smaller body (1 MiB at most, 64 MiB for a scan)"
+            }
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "; send `Content-Type: application/json`",
+            _ => "",
+        };
+        ApiError::new(
+            status,
+            rejection_code(status),
+            format!("{}{hint}", r.body_text()),
+        )
+    }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        ApiError::bad_request("invalid_path", format!("{}: ids are UUIDs", r.body_text()))
+    }
+}
+
+impl From<QueryRejection> for ApiError {
+    fn from(r: QueryRejection) -> Self {
+        ApiError::bad_request("invalid_query", r.body_text())
+    }
+}
+
+impl From<MultipartError> for ApiError {
+    fn from(e: MultipartError) -> Self {
+        let status = e.status();
+        let hint = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            "; a scan may be 64 MiB at most"
+        } else {
+            ""
+        };
+        ApiError::new(
+            status,
+            rejection_code(status),
+            format!("{}{hint}", e.body_text()),
+        )
+    }
+}
+
+impl From<crate::service::ServiceError> for ApiError {
+    fn from(e: crate::service::ServiceError) -> Self {
+        use crate::service::ServiceError;
+        match e {
+            ServiceError::Store(e) => e.into(),
+            ServiceError::Table(e) => e.into(),
+            ServiceError::Config(e) => e.into(),
+            ServiceError::Gate(e) => e.into(),
+            ServiceError::Invalid { code, message } => ApiError::invalid(code, message),
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! The HTTP layer: the router, its shared state, the error body and the
+//! extractors. One file per resource; handlers extract, call one use case and
+//! map the result. No SQL and no gate logic here.
+
+pub mod error;
+pub mod extract;
+mod ops;
+mod quests;
+mod review;
+mod sessions;
+mod tokens;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{HeaderName, Request, StatusCode};
+use metrics_exporter_prometheus::PrometheusHandle;
+use tower_http::compression::CompressionLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::trace::TraceLayer;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use utoipa_swagger_ui::SwaggerUi;
+
+use self::error::ApiError;
+use crate::service::Service;
+use crate::store::Store;
+
+/// Requests bodies may be this large, except a scan.
+pub const BODY_LIMIT: usize = 1024 * 1024;
+/// A scan's body may be this large.
+pub const SCAN_BODY_LIMIT: usize = 64 * 1024 * 1024;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub service: Arc<Service>,
+    pub store: Arc<dyn Store>,
+    pub metrics: PrometheusHandle,
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "quest",
+        description = "Takes the word \"done\" away from AI agents: agents lease quests, a deterministic gate decides.",
+        license(name = "MIT", identifier = "MIT"),
+    ),
+    components(schemas(crate::domain::QuestEvent)),
+    modifiers(&BearerAuth),
+    security(("bearer" = [])),
+    tags(
+        (name = "sessions", description = "Scan a table, follow its progress, export it"),
+        (name = "agents", description = "The agent loop: next, submit, heartbeat, release"),
+        (name = "quests", description = "Quests and submissions with their history"),
+        (name = "review", description = "The human review queue"),
+        (name = "tokens", description = "API tokens and roles"),
+        (name = "ops", description = "Health, readiness and metrics"),
+    )
+)]
+struct ApiDoc;
+
+struct BearerAuth;
+
+impl utoipa::Modify for BearerAuth {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+fn api_router() -> OpenApiRouter<AppState> {
+    let scan = OpenApiRouter::new()
+        .routes(routes!(sessions::create_session, sessions::list_sessions))
+        .layer(DefaultBodyLimit::max(SCAN_BODY_LIMIT));
+    let rest = OpenApiRouter::new()
+        .routes(routes!(sessions::get_session))
+        .routes(routes!(sessions::get_status))
+        .routes(routes!(sessions::get_source))
+        .routes(routes!(sessions::stream_events))
+        .routes(routes!(sessions::export_session))
+        .routes(routes!(quests::lease_next))
+        .routes(routes!(quests::submit_result))
+        .routes(routes!(quests::heartbeat))
+        .routes(routes!(quests::release))
+        .routes(routes!(quests::get_quest))
+        .routes(routes!(quests::get_submission))
+        .routes(routes!(review::list_review_queue))
+        .routes(routes!(review::claim_review))
+        .routes(routes!(review::decide_review))
+        .routes(routes!(tokens::create_token, tokens::list_tokens))
+        .routes(routes!(tokens::revoke_token))
+        .routes(routes!(ops::healthz))
+        .routes(routes!(ops::readyz))
+        .routes(routes!(ops::metrics))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT));
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .merge(scan)
+        .merge(rest)
+}
+
+/// The OpenAPI document of this build.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_router().split_for_parts().1
+}
+
+/// The full router: the API, its document at `/openapi.json`, docs at `/docs`.
+pub fn router(state: AppState) -> Router {
+    let (api, doc) = api_router().split_for_parts();
+    let request_id = HeaderName::from_static("x-request-id");
+    api.merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route; the API is described at /docs") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method; see /docs")
+        })
+        .with_state(state)
+        .layer(CompressionLayer::new())
+        .layer(
+            TraceLayer::new_for_http()
+                .make_span_with(|req: &Request<_>| {
+                    let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
+                    tracing::info_span!("request", method = %req.method(), uri = %req.uri(), request_id = %id)
+                })
+                .on_response(tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO)),
+        )
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_secs(600)))
+}

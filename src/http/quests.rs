@@ -1,0 +1,142 @@
+//! The agent's loop: next, submit, heartbeat, release; and reading quests and submissions.
+
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use uuid::Uuid;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{Json, OptionalJson, Path, Principal, Query};
+use crate::api::{
+    ErrorBody, Lease, LeaseRequest, NextRequest, NextResponse, Quest, Submission, SubmitQuery,
+    SubmitRequest, SubmitResponse,
+};
+use crate::domain::{Permission, SubmissionVerdict};
+use crate::service::MAX_WAIT_SECONDS;
+
+/// Leases the next quest of a session (or the one this agent already holds).
+#[utoipa::path(post, path = "/v1/sessions/{id}/next", tag = "agents", operation_id = "lease_next_quest",
+    params(("id" = Uuid, Path, description = "Session id")),
+    request_body(content = Option<NextRequest>, content_type = "application/json"),
+    responses((status = 200, body = NextResponse), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn lease_next(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+    OptionalJson(request): OptionalJson<NextRequest>,
+) -> Result<Json<NextResponse>, ApiError> {
+    principal.require(Permission::Work)?;
+    let agent = principal.agent(request.agent.as_deref());
+    Ok(Json(state.service.next(id, &agent).await?))
+}
+
+/// Submits a result for the leased quest and waits up to `wait` seconds for the verdict.
+#[utoipa::path(post, path = "/v1/quests/{id}/submit", tag = "agents", operation_id = "submit_result",
+    params(("id" = Uuid, Path, description = "Quest id"), SubmitQuery),
+    request_body = SubmitRequest,
+    responses((status = 200, description = "The verdict", body = SubmitResponse),
+        (status = 202, description = "PENDING: poll the submission", body = SubmitResponse),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody),
+        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn submit_result(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+    Query(query): Query<SubmitQuery>,
+    Json(body): Json<SubmitRequest>,
+) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
+    principal.require(Permission::Work)?;
+    let wait = query.wait.unwrap_or(30);
+    if wait > MAX_WAIT_SECONDS {
+        return Err(ApiError::invalid(
+            "invalid_wait",
+            format!("wait is at most {MAX_WAIT_SECONDS} seconds"),
+        ));
+    }
+    let agent = principal.agent(None);
+    let response = state
+        .service
+        .submit(
+            &agent,
+            id,
+            body.lease_id,
+            body.result,
+            Duration::from_secs(wait.into()),
+        )
+        .await?;
+    let status = if response.verdict == SubmissionVerdict::Pending {
+        StatusCode::ACCEPTED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(response)))
+}
+
+/// Extends a lease by the session's lease time.
+#[utoipa::path(post, path = "/v1/quests/{id}/heartbeat", tag = "agents", operation_id = "heartbeat_lease",
+    params(("id" = Uuid, Path, description = "Quest id")), request_body = LeaseRequest,
+    responses((status = 200, body = Lease), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn heartbeat(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+    Json(body): Json<LeaseRequest>,
+) -> Result<Json<Lease>, ApiError> {
+    principal.require(Permission::Work)?;
+    Ok(Json(
+        state
+            .service
+            .heartbeat(&principal.agent(None), id, body.lease_id)
+            .await?,
+    ))
+}
+
+/// Gives a leased quest back, without a try.
+#[utoipa::path(post, path = "/v1/quests/{id}/release", tag = "agents", operation_id = "release_lease",
+    params(("id" = Uuid, Path, description = "Quest id")), request_body = LeaseRequest,
+    responses((status = 204, description = "Released"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn release(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+    Json(body): Json<LeaseRequest>,
+) -> Result<StatusCode, ApiError> {
+    principal.require(Permission::Work)?;
+    state
+        .store
+        .release(id, body.lease_id, &principal.agent(None))
+        .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A quest with its full history of submissions, verdicts, facts, evidence and reviews.
+#[utoipa::path(get, path = "/v1/quests/{id}", tag = "quests", operation_id = "get_quest",
+    params(("id" = Uuid, Path, description = "Quest id")),
+    responses((status = 200, body = Quest), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_quest(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Quest>, ApiError> {
+    principal.require(Permission::Read)?;
+    Ok(Json(state.service.quest(id).await?))
+}
+
+/// One submission and its verdict (poll it after a 202).
+#[utoipa::path(get, path = "/v1/submissions/{id}", tag = "quests", operation_id = "get_submission",
+    params(("id" = Uuid, Path, description = "Submission id")),
+    responses((status = 200, body = Submission), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_submission(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Submission>, ApiError> {
+    principal.require(Permission::Read)?;
+    Ok(Json(state.store.get_submission(id).await?.into()))
+}

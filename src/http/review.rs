@@ -1,0 +1,67 @@
+//! The human review queue: list, claim, decide.
+
+use axum::extract::State;
+use uuid::Uuid;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{Json, Path, Principal, Query};
+use crate::api::{ErrorBody, Quest, ReviewClaim, ReviewQuery, ReviewRequest};
+use crate::domain::Permission;
+
+/// REVIEW quests, oldest first, with their facts, evidence and history.
+#[utoipa::path(get, path = "/v1/review", tag = "review", operation_id = "list_review_queue", params(ReviewQuery),
+    responses((status = 200, body = Vec<Quest>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn list_review_queue(
+    State(state): State<AppState>,
+    principal: Principal,
+    Query(query): Query<ReviewQuery>,
+) -> Result<Json<Vec<Quest>>, ApiError> {
+    principal.require(Permission::Review)?;
+    Ok(Json(
+        state
+            .service
+            .review_queue(query.session, query.limit.unwrap_or(100))
+            .await?,
+    ))
+}
+
+/// Claims a REVIEW quest so that two reviewers do not collide.
+#[utoipa::path(post, path = "/v1/review/{quest_id}/claim", tag = "review", operation_id = "claim_review",
+    params(("quest_id" = Uuid, Path, description = "Quest id")),
+    responses((status = 200, body = ReviewClaim), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn claim_review(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(quest_id): Path<Uuid>,
+) -> Result<Json<ReviewClaim>, ApiError> {
+    principal.require(Permission::Review)?;
+    Ok(Json(
+        state
+            .service
+            .claim_review(&principal.name, quest_id)
+            .await?,
+    ))
+}
+
+/// Approves (→ PASS) or rejects (→ DONE) a REVIEW quest, with a note.
+#[utoipa::path(post, path = "/v1/review/{quest_id}", tag = "review", operation_id = "decide_review",
+    params(("quest_id" = Uuid, Path, description = "Quest id")), request_body = ReviewRequest,
+    responses((status = 200, body = Quest), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn decide_review(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(quest_id): Path<Uuid>,
+    Json(body): Json<ReviewRequest>,
+) -> Result<Json<Quest>, ApiError> {
+    principal.require(Permission::Review)?;
+    Ok(Json(
+        state
+            .service
+            .decide_review(&principal.name, quest_id, body.decision, &body.note)
+            .await?,
+    ))
+}

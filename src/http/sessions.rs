@@ -1,0 +1,255 @@
+//! Sessions: scan, list, read, status, events, export and the uploaded source.
+
+use std::convert::Infallible;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Multipart, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt};
+use serde_json::Value;
+use tokio_stream::wrappers::BroadcastStream;
+use uuid::Uuid;
+
+use super::AppState;
+use super::error::ApiError;
+use super::extract::{Json, Path, Principal, Query};
+use crate::api::{CreateSessionRequest, ErrorBody, ExportQuery, Session, Status};
+use crate::domain::Permission;
+use crate::export::{self, ExportFormat, Plan};
+use crate::service::Upload;
+
+/// The body of a scan: JSON, or multipart with `file` and `config`.
+pub struct ScanBody {
+    config: Value,
+    upload: Upload,
+}
+
+/// The multipart form of a scan (for the OpenAPI document).
+#[derive(utoipa::ToSchema)]
+#[expect(dead_code, reason = "documents the multipart form; never constructed")]
+pub struct ScanForm {
+    /// The table: .csv, .tsv, .xlsx, .jsonl or .txt.
+    #[schema(format = Binary, content_media_type = "application/octet-stream")]
+    file: String,
+    /// The session config as JSON text.
+    config: String,
+}
+
+impl<S: Send + Sync> FromRequest<S> for ScanBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let is_multipart = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("multipart/form-data"));
+        if !is_multipart {
+            let Json(body) = Json::<CreateSessionRequest>::from_request(req, state).await?;
+            let config = serde_json::to_value(body.config).map_err(ApiError::internal)?;
+            return Ok(ScanBody {
+                config,
+                upload: Upload::Items(body.items),
+            });
+        }
+        let mut form = Multipart::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::bad_request("malformed_body", e.body_text()))?;
+        let (mut config, mut file) = (None, None);
+        while let Some(field) = form.next_field().await? {
+            match field.name() {
+                Some("config") => {
+                    let text = field.text().await?;
+                    let value = serde_json::from_str::<Value>(&text).map_err(|e| {
+                        ApiError::bad_request(
+                            "malformed_config",
+                            format!("the `config` part is not valid JSON: {e}"),
+                        )
+                    })?;
+                    config = Some(value);
+                }
+                Some("file") => {
+                    let name = field.file_name().unwrap_or("upload").to_owned();
+                    file = Some((name, field.bytes().await?.to_vec()));
+                }
+                other => {
+                    return Err(ApiError::bad_request(
+                        "malformed_body",
+                        format!(
+                            "unexpected form part `{}`: send `file` and `config` only",
+                            other.unwrap_or("")
+                        ),
+                    ));
+                }
+            }
+        }
+        let config = config.ok_or_else(|| {
+            ApiError::invalid(
+                "missing_config",
+                "add a `config` part with the session config JSON",
+            )
+        })?;
+        let (name, bytes) = file
+            .ok_or_else(|| ApiError::invalid("missing_file", "add a `file` part with the table"))?;
+        Ok(ScanBody {
+            config,
+            upload: Upload::File { name, bytes },
+        })
+    }
+}
+
+/// Creates a session from a table (a scan). All or nothing.
+#[utoipa::path(post, path = "/v1/sessions", tag = "sessions", operation_id = "create_session",
+    request_body(content(
+        (CreateSessionRequest = "application/json"),
+        (ScanForm = "multipart/form-data"),
+    )),
+    responses(
+        (status = 201, body = Session),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody),
+    ))]
+pub async fn create_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    body: ScanBody,
+) -> Result<(StatusCode, Json<Session>), ApiError> {
+    principal.require(Permission::Administer)?;
+    let session = state
+        .service
+        .scan(&principal.name, body.config, body.upload)
+        .await?;
+    Ok((StatusCode::CREATED, Json(session)))
+}
+
+/// Lists sessions, newest first.
+#[utoipa::path(get, path = "/v1/sessions", tag = "sessions", operation_id = "list_sessions",
+    responses((status = 200, body = Vec<Session>), (status = 401, body = ErrorBody)))]
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    principal: Principal,
+) -> Result<Json<Vec<Session>>, ApiError> {
+    principal.require(Permission::Read)?;
+    Ok(Json(state.service.list_sessions().await?))
+}
+
+/// One session with its status.
+#[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", operation_id = "get_session",
+    params(("id" = Uuid, Path, description = "Session id")),
+    responses((status = 200, body = Session), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Session>, ApiError> {
+    principal.require(Permission::Read)?;
+    Ok(Json(state.service.get_session(id).await?))
+}
+
+/// Counts and progress of a session.
+#[utoipa::path(get, path = "/v1/sessions/{id}/status", tag = "sessions", operation_id = "get_session_status",
+    params(("id" = Uuid, Path, description = "Session id")),
+    responses((status = 200, body = Status), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_status(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+) -> Result<Json<Status>, ApiError> {
+    principal.require(Permission::Read)?;
+    Ok(Json(state.service.status(id).await?))
+}
+
+/// The uploaded file, byte for byte.
+#[utoipa::path(get, path = "/v1/sessions/{id}/source", tag = "sessions", operation_id = "get_session_source",
+    params(("id" = Uuid, Path, description = "Session id")),
+    responses((status = 200, description = "The uploaded bytes", content_type = "application/octet-stream"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_source(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+) -> Result<Response, ApiError> {
+    principal.require(Permission::Read)?;
+    let (name, media_type, bytes) = state.service.store().session_source(id).await?;
+    Ok(attachment(&media_type, &name, Body::from(bytes)))
+}
+
+fn attachment(media_type: &str, file_name: &str, body: Body) -> Response {
+    let safe: String = file_name
+        .chars()
+        .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\')
+        .collect();
+    (
+        [
+            (header::CONTENT_TYPE, media_type.to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{safe}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// Server-Sent Events: one event per state change of the session.
+#[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "sessions", operation_id = "stream_session_events",
+    params(("id" = Uuid, Path, description = "Session id")),
+    responses((status = 200, description = "An event stream; each event's name is its kind and its data a QuestEvent", content_type = "text/event-stream"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn stream_events(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    principal.require(Permission::Read)?;
+    state.service.store().get_session(id).await?;
+    let events = BroadcastStream::new(state.service.subscribe()).filter_map(move |e| async move {
+        match e {
+            Ok(e) if e.session_id == id => Some(Ok(Event::default()
+                .event(serde_json::to_value(e.kind).ok()?.as_str()?)
+                .json_data(&e)
+                .ok()?)),
+            Ok(_) => None,
+            // A slow reader missed events: say so, so it can re-read the status.
+            Err(_) => Some(Ok(Event::default().event("lagged").data("{}"))),
+        }
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// The original rows, in order, with the quest columns added.
+#[utoipa::path(get, path = "/v1/sessions/{id}/export", tag = "sessions", operation_id = "export_session",
+    params(("id" = Uuid, Path, description = "Session id"), ExportQuery),
+    responses((status = 200, description = "The export file", content_type = "application/octet-stream"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn export_session(
+    State(state): State<AppState>,
+    principal: Principal,
+    Path(id): Path<Uuid>,
+    Query(query): Query<ExportQuery>,
+) -> Result<Response, ApiError> {
+    principal.require(Permission::Read)?;
+    let requested = query.format.as_deref().unwrap_or("csv");
+    let format = ExportFormat::parse(requested).ok_or_else(|| {
+        ApiError::invalid(
+            "invalid_format",
+            format!("unknown format `{requested}`: use csv, jsonl or xlsx"),
+        )
+    })?;
+    let store = state.store.clone();
+    let plan = Plan::new(store.as_ref(), id).await?;
+    let (media_type, ext) = format.media_type();
+    let name = format!("session-{id}.{ext}");
+    let body = match format {
+        ExportFormat::Xlsx => Body::from(
+            export::xlsx(store.as_ref(), &plan)
+                .await
+                .map_err(ApiError::internal)?,
+        ),
+        _ => Body::from_stream(export::stream(store, plan, format)),
+    };
+    Ok(attachment(media_type, &name, body))
+}

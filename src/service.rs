@@ -1,0 +1,463 @@
+//! The use cases behind the HTTP API: scan, lease, submit and wait, review,
+//! tokens. Handlers call exactly one of these; these call the store, the gate
+//! registry and the gate runner, and never speak HTTP.
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use rand::RngCore;
+use serde_json::{Map, Value};
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use crate::api::{
+    self, Lease, LeasedQuest, NextResponse, Session, Status, SubmitHint, SubmitResponse,
+};
+use crate::domain::prompt::{self, PromptParts};
+use crate::domain::receipt::digest;
+use crate::domain::session::{ConfigError, SessionConfig};
+use crate::domain::table::{self, Format, Table, TableError};
+use crate::domain::{Decision, EventKind, QuestEvent, Role, SubmissionVerdict};
+use crate::gates::{GateConfigError, GateRegistry};
+use crate::http::extract::token_hash;
+use crate::store::{
+    LeaseOutcome, NewSession, NewSubmission, SessionRow, Store, StoreError, SubmissionView,
+    SubmitOutcome,
+};
+use crate::workers::GateRunner;
+
+/// Why a use case refused or failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Table(#[from] TableError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Gate(#[from] GateConfigError),
+    /// Well-formed but invalid input.
+    #[error("{message}")]
+    Invalid { code: &'static str, message: String },
+}
+
+fn invalid(code: &'static str, message: impl Into<String>) -> ServiceError {
+    ServiceError::Invalid {
+        code,
+        message: message.into(),
+    }
+}
+
+/// What a scan uploads.
+#[derive(Debug)]
+pub enum Upload {
+    /// Rows sent as JSON objects.
+    Items(Vec<Map<String, Value>>),
+    /// A file, read by its name's extension.
+    File { name: String, bytes: Vec<u8> },
+}
+
+/// The longest a submit may wait for its verdict.
+pub const MAX_WAIT_SECONDS: u32 = 300;
+/// How long a reviewer's claim lasts.
+pub const REVIEW_CLAIM_SECONDS: u32 = 900;
+
+/// The service's use cases over one store.
+pub struct Service {
+    store: Arc<dyn Store>,
+    gates: Arc<GateRegistry>,
+    runner: GateRunner,
+    events: broadcast::Sender<QuestEvent>,
+    /// Sessions never change after the scan, so they are cached once read.
+    sessions: RwLock<HashMap<Uuid, Arc<SessionRow>>>,
+}
+
+impl Service {
+    /// Wires the use cases to their collaborators.
+    pub fn new(
+        store: Arc<dyn Store>,
+        gates: Arc<GateRegistry>,
+        runner: GateRunner,
+        events: broadcast::Sender<QuestEvent>,
+    ) -> Service {
+        Service {
+            store,
+            gates,
+            runner,
+            events,
+            sessions: RwLock::new(HashMap::new()),
+        }
+    }
+
+    /// The store, for reads that need no use case around them.
+    pub fn store(&self) -> &dyn Store {
+        self.store.as_ref()
+    }
+
+    /// A receiver of every committed state change.
+    pub fn subscribe(&self) -> broadcast::Receiver<QuestEvent> {
+        self.events.subscribe()
+    }
+
+    async fn session(&self, id: Uuid) -> Result<Arc<SessionRow>, StoreError> {
+        if let Some(s) = self
+            .sessions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+        {
+            return Ok(s.clone());
+        }
+        let session = Arc::new(self.store.get_session(id).await?);
+        self.sessions
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, session.clone());
+        Ok(session)
+    }
+
+    /// A session with its status.
+    pub async fn get_session(&self, id: Uuid) -> Result<Session, ServiceError> {
+        let row = self.store.get_session(id).await?;
+        let status = self.store.session_status(id).await?;
+        Ok(Session::new(row, &status))
+    }
+
+    /// Every session with its status, newest first.
+    pub async fn list_sessions(&self) -> Result<Vec<Session>, ServiceError> {
+        let mut out = Vec::new();
+        for row in self.store.list_sessions().await? {
+            let status = self.store.session_status(row.id).await?;
+            out.push(Session::new(row, &status));
+        }
+        Ok(out)
+    }
+
+    /// The progress of a session.
+    pub async fn status(&self, id: Uuid) -> Result<Status, ServiceError> {
+        Ok(Status::new(id, &self.store.session_status(id).await?))
+    }
+
+    /// Creates a session from a table, all or nothing.
+    pub async fn scan(
+        &self,
+        created_by: &str,
+        config: Value,
+        upload: Upload,
+    ) -> Result<Session, ServiceError> {
+        let config = SessionConfig::parse(config)?;
+        self.gates.build(&config.gate)?;
+        let sheet = config.sheet.clone();
+        let (table, source_name, format, source) = match upload {
+            Upload::Items(items) => {
+                let source = items
+                    .iter()
+                    .map(|i| format!("{}\n", Value::Object(i.clone())))
+                    .collect::<String>();
+                (
+                    table::from_objects(items)?,
+                    "items.jsonl".to_owned(),
+                    Format::Jsonl,
+                    source.into_bytes(),
+                )
+            }
+            Upload::File { name, bytes } => {
+                let format = Format::from_file_name(&name).ok_or_else(|| {
+                    invalid(
+                        "unsupported_file",
+                        format!("`{name}` is not a .csv, .tsv, .xlsx, .jsonl or .txt file"),
+                    )
+                })?;
+                let (table, bytes) = tokio::task::spawn_blocking(move || {
+                    table::parse(format, &bytes, sheet.as_deref()).map(|t| (t, bytes))
+                })
+                .await
+                .map_err(|e| {
+                    invalid(
+                        "invalid_table",
+                        format!("the file could not be parsed: {e}"),
+                    )
+                })??;
+                (table, name, format, bytes)
+            }
+        };
+        let key_column = config
+            .key_column
+            .clone()
+            .unwrap_or_else(|| table.columns[0].clone());
+        let keys = table.keys(&key_column)?;
+        let Table { columns, rows } = table;
+        let name = config.name.clone().unwrap_or_else(|| source_name.clone());
+        let session = NewSession {
+            id: Uuid::now_v7(),
+            name,
+            key_column,
+            config,
+            columns,
+            source_name,
+            source_type: format.media_type().to_owned(),
+            source,
+            created_by: created_by.to_owned(),
+            rows: keys.into_iter().zip(rows).collect(),
+        };
+        let row = self.store.create_session(session).await?;
+        let status = self.store.session_status(row.id).await?;
+        Ok(Session::new(row, &status))
+    }
+
+    /// Leases the agent's next quest and renders its prompt.
+    pub async fn next(&self, session_id: Uuid, agent: &str) -> Result<NextResponse, ServiceError> {
+        let session = self.session(session_id).await?;
+        let outcome = self.store.lease_next(session_id, agent).await?;
+        Ok(match outcome {
+            LeaseOutcome::Assigned {
+                quest,
+                lease,
+                repeated_failure,
+            } => {
+                metrics::counter!("quest_leases_total").increment(1);
+                let config = &session.config;
+                let url = format!("/v1/quests/{}/submit", quest.id);
+                let prompt = prompt::render(&PromptParts {
+                    prompt: &config.prompt,
+                    key: &quest.key,
+                    input: &quest.input,
+                    tries: quest.tries,
+                    max_tries: config.max_tries,
+                    last_facts: &quest.last_facts,
+                    repeated_failure,
+                    submit_url: &url,
+                    lease_id: &lease.id.to_string(),
+                });
+                let result_example = config
+                    .prompt
+                    .examples
+                    .first()
+                    .map(|e| e.result.clone())
+                    .unwrap_or_else(|| Value::Object(Map::new()));
+                NextResponse::Assigned {
+                    quest: LeasedQuest {
+                        id: quest.id,
+                        session_id,
+                        key: quest.key,
+                        input: quest.input,
+                        tries: quest.tries,
+                        max_tries: config.max_tries,
+                        last_facts: quest.last_facts,
+                    },
+                    lease: Lease {
+                        id: lease.id,
+                        expires_at: lease.expires_at,
+                    },
+                    prompt,
+                    submit: SubmitHint {
+                        url,
+                        result_example,
+                    },
+                }
+            }
+            LeaseOutcome::Wait {
+                retry_after_seconds,
+            } => NextResponse::Wait {
+                retry_after_seconds,
+            },
+            LeaseOutcome::Finished => NextResponse::Finished,
+        })
+    }
+
+    /// Records a result, hands it to the gate and waits up to `wait` for the verdict.
+    /// Returns the answer and whether it is still PENDING.
+    pub async fn submit(
+        &self,
+        agent: &str,
+        quest_id: Uuid,
+        lease_id: Uuid,
+        result: Map<String, Value>,
+        wait: Duration,
+    ) -> Result<SubmitResponse, ServiceError> {
+        let result = Value::Object(result);
+        // Subscribe before the gate can possibly finish, so its event is not missed.
+        let mut events = self.events.subscribe();
+        let new = NewSubmission {
+            quest_id,
+            lease_id,
+            agent: agent.to_owned(),
+            result_hash: digest(&result),
+            result,
+        };
+        let submission = match self.store.submit(new).await? {
+            SubmitOutcome::Recorded(s) => {
+                metrics::counter!("quest_submissions_total").increment(1);
+                self.runner.enqueue(s.id);
+                s
+            }
+            SubmitOutcome::Replayed(s) => s,
+        };
+        if submission.verdict == SubmissionVerdict::Pending && !wait.is_zero() {
+            let deadline = tokio::time::Instant::now() + wait;
+            loop {
+                match tokio::time::timeout_at(deadline, events.recv()).await {
+                    Err(_) => break,
+                    Ok(Ok(e))
+                        if e.kind == EventKind::Decided
+                            && e.submission_id == Some(submission.id) =>
+                    {
+                        break;
+                    }
+                    Ok(Ok(_)) => {}
+                    Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
+                        if self.store.get_submission(submission.id).await?.verdict
+                            != SubmissionVerdict::Pending
+                        {
+                            break;
+                        }
+                    }
+                    Ok(Err(broadcast::error::RecvError::Closed)) => break,
+                }
+            }
+        }
+        Ok(submit_response(
+            self.store.submission_view(submission.id).await?,
+        ))
+    }
+
+    /// Extends a lease.
+    pub async fn heartbeat(
+        &self,
+        agent: &str,
+        quest_id: Uuid,
+        lease_id: Uuid,
+    ) -> Result<Lease, ServiceError> {
+        let lease = self.store.heartbeat(quest_id, lease_id, agent).await?;
+        Ok(Lease {
+            id: lease.id,
+            expires_at: lease.expires_at,
+        })
+    }
+
+    /// A quest with its full history.
+    pub async fn quest(&self, id: Uuid) -> Result<api::Quest, ServiceError> {
+        let quest = self.store.get_quest(id).await?;
+        let (submissions, reviews) = self.store.quest_history(id).await?;
+        Ok(api::Quest::new(quest, submissions, reviews))
+    }
+
+    /// Quests in REVIEW, oldest first, with their history.
+    pub async fn review_queue(
+        &self,
+        session: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<api::Quest>, ServiceError> {
+        if let Some(id) = session {
+            self.session(id).await?;
+        }
+        let mut out = Vec::new();
+        for quest in self
+            .store
+            .review_queue(session, limit.clamp(1, 500))
+            .await?
+        {
+            let (submissions, reviews) = self.store.quest_history(quest.id).await?;
+            out.push(api::Quest::new(quest, submissions, reviews));
+        }
+        Ok(out)
+    }
+
+    /// Gives a reviewer a claim on a REVIEW quest.
+    pub async fn claim_review(
+        &self,
+        reviewer: &str,
+        quest_id: Uuid,
+    ) -> Result<api::ReviewClaim, ServiceError> {
+        let quest = self
+            .store
+            .claim_review(quest_id, reviewer, REVIEW_CLAIM_SECONDS)
+            .await?;
+        Ok(api::ReviewClaim {
+            quest_id,
+            claimed_by: quest.review_claimed_by.unwrap_or_default(),
+            expires_at: quest.review_claim_expires_at.unwrap_or(quest.updated_at),
+        })
+    }
+
+    /// Approves or rejects a REVIEW quest.
+    pub async fn decide_review(
+        &self,
+        reviewer: &str,
+        quest_id: Uuid,
+        decision: Decision,
+        note: &str,
+    ) -> Result<api::Quest, ServiceError> {
+        if note.len() > 10_000 {
+            return Err(invalid(
+                "invalid_note",
+                "the note is longer than 10000 bytes; shorten it",
+            ));
+        }
+        self.store
+            .decide_review(quest_id, reviewer, decision, note)
+            .await?;
+        self.quest(quest_id).await
+    }
+
+    /// Creates a token and returns its secret, shown this once.
+    pub async fn create_token(
+        &self,
+        name: &str,
+        role: Role,
+    ) -> Result<api::CreatedToken, ServiceError> {
+        let name = name.trim();
+        if name.is_empty() || name.len() > 200 || name.contains('/') {
+            return Err(invalid(
+                "invalid_name",
+                "give the token a name of 1 to 200 characters without `/`",
+            ));
+        }
+        let secret = new_secret();
+        let row = self
+            .store
+            .create_token(name, role, &token_hash(&secret))
+            .await?;
+        Ok(api::CreatedToken {
+            token: row.into(),
+            secret,
+        })
+    }
+}
+
+/// A fresh bearer secret: 32 random bytes, hex, with a recognisable prefix.
+pub fn new_secret() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!("qst_{}", hex::encode(bytes))
+}
+
+fn submit_response(view: SubmissionView) -> SubmitResponse {
+    let SubmissionView {
+        submission,
+        quest,
+        max_tries,
+        remaining,
+        lease,
+    } = view;
+    let lease = lease
+        .filter(|l| l.id == submission.lease_id && submission.verdict != SubmissionVerdict::Pending)
+        .map(|l| Lease {
+            id: l.id,
+            expires_at: l.expires_at,
+        });
+    SubmitResponse {
+        submission_id: submission.id,
+        verdict: submission.verdict,
+        state: quest.state,
+        phase: quest.phase,
+        tries: quest.tries,
+        max_tries,
+        facts: submission.facts,
+        remaining,
+        receipt: submission.receipt,
+        lease,
+    }
+}

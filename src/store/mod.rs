@@ -1,0 +1,374 @@
+//! Durable state behind one trait, [`Store`]. All SQL lives below this module;
+//! `sqlite.rs` is the embedded default. Every write applies the domain's
+//! transition function, and the database's triggers repeat its rules.
+//!
+//! Callers pass no clock: each store takes "now" from its own [`Clock`], so a
+//! scale-out backend can take it from the database instead.
+//!
+//! [`Clock`]: crate::domain::Clock
+
+pub mod sqlite;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::domain::session::SessionConfig;
+use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict, Verdict};
+
+pub use sqlite::SqliteStore;
+
+/// Why a store call did not do what was asked.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The named thing does not exist.
+    #[error("no such {0}")]
+    NotFound(&'static str),
+    /// The request conflicts with the current state; nothing was changed.
+    #[error("{message}")]
+    Conflict { code: &'static str, message: String },
+    /// The database failed.
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    /// Migrations failed at start-up.
+    #[error("migration error: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    /// Stored data could not be read back (a bug or a hand-edited database).
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+    /// The store is shutting down.
+    #[error("the store is shutting down")]
+    Unavailable,
+}
+
+impl StoreError {
+    /// A state conflict with a machine-readable code and a message that says what to do.
+    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
+        StoreError::Conflict {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// A session and its counts, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRow {
+    pub id: Uuid,
+    pub name: String,
+    pub key_column: String,
+    pub config: SessionConfig,
+    pub columns: Vec<String>,
+    pub source_name: String,
+    pub total: u64,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a scan stores: the session, the uploaded bytes and one quest per row.
+#[derive(Debug, Clone)]
+pub struct NewSession {
+    pub id: Uuid,
+    pub name: String,
+    pub key_column: String,
+    pub config: SessionConfig,
+    pub columns: Vec<String>,
+    pub source_name: String,
+    pub source_type: String,
+    pub source: Vec<u8>,
+    pub created_by: String,
+    /// `(key, input)` for every row, in upload order.
+    pub rows: Vec<(String, Map<String, Value>)>,
+}
+
+/// One quest, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuestRow {
+    pub id: Uuid,
+    pub session_id: Uuid,
+    pub row_index: u64,
+    pub key: String,
+    pub input: Value,
+    pub state: State,
+    pub phase: Option<Phase>,
+    pub tries: u32,
+    pub lapses: u32,
+    pub lease_id: Option<Uuid>,
+    pub last_facts: Vec<Fact>,
+    pub result: Option<Value>,
+    pub submission_id: Option<Uuid>,
+    pub receipt: Option<String>,
+    pub decided_by: Option<String>,
+    pub review_claimed_by: Option<String>,
+    pub review_claim_expires_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A live lease.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseRow {
+    pub id: Uuid,
+    pub quest_id: Uuid,
+    pub agent: String,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// The answer to `next`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LeaseOutcome {
+    /// A quest is the agent's until the lease expires.
+    Assigned {
+        quest: QuestRow,
+        lease: LeaseRow,
+        /// The last two FAILs of this quest carried the same facts.
+        repeated_failure: bool,
+    },
+    /// Nothing is open now, but quests are in flight.
+    Wait { retry_after_seconds: u32 },
+    /// No quest remains.
+    Finished,
+}
+
+/// One submission, as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubmissionRow {
+    pub id: Uuid,
+    pub quest_id: Uuid,
+    pub session_id: Uuid,
+    pub lease_id: Uuid,
+    pub agent: String,
+    pub result: Value,
+    pub verdict: SubmissionVerdict,
+    pub facts: Vec<Fact>,
+    pub evidence: Vec<Value>,
+    pub gate: Option<String>,
+    pub gate_version: Option<String>,
+    pub receipt: Option<String>,
+    pub state_after: Option<State>,
+    pub tries_after: Option<u32>,
+    pub created_at: DateTime<Utc>,
+    pub decided_at: Option<DateTime<Utc>>,
+}
+
+/// A result an agent hands in for the quest it holds.
+#[derive(Debug, Clone)]
+pub struct NewSubmission {
+    pub quest_id: Uuid,
+    pub lease_id: Uuid,
+    pub agent: String,
+    pub result: Value,
+    /// Digest of the canonical result; equal digests on one lease are one retry.
+    pub result_hash: String,
+}
+
+/// What `submit` did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SubmitOutcome {
+    /// A new submission, recorded as PENDING; the gate must run.
+    Recorded(SubmissionRow),
+    /// The identical retry of the quest's latest submission: its record, unchanged.
+    Replayed(SubmissionRow),
+}
+
+/// A gate's decision, ready to be applied.
+#[derive(Debug, Clone)]
+pub struct GateDecision {
+    pub verdict: Verdict,
+    pub facts: Vec<Fact>,
+    pub evidence: Vec<Value>,
+    pub gate: String,
+    pub gate_version: String,
+    pub receipt: String,
+}
+
+/// A submission the gate runner must decide.
+#[derive(Debug, Clone)]
+pub struct GateJob {
+    pub submission: SubmissionRow,
+    pub input: Value,
+    pub config: SessionConfig,
+}
+
+/// The state after a verdict was applied.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decided {
+    pub submission: SubmissionRow,
+    pub quest: QuestRow,
+}
+
+/// A submission with what its submitter needs to know next, read in one snapshot.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubmissionView {
+    pub submission: SubmissionRow,
+    pub quest: QuestRow,
+    pub max_tries: u32,
+    pub remaining: u64,
+    /// The quest's live lease, when it has one.
+    pub lease: Option<LeaseRow>,
+}
+
+/// Counts of one session, read in one snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub total: u64,
+    pub open: u64,
+    pub leased: u64,
+    pub checking: u64,
+    pub verifying: u64,
+    pub pass: u64,
+    pub review: u64,
+    pub done: u64,
+    pub submissions: u64,
+}
+
+impl Counts {
+    /// Quests still TODO, in any phase.
+    pub fn remaining(&self) -> u64 {
+        self.open + self.leased + self.checking + self.verifying
+    }
+}
+
+/// Progress of one session.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SessionStatus {
+    pub counts: Counts,
+    pub agents_active: u64,
+    /// Quests that reached a terminal state per minute, over the last five minutes.
+    pub rate_per_minute: f64,
+}
+
+/// A reviewer's decision on a quest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReviewDecisionRow {
+    pub reviewer: String,
+    pub decision: Decision,
+    pub note: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// An API token's public part.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRow {
+    pub id: Uuid,
+    pub name: String,
+    pub role: Role,
+    /// SHA-256 of the secret, hex.
+    pub hash: String,
+    pub created_at: DateTime<Utc>,
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+/// One row of an export.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExportRow {
+    pub row_index: u64,
+    pub input: Map<String, Value>,
+    pub state: State,
+    pub decided_by: Option<String>,
+    pub tries: u32,
+    pub result: Option<Map<String, Value>>,
+    pub last_facts: Vec<Fact>,
+    pub receipt: Option<String>,
+}
+
+/// Durable state of the service.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Whether the database answers.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// Stores a session with all its quests, all or nothing.
+    async fn create_session(&self, session: NewSession) -> Result<SessionRow, StoreError>;
+    /// Every session, newest first.
+    async fn list_sessions(&self) -> Result<Vec<SessionRow>, StoreError>;
+    async fn get_session(&self, id: Uuid) -> Result<SessionRow, StoreError>;
+    /// The uploaded file: name, media type, bytes.
+    async fn session_source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), StoreError>;
+    async fn session_status(&self, id: Uuid) -> Result<SessionStatus, StoreError>;
+
+    /// Leases the agent's held quest, or the first open one in upload order.
+    /// Expired leases of the session are swept first, inside the same transaction.
+    async fn lease_next(&self, session_id: Uuid, agent: &str) -> Result<LeaseOutcome, StoreError>;
+    /// Extends a live lease by the session's lease time.
+    async fn heartbeat(
+        &self,
+        quest_id: Uuid,
+        lease_id: Uuid,
+        agent: &str,
+    ) -> Result<LeaseRow, StoreError>;
+    /// Gives a leased quest back without a try or a lapse.
+    async fn release(&self, quest_id: Uuid, lease_id: Uuid, agent: &str) -> Result<(), StoreError>;
+    /// Returns expired leases to `open` (or DONE after `max_lapses`); the number swept.
+    async fn sweep_expired(&self) -> Result<u64, StoreError>;
+
+    /// Records a submission (PENDING, phase `checking`) before any gate runs.
+    async fn submit(&self, submission: NewSubmission) -> Result<SubmitOutcome, StoreError>;
+    /// Applies a gate's decision in one transaction. Applying to an already decided
+    /// submission changes nothing and returns the record.
+    async fn apply_verdict(
+        &self,
+        submission_id: Uuid,
+        decision: GateDecision,
+    ) -> Result<Decided, StoreError>;
+    /// Submissions still PENDING, oldest first (re-run after a restart).
+    async fn pending_submissions(&self) -> Result<Vec<Uuid>, StoreError>;
+    /// Everything the gate needs to decide a submission.
+    async fn gate_job(&self, submission_id: Uuid) -> Result<GateJob, StoreError>;
+    async fn get_submission(&self, id: Uuid) -> Result<SubmissionRow, StoreError>;
+    /// A submission, its quest, the session's limit, `remaining` and the live lease.
+    async fn submission_view(&self, id: Uuid) -> Result<SubmissionView, StoreError>;
+
+    async fn get_quest(&self, id: Uuid) -> Result<QuestRow, StoreError>;
+    /// A quest's submissions (oldest first) and review decisions.
+    async fn quest_history(
+        &self,
+        id: Uuid,
+    ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError>;
+
+    /// Quests in REVIEW, oldest first, optionally of one session.
+    async fn review_queue(
+        &self,
+        session_id: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<QuestRow>, StoreError>;
+    /// Gives a reviewer a time-limited claim on a quest in REVIEW.
+    async fn claim_review(
+        &self,
+        quest_id: Uuid,
+        reviewer: &str,
+        seconds: u32,
+    ) -> Result<QuestRow, StoreError>;
+    /// Approves (→ PASS) or rejects (→ DONE) a quest in REVIEW.
+    async fn decide_review(
+        &self,
+        quest_id: Uuid,
+        reviewer: &str,
+        decision: Decision,
+        note: &str,
+    ) -> Result<QuestRow, StoreError>;
+
+    /// The result fields of a session's PASS and REVIEW quests, in first-seen order.
+    async fn result_fields(&self, session_id: Uuid) -> Result<Vec<String>, StoreError>;
+    /// Up to `limit` export rows after `after_row` (exclusive), in upload order.
+    async fn export_page(
+        &self,
+        session_id: Uuid,
+        after_row: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<ExportRow>, StoreError>;
+
+    /// Stores a token by the SHA-256 of its secret.
+    async fn create_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+    ) -> Result<TokenRow, StoreError>;
+    /// Stores the bootstrap admin token unless a token with this hash exists.
+    async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError>;
+    async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError>;
+    async fn revoke_token(&self, id: Uuid) -> Result<TokenRow, StoreError>;
+    /// The live (not revoked) token with this hash.
+    async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError>;
+}

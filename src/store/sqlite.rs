@@ -1,0 +1,1337 @@
+//! The embedded SQLite store (WAL).
+//!
+//! One task owns the only write connection; every write is a job sent to it.
+//! The writer takes whatever jobs are queued (up to [`MAX_BATCH`]), runs each
+//! inside its own savepoint of one `BEGIN IMMEDIATE` transaction, commits once,
+//! and only then answers the callers and publishes their events. Many requests
+//! thus share one durable commit, and a failed job rolls back alone.
+//! Reads use a separate pool of read-only connections.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, SecondsFormat, Utc};
+use futures_util::future::BoxFuture;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteRow, SqliteSynchronous,
+};
+use sqlx::{ConnectOptions, Connection, Row, SqliteConnection, SqlitePool};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use uuid::Uuid;
+
+use super::*;
+use crate::domain::{Clock, DecidedBy, EventKind, QuestEvent, QuestStatus, Transition};
+
+/// The most jobs one commit carries.
+pub const MAX_BATCH: usize = 256;
+
+/// The state a write job works on: the write connection inside the open
+/// transaction, the batch's "now", and the events to publish after commit.
+pub struct WriteCtx {
+    conn: SqliteConnection,
+    now: DateTime<Utc>,
+    events: Vec<QuestEvent>,
+}
+
+type Finish = Box<dyn FnOnce(Result<(), String>) + Send>;
+type Job = Box<dyn for<'c> FnOnce(&'c mut WriteCtx) -> BoxFuture<'c, (bool, Finish)> + Send>;
+
+/// The SQLite implementation of [`Store`].
+#[derive(Clone)]
+pub struct SqliteStore {
+    read: SqlitePool,
+    writer: mpsc::Sender<Job>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file, runs the migrations and
+    /// starts the writer task. Events of committed writes go to `events`.
+    pub async fn open(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        events: broadcast::Sender<QuestEvent>,
+    ) -> Result<SqliteStore, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: a commit is on disk before any caller hears of it.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true)
+            .disable_statement_logging();
+        let mut conn = options.connect().await?;
+        sqlx::migrate!("./migrations/sqlite").run(&mut conn).await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options.read_only(true))
+            .await?;
+        let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
+        let ctx = WriteCtx {
+            conn,
+            now: clock.now(),
+            events: Vec::new(),
+        };
+        tokio::spawn(run_writer(ctx, rx, events, clock.clone()));
+        Ok(SqliteStore {
+            read,
+            writer: tx,
+            clock,
+        })
+    }
+
+    /// Runs `op` on the writer inside a savepoint of the next batch and returns its
+    /// result once the batch's commit is durable.
+    async fn write<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut WriteCtx) -> BoxFuture<'c, Result<T, StoreError>>
+            + Send
+            + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |ctx| {
+            Box::pin(async move {
+                let outcome = op(ctx).await;
+                let ok = outcome.is_ok();
+                let finish: Finish = Box::new(move |commit| {
+                    let _ = tx.send(match commit {
+                        Ok(()) => outcome,
+                        Err(e) => Err(StoreError::Corrupt(format!("commit failed: {e}"))),
+                    });
+                });
+                (ok, finish)
+            })
+        });
+        self.writer
+            .send(job)
+            .await
+            .map_err(|_| StoreError::Unavailable)?;
+        rx.await.map_err(|_| StoreError::Unavailable)?
+    }
+}
+
+async fn run_writer(
+    mut ctx: WriteCtx,
+    mut jobs: mpsc::Receiver<Job>,
+    events: broadcast::Sender<QuestEvent>,
+    clock: Arc<dyn Clock>,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while jobs.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        ctx.now = clock.now();
+        ctx.events.clear();
+        if let Err(e) = exec(&mut ctx.conn, "BEGIN IMMEDIATE").await {
+            tracing::error!(error = %e, "cannot begin a write transaction");
+            batch.clear(); // dropping a job drops its reply channel: the caller sees Unavailable
+            continue;
+        }
+        let mut finishers = Vec::with_capacity(batch.len());
+        let mut broken: Option<String> = None;
+        for job in batch.drain(..) {
+            let mark = ctx.events.len();
+            if let Err(e) = exec(&mut ctx.conn, "SAVEPOINT job").await {
+                broken.get_or_insert(e.to_string());
+            }
+            let (ok, finish) = job(&mut ctx).await;
+            if !ok {
+                ctx.events.truncate(mark);
+                if let Err(e) = exec(&mut ctx.conn, "ROLLBACK TO job").await {
+                    broken.get_or_insert(e.to_string());
+                }
+            }
+            if let Err(e) = exec(&mut ctx.conn, "RELEASE job").await {
+                broken.get_or_insert(e.to_string());
+            }
+            finishers.push(finish);
+        }
+        let outcome = match broken {
+            None => exec(&mut ctx.conn, "COMMIT")
+                .await
+                .map_err(|e| e.to_string()),
+            Some(e) => Err(e),
+        };
+        if let Err(e) = &outcome {
+            tracing::error!(error = %e, "write batch failed; rolling back");
+            let _ = exec(&mut ctx.conn, "ROLLBACK").await;
+        } else {
+            for event in ctx.events.drain(..) {
+                let _ = events.send(event);
+            }
+        }
+        for finish in finishers {
+            finish(outcome.clone());
+        }
+    }
+    let _ = ctx.conn.close().await;
+}
+
+async fn exec(conn: &mut SqliteConnection, sql: &'static str) -> Result<(), sqlx::Error> {
+    sqlx::query(sql).execute(conn).await.map(|_| ())
+}
+
+// Encoding ----------------------------------------------------------------------
+
+/// Times are stored as fixed-width RFC 3339 text, so text order is time order.
+fn ts(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Micros, true)
+}
+
+fn parse_ts(s: &str) -> Result<DateTime<Utc>, StoreError> {
+    DateTime::parse_from_rfc3339(s)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|e| StoreError::Corrupt(format!("time `{s}`: {e}")))
+}
+
+fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("serialising plain data cannot fail")
+}
+
+fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("json: {e}")))
+}
+
+fn uuid(s: &str) -> Result<Uuid, StoreError> {
+    Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("uuid `{s}`: {e}")))
+}
+
+fn text<T: FromStr>(s: &str) -> Result<T, StoreError>
+where
+    T::Err: std::fmt::Display,
+{
+    s.parse()
+        .map_err(|e: T::Err| StoreError::Corrupt(e.to_string()))
+}
+
+/// Typed access to a row's columns.
+trait RowExt {
+    fn str(&self, col: &str) -> Result<String, StoreError>;
+    fn opt_str(&self, col: &str) -> Result<Option<String>, StoreError>;
+    fn int(&self, col: &str) -> Result<i64, StoreError>;
+}
+
+impl RowExt for SqliteRow {
+    fn str(&self, col: &str) -> Result<String, StoreError> {
+        Ok(self.try_get(col)?)
+    }
+    fn opt_str(&self, col: &str) -> Result<Option<String>, StoreError> {
+        Ok(self.try_get(col)?)
+    }
+    fn int(&self, col: &str) -> Result<i64, StoreError> {
+        Ok(self.try_get(col)?)
+    }
+}
+
+fn opt<T>(
+    v: Option<String>,
+    f: impl FnOnce(&str) -> Result<T, StoreError>,
+) -> Result<Option<T>, StoreError> {
+    v.as_deref().map(f).transpose()
+}
+
+const SESSION_COLUMNS: &str =
+    "id, name, key_column, config, columns, source_name, total, created_by, created_at";
+
+fn session_row(r: &SqliteRow) -> Result<SessionRow, StoreError> {
+    Ok(SessionRow {
+        id: uuid(&r.str("id")?)?,
+        name: r.str("name")?,
+        key_column: r.str("key_column")?,
+        config: from_json(&r.str("config")?)?,
+        columns: from_json(&r.str("columns")?)?,
+        source_name: r.str("source_name")?,
+        total: r.int("total")? as u64,
+        created_by: r.str("created_by")?,
+        created_at: parse_ts(&r.str("created_at")?)?,
+    })
+}
+
+fn quest_row(r: &SqliteRow) -> Result<QuestRow, StoreError> {
+    Ok(QuestRow {
+        id: uuid(&r.str("id")?)?,
+        session_id: uuid(&r.str("session_id")?)?,
+        row_index: r.int("row_index")? as u64,
+        key: r.str("key")?,
+        input: from_json(&r.str("input")?)?,
+        state: text(&r.str("state")?)?,
+        phase: opt(r.opt_str("phase")?, text)?,
+        tries: r.int("tries")? as u32,
+        lapses: r.int("lapses")? as u32,
+        lease_id: opt(r.opt_str("lease_id")?, uuid)?,
+        last_facts: from_json(&r.str("last_facts")?)?,
+        result: opt(r.opt_str("result")?, from_json)?,
+        submission_id: opt(r.opt_str("submission_id")?, uuid)?,
+        receipt: r.opt_str("receipt")?,
+        decided_by: r.opt_str("decided_by")?,
+        review_claimed_by: r.opt_str("review_claimed_by")?,
+        review_claim_expires_at: opt(r.opt_str("review_claim_expires_at")?, parse_ts)?,
+        updated_at: parse_ts(&r.str("updated_at")?)?,
+    })
+}
+
+fn lease_row(r: &SqliteRow) -> Result<LeaseRow, StoreError> {
+    Ok(LeaseRow {
+        id: uuid(&r.str("id")?)?,
+        quest_id: uuid(&r.str("quest_id")?)?,
+        agent: r.str("agent")?,
+        expires_at: parse_ts(&r.str("expires_at")?)?,
+    })
+}
+
+fn submission_row(r: &SqliteRow) -> Result<SubmissionRow, StoreError> {
+    Ok(SubmissionRow {
+        id: uuid(&r.str("id")?)?,
+        quest_id: uuid(&r.str("quest_id")?)?,
+        session_id: uuid(&r.str("session_id")?)?,
+        lease_id: uuid(&r.str("lease_id")?)?,
+        agent: r.str("agent")?,
+        result: from_json(&r.str("result")?)?,
+        verdict: text(&r.str("verdict")?)?,
+        facts: from_json(&r.str("facts")?)?,
+        evidence: from_json(&r.str("evidence")?)?,
+        gate: r.opt_str("gate")?,
+        gate_version: r.opt_str("gate_version")?,
+        receipt: r.opt_str("receipt")?,
+        state_after: opt(r.opt_str("state_after")?, text)?,
+        tries_after: r
+            .try_get::<Option<i64>, _>("tries_after")?
+            .map(|n| n as u32),
+        created_at: parse_ts(&r.str("created_at")?)?,
+        decided_at: opt(r.opt_str("decided_at")?, parse_ts)?,
+    })
+}
+
+fn token_row(r: &SqliteRow) -> Result<TokenRow, StoreError> {
+    Ok(TokenRow {
+        id: uuid(&r.str("id")?)?,
+        name: r.str("name")?,
+        role: text(&r.str("role")?)?,
+        hash: r.str("hash")?,
+        created_at: parse_ts(&r.str("created_at")?)?,
+        revoked_at: opt(r.opt_str("revoked_at")?, parse_ts)?,
+    })
+}
+
+fn status_of(q: &QuestRow) -> QuestStatus {
+    QuestStatus {
+        state: q.state,
+        phase: q.phase,
+        tries: q.tries,
+        lapses: q.lapses,
+    }
+}
+
+fn transition(q: &QuestRow, t: Transition) -> Result<QuestStatus, StoreError> {
+    status_of(q)
+        .apply(t)
+        .map_err(|e| StoreError::conflict("illegal_transition", e.to_string()))
+}
+
+// Queries shared by reads and writes ---------------------------------------------
+
+async fn fetch_quest(conn: &mut SqliteConnection, id: Uuid) -> Result<QuestRow, StoreError> {
+    let row = sqlx::query("SELECT * FROM quests WHERE id = ?")
+        .bind(id.to_string())
+        .fetch_optional(conn)
+        .await?
+        .ok_or(StoreError::NotFound("quest"))?;
+    quest_row(&row)
+}
+
+async fn fetch_submission(
+    conn: &mut SqliteConnection,
+    id: Uuid,
+) -> Result<SubmissionRow, StoreError> {
+    let row = sqlx::query("SELECT * FROM submissions WHERE id = ?")
+        .bind(id.to_string())
+        .fetch_optional(conn)
+        .await?
+        .ok_or(StoreError::NotFound("submission"))?;
+    submission_row(&row)
+}
+
+async fn fetch_session(conn: &mut SqliteConnection, id: Uuid) -> Result<SessionRow, StoreError> {
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?");
+    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(id.to_string())
+        .fetch_optional(conn)
+        .await?
+        .ok_or(StoreError::NotFound("session"))?;
+    session_row(&row)
+}
+
+/// Writes a quest's state, phase, tries, lapses and lease pointer.
+async fn save_status(
+    ctx: &mut WriteCtx,
+    quest_id: Uuid,
+    next: QuestStatus,
+    lease_id: Option<Uuid>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE quests SET state = ?, phase = ?, tries = ?, lapses = ?, lease_id = ?, updated_at = ? WHERE id = ?",
+    )
+    .bind(next.state.as_str())
+    .bind(next.phase.map(|p| p.as_str()))
+    .bind(next.tries as i64)
+    .bind(next.lapses as i64)
+    .bind(lease_id.map(|l| l.to_string()))
+    .bind(ts(ctx.now))
+    .bind(quest_id.to_string())
+    .execute(&mut ctx.conn)
+    .await?;
+    Ok(())
+}
+
+async fn end_lease(ctx: &mut WriteCtx, lease_id: Uuid, reason: &str) -> Result<(), StoreError> {
+    sqlx::query("UPDATE leases SET ended_at = ?, end_reason = ? WHERE id = ? AND ended_at IS NULL")
+        .bind(ts(ctx.now))
+        .bind(reason)
+        .bind(lease_id.to_string())
+        .execute(&mut ctx.conn)
+        .await?;
+    Ok(())
+}
+
+impl WriteCtx {
+    fn event(
+        &mut self,
+        kind: EventKind,
+        q: &QuestRow,
+        next: QuestStatus,
+        submission: Option<&SubmissionRow>,
+    ) {
+        self.events.push(QuestEvent {
+            kind,
+            session_id: q.session_id,
+            quest_id: Some(q.id),
+            submission_id: submission.map(|s| s.id),
+            state: Some(next.state),
+            phase: next.phase,
+            verdict: submission.and_then(|s| match s.verdict {
+                SubmissionVerdict::Pass => Some(Verdict::Pass),
+                SubmissionVerdict::Fail => Some(Verdict::Fail),
+                SubmissionVerdict::Review => Some(Verdict::Review),
+                SubmissionVerdict::Pending => None,
+            }),
+            at: self.now,
+        });
+    }
+}
+
+/// Returns every expired lease of `session` (or of all sessions) to `open`, or
+/// ends its quest in DONE once `max_lapses` is reached.
+async fn sweep(ctx: &mut WriteCtx, session: Option<Uuid>) -> Result<u64, StoreError> {
+    let rows = sqlx::query(
+        "SELECT q.*, s.max_lapses FROM leases l
+         JOIN quests q ON q.lease_id = l.id AND q.phase = 'leased'
+         JOIN sessions s ON s.id = q.session_id
+         WHERE l.ended_at IS NULL AND l.expires_at <= ?1 AND (?2 IS NULL OR l.session_id = ?2)",
+    )
+    .bind(ts(ctx.now))
+    .bind(session.map(|s| s.to_string()))
+    .fetch_all(&mut ctx.conn)
+    .await?;
+    for row in &rows {
+        let quest = quest_row(row)?;
+        let max_lapses = row.int("max_lapses")? as u32;
+        let next = transition(&quest, Transition::Lapse { max_lapses })?;
+        let lease_id = quest
+            .lease_id
+            .ok_or_else(|| StoreError::Corrupt("leased quest without lease".into()))?;
+        if next.state == State::Done {
+            let fact = Fact::new(
+                "lapses",
+                "",
+                format!("a submission before the lease expires (at most {max_lapses} expiries)"),
+                format!("the lease expired {} times", next.lapses),
+                "the quest was abandoned too often and has ended; a person can look at it in the export",
+            );
+            sqlx::query("UPDATE quests SET decided_by = ?, last_facts = ? WHERE id = ?")
+                .bind(DecidedBy::Limit.to_string())
+                .bind(json(&[fact]))
+                .bind(quest.id.to_string())
+                .execute(&mut ctx.conn)
+                .await?;
+        }
+        save_status(ctx, quest.id, next, None).await?;
+        end_lease(ctx, lease_id, "expired").await?;
+        ctx.event(EventKind::Lapsed, &quest, next, None);
+    }
+    Ok(rows.len() as u64)
+}
+
+async fn live_lease(
+    ctx: &mut WriteCtx,
+    session_id: Uuid,
+    agent: &str,
+) -> Result<Option<LeaseRow>, StoreError> {
+    let row = sqlx::query(
+        "SELECT id, quest_id, agent, expires_at FROM leases
+         WHERE session_id = ? AND agent = ? AND ended_at IS NULL LIMIT 1",
+    )
+    .bind(session_id.to_string())
+    .bind(agent)
+    .fetch_optional(&mut ctx.conn)
+    .await?;
+    row.as_ref().map(lease_row).transpose()
+}
+
+/// Whether the last two FAILs of a quest carried the same facts.
+async fn repeated_failure(conn: &mut SqliteConnection, quest_id: Uuid) -> Result<bool, StoreError> {
+    let facts: Vec<String> = sqlx::query_scalar(
+        "SELECT facts FROM submissions WHERE quest_id = ? AND verdict = 'FAIL' ORDER BY created_at DESC LIMIT 2",
+    )
+    .bind(quest_id.to_string())
+    .fetch_all(conn)
+    .await?;
+    Ok(facts.len() == 2 && facts[0] == facts[1])
+}
+
+async fn assigned(ctx: &mut WriteCtx, lease: LeaseRow) -> Result<LeaseOutcome, StoreError> {
+    let quest = fetch_quest(&mut ctx.conn, lease.quest_id).await?;
+    let repeated_failure = repeated_failure(&mut ctx.conn, quest.id).await?;
+    Ok(LeaseOutcome::Assigned {
+        quest,
+        lease,
+        repeated_failure,
+    })
+}
+
+async fn lease_next(
+    ctx: &mut WriteCtx,
+    session_id: Uuid,
+    agent: String,
+) -> Result<LeaseOutcome, StoreError> {
+    let session = fetch_session(&mut ctx.conn, session_id).await?;
+    sweep(ctx, Some(session_id)).await?;
+    if let Some(lease) = live_lease(ctx, session_id, &agent).await? {
+        return assigned(ctx, lease).await;
+    }
+    let lease_id = Uuid::now_v7();
+    let claimed = sqlx::query(
+        "UPDATE quests SET phase = 'leased', lease_id = ?1, updated_at = ?2
+         WHERE id = (SELECT id FROM quests WHERE session_id = ?3 AND phase = 'open' ORDER BY row_index LIMIT 1)
+         RETURNING *",
+    )
+    .bind(lease_id.to_string())
+    .bind(ts(ctx.now))
+    .bind(session_id.to_string())
+    .fetch_optional(&mut ctx.conn)
+    .await?;
+    if let Some(row) = claimed {
+        let quest = quest_row(&row)?;
+        let expires_at = ctx.now + chrono::Duration::seconds(session.config.lease_seconds as i64);
+        sqlx::query(
+            "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(lease_id.to_string())
+        .bind(quest.id.to_string())
+        .bind(session_id.to_string())
+        .bind(&agent)
+        .bind(ts(ctx.now))
+        .bind(ts(expires_at))
+        .execute(&mut ctx.conn)
+        .await?;
+        let status = status_of(&quest);
+        ctx.event(EventKind::Leased, &quest, status, None);
+        let repeated_failure = repeated_failure(&mut ctx.conn, quest.id).await?;
+        let lease = LeaseRow {
+            id: lease_id,
+            quest_id: quest.id,
+            agent,
+            expires_at,
+        };
+        return Ok(LeaseOutcome::Assigned {
+            quest,
+            lease,
+            repeated_failure,
+        });
+    }
+    let counts = counts(&mut ctx.conn, session_id).await?;
+    if counts.remaining() == 0 {
+        return Ok(LeaseOutcome::Finished);
+    }
+    let next_expiry: Option<String> = sqlx::query_scalar(
+        "SELECT MIN(expires_at) FROM leases WHERE session_id = ? AND ended_at IS NULL",
+    )
+    .bind(session_id.to_string())
+    .fetch_one(&mut ctx.conn)
+    .await?;
+    let until_expiry =
+        opt(next_expiry, parse_ts)?.map(|t| (t - ctx.now).num_seconds().max(1) as u32);
+    let retry_after_seconds = until_expiry.unwrap_or(5).clamp(1, 30);
+    Ok(LeaseOutcome::Wait {
+        retry_after_seconds,
+    })
+}
+
+/// Loads the lease `lease_id` of `quest` and checks that `agent` holds it now.
+async fn held_lease(
+    ctx: &mut WriteCtx,
+    quest: &QuestRow,
+    lease_id: Uuid,
+    agent: &str,
+) -> Result<LeaseRow, StoreError> {
+    if quest.state.is_terminal() {
+        return Err(StoreError::conflict(
+            "quest_locked",
+            format!(
+                "the quest is {} and can no longer change; call next for another quest",
+                quest.state
+            ),
+        ));
+    }
+    let row = sqlx::query("SELECT id, quest_id, agent, expires_at, end_reason FROM leases WHERE id = ? AND quest_id = ?")
+        .bind(lease_id.to_string())
+        .bind(quest.id.to_string())
+        .fetch_optional(&mut ctx.conn)
+        .await?;
+    let lost = || {
+        StoreError::conflict(
+            "lease_lost",
+            "you do not hold this quest's lease (it was released, expired and re-leased, or belongs to another agent); call next",
+        )
+    };
+    let Some(row) = row else { return Err(lost()) };
+    let lease = lease_row(&row)?;
+    let expired = || {
+        StoreError::conflict(
+            "lease_expired",
+            "the lease expired before this request; call next to lease a quest again",
+        )
+    };
+    if row.opt_str("end_reason")?.as_deref() == Some("expired") {
+        return Err(expired());
+    }
+    if quest.lease_id != Some(lease_id) || lease.agent != agent {
+        return Err(lost());
+    }
+    if lease.expires_at <= ctx.now && quest.phase == Some(Phase::Leased) {
+        return Err(expired());
+    }
+    Ok(lease)
+}
+
+async fn session_lease_seconds(ctx: &mut WriteCtx, session_id: Uuid) -> Result<i64, StoreError> {
+    let n: i64 = sqlx::query_scalar("SELECT lease_seconds FROM sessions WHERE id = ?")
+        .bind(session_id.to_string())
+        .fetch_one(&mut ctx.conn)
+        .await?;
+    Ok(n)
+}
+
+async fn heartbeat(
+    ctx: &mut WriteCtx,
+    quest_id: Uuid,
+    lease_id: Uuid,
+    agent: String,
+) -> Result<LeaseRow, StoreError> {
+    let quest = fetch_quest(&mut ctx.conn, quest_id).await?;
+    let mut lease = held_lease(ctx, &quest, lease_id, &agent).await?;
+    let seconds = session_lease_seconds(ctx, quest.session_id).await?;
+    lease.expires_at = ctx.now + chrono::Duration::seconds(seconds);
+    sqlx::query("UPDATE leases SET expires_at = ? WHERE id = ?")
+        .bind(ts(lease.expires_at))
+        .bind(lease_id.to_string())
+        .execute(&mut ctx.conn)
+        .await?;
+    Ok(lease)
+}
+
+async fn release(
+    ctx: &mut WriteCtx,
+    quest_id: Uuid,
+    lease_id: Uuid,
+    agent: String,
+) -> Result<(), StoreError> {
+    let quest = fetch_quest(&mut ctx.conn, quest_id).await?;
+    held_lease(ctx, &quest, lease_id, &agent).await?;
+    if quest.phase == Some(Phase::Checking) {
+        return Err(StoreError::conflict(
+            "quest_checking",
+            "the gate is checking your submission; wait for its verdict",
+        ));
+    }
+    let next = transition(&quest, Transition::Release)?;
+    save_status(ctx, quest.id, next, None).await?;
+    end_lease(ctx, lease_id, "released").await?;
+    ctx.event(EventKind::Released, &quest, next, None);
+    Ok(())
+}
+
+async fn submit(ctx: &mut WriteCtx, new: NewSubmission) -> Result<SubmitOutcome, StoreError> {
+    let quest = fetch_quest(&mut ctx.conn, new.quest_id).await?;
+    let latest = sqlx::query(
+        "SELECT * FROM submissions WHERE quest_id = ? ORDER BY created_at DESC, id DESC LIMIT 1",
+    )
+    .bind(quest.id.to_string())
+    .fetch_optional(&mut ctx.conn)
+    .await?;
+    if let Some(row) = latest {
+        let latest = submission_row(&row)?;
+        let hash: String = row.try_get("result_hash")?;
+        if latest.lease_id == new.lease_id && hash == new.result_hash && latest.agent == new.agent {
+            return Ok(SubmitOutcome::Replayed(latest));
+        }
+    }
+    held_lease(ctx, &quest, new.lease_id, &new.agent).await?;
+    if quest.phase == Some(Phase::Checking) {
+        return Err(StoreError::conflict(
+            "submission_in_progress",
+            "the gate is still checking your previous submission; poll it or wait for its verdict",
+        ));
+    }
+    let next = transition(&quest, Transition::Submit)?;
+    let id = Uuid::now_v7();
+    sqlx::query(
+        "INSERT INTO submissions (id, quest_id, session_id, lease_id, agent, result, result_hash, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(id.to_string())
+    .bind(quest.id.to_string())
+    .bind(quest.session_id.to_string())
+    .bind(new.lease_id.to_string())
+    .bind(&new.agent)
+    .bind(json(&new.result))
+    .bind(&new.result_hash)
+    .bind(ts(ctx.now))
+    .execute(&mut ctx.conn)
+    .await?;
+    save_status(ctx, quest.id, next, Some(new.lease_id)).await?;
+    let submission = fetch_submission(&mut ctx.conn, id).await?;
+    ctx.event(EventKind::Submitted, &quest, next, Some(&submission));
+    Ok(SubmitOutcome::Recorded(submission))
+}
+
+async fn apply_verdict(
+    ctx: &mut WriteCtx,
+    submission_id: Uuid,
+    d: GateDecision,
+) -> Result<Decided, StoreError> {
+    let submission = fetch_submission(&mut ctx.conn, submission_id).await?;
+    let quest = fetch_quest(&mut ctx.conn, submission.quest_id).await?;
+    if submission.verdict != SubmissionVerdict::Pending {
+        return Ok(Decided { submission, quest });
+    }
+    if quest.lease_id != Some(submission.lease_id) || quest.phase != Some(Phase::Checking) {
+        return Err(StoreError::Corrupt(format!(
+            "pending submission {submission_id} whose quest is not checking it"
+        )));
+    }
+    let session = fetch_session(&mut ctx.conn, quest.session_id).await?;
+    let next = transition(
+        &quest,
+        Transition::Decide {
+            verdict: d.verdict,
+            max_tries: session.config.max_tries,
+            verify: false,
+        },
+    )?;
+    sqlx::query(
+        "UPDATE submissions SET verdict = ?, facts = ?, evidence = ?, gate = ?, gate_version = ?, receipt = ?,
+         state_after = ?, tries_after = ?, decided_at = ? WHERE id = ?",
+    )
+    .bind(d.verdict.as_str())
+    .bind(json(&d.facts))
+    .bind(json(&d.evidence))
+    .bind(&d.gate)
+    .bind(&d.gate_version)
+    .bind(&d.receipt)
+    .bind(next.state.as_str())
+    .bind(next.tries as i64)
+    .bind(ts(ctx.now))
+    .bind(submission_id.to_string())
+    .execute(&mut ctx.conn)
+    .await?;
+
+    let keeps_lease = next.state == State::Todo;
+    let (result, receipt, decided_by) = match next.state {
+        State::Pass => (
+            Some(json(&submission.result)),
+            Some(d.receipt.clone()),
+            Some(DecidedBy::Gate.to_string()),
+        ),
+        State::Review => (Some(json(&submission.result)), None, None),
+        State::Done => (None, None, Some(DecidedBy::Limit.to_string())),
+        State::Todo => (None, None, None),
+    };
+    // Terminal fields first, while the quest is still TODO: the triggers freeze them after.
+    sqlx::query("UPDATE quests SET last_facts = ?, result = ?, submission_id = ?, receipt = ?, decided_by = ? WHERE id = ?")
+        .bind(json(&d.facts))
+        .bind(result)
+        .bind(submission_id.to_string())
+        .bind(receipt)
+        .bind(decided_by)
+        .bind(quest.id.to_string())
+        .execute(&mut ctx.conn)
+        .await?;
+    save_status(
+        ctx,
+        quest.id,
+        next,
+        keeps_lease.then_some(submission.lease_id),
+    )
+    .await?;
+    if keeps_lease {
+        let seconds = session.config.lease_seconds as i64;
+        sqlx::query("UPDATE leases SET expires_at = ? WHERE id = ?")
+            .bind(ts(ctx.now + chrono::Duration::seconds(seconds)))
+            .bind(submission.lease_id.to_string())
+            .execute(&mut ctx.conn)
+            .await?;
+    } else {
+        end_lease(ctx, submission.lease_id, "decided").await?;
+    }
+    let submission = fetch_submission(&mut ctx.conn, submission_id).await?;
+    let quest = fetch_quest(&mut ctx.conn, quest.id).await?;
+    ctx.event(EventKind::Decided, &quest, next, Some(&submission));
+    Ok(Decided { submission, quest })
+}
+
+async fn claim_review(
+    ctx: &mut WriteCtx,
+    quest_id: Uuid,
+    reviewer: String,
+    seconds: u32,
+) -> Result<QuestRow, StoreError> {
+    let quest = fetch_quest(&mut ctx.conn, quest_id).await?;
+    check_reviewable(ctx, &quest, &reviewer)?;
+    sqlx::query(
+        "UPDATE quests SET review_claimed_by = ?, review_claim_expires_at = ? WHERE id = ?",
+    )
+    .bind(&reviewer)
+    .bind(ts(ctx.now + chrono::Duration::seconds(seconds as i64)))
+    .bind(quest_id.to_string())
+    .execute(&mut ctx.conn)
+    .await?;
+    fetch_quest(&mut ctx.conn, quest_id).await
+}
+
+fn check_reviewable(ctx: &WriteCtx, quest: &QuestRow, reviewer: &str) -> Result<(), StoreError> {
+    if quest.state != State::Review {
+        return Err(StoreError::conflict(
+            "not_in_review",
+            format!(
+                "the quest is {}, not REVIEW; only REVIEW quests can be claimed or decided",
+                quest.state
+            ),
+        ));
+    }
+    let claimed_by_other = quest
+        .review_claimed_by
+        .as_deref()
+        .is_some_and(|r| r != reviewer)
+        && quest.review_claim_expires_at.is_some_and(|t| t > ctx.now);
+    if claimed_by_other {
+        return Err(StoreError::conflict(
+            "review_claimed",
+            format!(
+                "{} is reviewing this quest until {}; pick another one",
+                quest.review_claimed_by.as_deref().unwrap_or_default(),
+                quest.review_claim_expires_at.map(ts).unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+async fn decide_review(
+    ctx: &mut WriteCtx,
+    quest_id: Uuid,
+    reviewer: String,
+    decision: Decision,
+    note: String,
+) -> Result<QuestRow, StoreError> {
+    let quest = fetch_quest(&mut ctx.conn, quest_id).await?;
+    check_reviewable(ctx, &quest, &reviewer)?;
+    let next = transition(&quest, Transition::Reviewed(decision))?;
+    let receipt: Option<String> = match (decision, quest.submission_id) {
+        (Decision::Approve, Some(sub)) => fetch_submission(&mut ctx.conn, sub).await?.receipt,
+        _ => None,
+    };
+    sqlx::query("UPDATE quests SET receipt = ?, decided_by = ?, review_claimed_by = NULL, review_claim_expires_at = NULL WHERE id = ?")
+        .bind(receipt)
+        .bind(DecidedBy::Reviewer(reviewer.clone()).to_string())
+        .bind(quest_id.to_string())
+        .execute(&mut ctx.conn)
+        .await?;
+    save_status(ctx, quest_id, next, None).await?;
+    sqlx::query("INSERT INTO review_decisions (id, quest_id, reviewer, decision, note, created_at) VALUES (?, ?, ?, ?, ?, ?)")
+        .bind(Uuid::now_v7().to_string())
+        .bind(quest_id.to_string())
+        .bind(&reviewer)
+        .bind(decision.as_str())
+        .bind(&note)
+        .bind(ts(ctx.now))
+        .execute(&mut ctx.conn)
+        .await?;
+    ctx.event(EventKind::Reviewed, &quest, next, None);
+    fetch_quest(&mut ctx.conn, quest_id).await
+}
+
+async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, StoreError> {
+    sqlx::query(
+        "INSERT INTO sessions (id, name, key_column, gate_kind, config, columns, source_name, source_type, source,
+         total, max_tries, max_lapses, lease_seconds, created_by, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(s.id.to_string())
+    .bind(&s.name)
+    .bind(&s.key_column)
+    .bind(&s.config.gate.kind)
+    .bind(json(&s.config))
+    .bind(json(&s.columns))
+    .bind(&s.source_name)
+    .bind(&s.source_type)
+    .bind(&s.source)
+    .bind(s.rows.len() as i64)
+    .bind(s.config.max_tries as i64)
+    .bind(s.config.max_lapses as i64)
+    .bind(s.config.lease_seconds as i64)
+    .bind(&s.created_by)
+    .bind(ts(ctx.now))
+    .execute(&mut ctx.conn)
+    .await?;
+    let now = ts(ctx.now);
+    let session_id = s.id.to_string();
+    for (index, (key, input)) in s.rows.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
+             VALUES (?, ?, ?, ?, ?, 'TODO', 'open', ?)",
+        )
+        .bind(Uuid::now_v7().to_string())
+        .bind(&session_id)
+        .bind(index as i64)
+        .bind(key)
+        .bind(json(input))
+        .bind(&now)
+        .execute(&mut ctx.conn)
+        .await?;
+    }
+    ctx.events.push(QuestEvent {
+        kind: EventKind::SessionCreated,
+        session_id: s.id,
+        quest_id: None,
+        submission_id: None,
+        state: None,
+        phase: None,
+        verdict: None,
+        at: ctx.now,
+    });
+    Ok(s.id)
+}
+
+async fn counts(conn: &mut SqliteConnection, session_id: Uuid) -> Result<Counts, StoreError> {
+    let rows = sqlx::query("SELECT bucket, n FROM session_counts WHERE session_id = ?")
+        .bind(session_id.to_string())
+        .fetch_all(conn)
+        .await?;
+    let mut c = Counts::default();
+    for row in rows {
+        let n = row.int("n")? as u64;
+        match row.str("bucket")?.as_str() {
+            "TODO/open" => c.open = n,
+            "TODO/leased" => c.leased = n,
+            "TODO/checking" => c.checking = n,
+            "TODO/verifying" => c.verifying = n,
+            "PASS" => c.pass = n,
+            "REVIEW" => c.review = n,
+            "DONE" => c.done = n,
+            "submissions" => c.submissions = n,
+            other => {
+                return Err(StoreError::Corrupt(format!(
+                    "unknown count bucket `{other}`"
+                )));
+            }
+        }
+    }
+    c.total = c.remaining() + c.pass + c.review + c.done;
+    Ok(c)
+}
+
+/// Runs a write closure through the writer: `write!(self, |ctx| body)`.
+macro_rules! write {
+    ($store:expr, |$ctx:ident| $body:expr) => {
+        $store
+            .write(move |$ctx: &mut WriteCtx| Box::pin(async move { $body }))
+            .await
+    };
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.read).await?;
+        Ok(())
+    }
+
+    async fn create_session(&self, session: NewSession) -> Result<SessionRow, StoreError> {
+        let id = write!(self, |ctx| create_session(ctx, session).await)?;
+        self.get_session(id).await
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
+        let sql =
+            format!("SELECT {SESSION_COLUMNS} FROM sessions ORDER BY created_at DESC, id DESC");
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(session_row).collect()
+    }
+
+    async fn get_session(&self, id: Uuid) -> Result<SessionRow, StoreError> {
+        fetch_session(&mut *self.read.acquire().await?, id).await
+    }
+
+    async fn session_source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), StoreError> {
+        let row = sqlx::query("SELECT source_name, source_type, source FROM sessions WHERE id = ?")
+            .bind(id.to_string())
+            .fetch_optional(&self.read)
+            .await?
+            .ok_or(StoreError::NotFound("session"))?;
+        Ok((
+            row.str("source_name")?,
+            row.str("source_type")?,
+            row.try_get("source")?,
+        ))
+    }
+
+    async fn session_status(&self, id: Uuid) -> Result<SessionStatus, StoreError> {
+        // One read transaction: every figure comes from the same snapshot.
+        let mut tx = self.read.begin().await?;
+        fetch_session(&mut tx, id).await?;
+        let counts = counts(&mut tx, id).await?;
+        let now = self.clock.now();
+        let agents_active: i64 = sqlx::query_scalar(
+            "SELECT COUNT(DISTINCT agent) FROM leases WHERE session_id = ? AND ended_at IS NULL AND expires_at > ?",
+        )
+        .bind(id.to_string())
+        .bind(ts(now))
+        .fetch_one(&mut *tx)
+        .await?;
+        let window_minutes = 5;
+        let finished: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM submissions WHERE session_id = ? AND decided_at > ? AND state_after <> 'TODO'",
+        )
+        .bind(id.to_string())
+        .bind(ts(now - chrono::Duration::minutes(window_minutes)))
+        .fetch_one(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(SessionStatus {
+            counts,
+            agents_active: agents_active as u64,
+            rate_per_minute: finished as f64 / window_minutes as f64,
+        })
+    }
+
+    async fn lease_next(&self, session_id: Uuid, agent: &str) -> Result<LeaseOutcome, StoreError> {
+        let agent = agent.to_owned();
+        write!(self, |ctx| lease_next(ctx, session_id, agent).await)
+    }
+
+    async fn heartbeat(
+        &self,
+        quest_id: Uuid,
+        lease_id: Uuid,
+        agent: &str,
+    ) -> Result<LeaseRow, StoreError> {
+        let agent = agent.to_owned();
+        write!(self, |ctx| heartbeat(ctx, quest_id, lease_id, agent).await)
+    }
+
+    async fn release(&self, quest_id: Uuid, lease_id: Uuid, agent: &str) -> Result<(), StoreError> {
+        let agent = agent.to_owned();
+        write!(self, |ctx| release(ctx, quest_id, lease_id, agent).await)
+    }
+
+    async fn sweep_expired(&self) -> Result<u64, StoreError> {
+        write!(self, |ctx| sweep(ctx, None).await)
+    }
+
+    async fn submit(&self, submission: NewSubmission) -> Result<SubmitOutcome, StoreError> {
+        write!(self, |ctx| submit(ctx, submission).await)
+    }
+
+    async fn apply_verdict(
+        &self,
+        submission_id: Uuid,
+        decision: GateDecision,
+    ) -> Result<Decided, StoreError> {
+        write!(self, |ctx| apply_verdict(ctx, submission_id, decision)
+            .await)
+    }
+
+    async fn pending_submissions(&self) -> Result<Vec<Uuid>, StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM submissions WHERE verdict = 'PENDING' ORDER BY created_at",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        ids.iter().map(|s| uuid(s)).collect()
+    }
+
+    async fn gate_job(&self, submission_id: Uuid) -> Result<GateJob, StoreError> {
+        let mut conn = self.read.acquire().await?;
+        let submission = fetch_submission(&mut conn, submission_id).await?;
+        let quest = fetch_quest(&mut conn, submission.quest_id).await?;
+        let session = fetch_session(&mut conn, quest.session_id).await?;
+        Ok(GateJob {
+            submission,
+            input: quest.input,
+            config: session.config,
+        })
+    }
+
+    async fn get_submission(&self, id: Uuid) -> Result<SubmissionRow, StoreError> {
+        fetch_submission(&mut *self.read.acquire().await?, id).await
+    }
+
+    async fn submission_view(&self, id: Uuid) -> Result<SubmissionView, StoreError> {
+        let mut tx = self.read.begin().await?;
+        let submission = fetch_submission(&mut tx, id).await?;
+        let quest = fetch_quest(&mut tx, submission.quest_id).await?;
+        let max_tries: i64 = sqlx::query_scalar("SELECT max_tries FROM sessions WHERE id = ?")
+            .bind(quest.session_id.to_string())
+            .fetch_one(&mut *tx)
+            .await?;
+        let remaining = counts(&mut tx, quest.session_id).await?.remaining();
+        let lease = match quest.lease_id {
+            Some(lease_id) => {
+                sqlx::query("SELECT id, quest_id, agent, expires_at FROM leases WHERE id = ?")
+                    .bind(lease_id.to_string())
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .as_ref()
+                    .map(lease_row)
+                    .transpose()?
+            }
+            None => None,
+        };
+        tx.commit().await?;
+        Ok(SubmissionView {
+            submission,
+            quest,
+            max_tries: max_tries as u32,
+            remaining,
+            lease,
+        })
+    }
+
+    async fn get_quest(&self, id: Uuid) -> Result<QuestRow, StoreError> {
+        fetch_quest(&mut *self.read.acquire().await?, id).await
+    }
+
+    async fn quest_history(
+        &self,
+        id: Uuid,
+    ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError> {
+        let mut tx = self.read.begin().await?;
+        fetch_quest(&mut tx, id).await?;
+        let submissions =
+            sqlx::query("SELECT * FROM submissions WHERE quest_id = ? ORDER BY created_at, id")
+                .bind(id.to_string())
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(submission_row)
+                .collect::<Result<Vec<_>, _>>()?;
+        let decisions =
+            sqlx::query("SELECT * FROM review_decisions WHERE quest_id = ? ORDER BY created_at")
+                .bind(id.to_string())
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok(ReviewDecisionRow {
+                        reviewer: r.str("reviewer")?,
+                        decision: text(&r.str("decision")?)?,
+                        note: r.str("note")?,
+                        created_at: parse_ts(&r.str("created_at")?)?,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+        tx.commit().await?;
+        Ok((submissions, decisions))
+    }
+
+    async fn review_queue(
+        &self,
+        session_id: Option<Uuid>,
+        limit: u32,
+    ) -> Result<Vec<QuestRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT * FROM quests WHERE state = 'REVIEW' AND (?1 IS NULL OR session_id = ?1)
+             ORDER BY updated_at, row_index LIMIT ?2",
+        )
+        .bind(session_id.map(|s| s.to_string()))
+        .bind(limit as i64)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter().map(quest_row).collect()
+    }
+
+    async fn claim_review(
+        &self,
+        quest_id: Uuid,
+        reviewer: &str,
+        seconds: u32,
+    ) -> Result<QuestRow, StoreError> {
+        let reviewer = reviewer.to_owned();
+        write!(self, |ctx| claim_review(ctx, quest_id, reviewer, seconds)
+            .await)
+    }
+
+    async fn decide_review(
+        &self,
+        quest_id: Uuid,
+        reviewer: &str,
+        decision: Decision,
+        note: &str,
+    ) -> Result<QuestRow, StoreError> {
+        let (reviewer, note) = (reviewer.to_owned(), note.to_owned());
+        write!(self, |ctx| decide_review(
+            ctx, quest_id, reviewer, decision, note
+        )
+        .await)
+    }
+
+    async fn result_fields(&self, session_id: Uuid) -> Result<Vec<String>, StoreError> {
+        // json_each walks each object's keys in their stored order; the first
+        // row and key position at which a field appears fixes its column.
+        let fields: Vec<String> = sqlx::query_scalar(
+            "SELECT j.key FROM quests q, json_each(q.result) j
+             WHERE q.session_id = ? AND q.state IN ('PASS', 'REVIEW') AND q.result IS NOT NULL
+             GROUP BY j.key ORDER BY MIN(q.row_index * 1000000 + j.id)",
+        )
+        .bind(session_id.to_string())
+        .fetch_all(&self.read)
+        .await?;
+        Ok(fields)
+    }
+
+    async fn export_page(
+        &self,
+        session_id: Uuid,
+        after_row: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<ExportRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT row_index, input, state, decided_by, tries, result, last_facts, receipt FROM quests
+             WHERE session_id = ? AND row_index > ? ORDER BY row_index LIMIT ?",
+        )
+        .bind(session_id.to_string())
+        .bind(after_row.map_or(-1, |r| r as i64))
+        .bind(limit as i64)
+        .fetch_all(&self.read)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let state: State = text(&r.str("state")?)?;
+                let result: Option<Map<String, Value>> = match state {
+                    State::Pass | State::Review => opt(r.opt_str("result")?, from_json)?,
+                    _ => None,
+                };
+                Ok(ExportRow {
+                    row_index: r.int("row_index")? as u64,
+                    input: from_json(&r.str("input")?)?,
+                    state,
+                    decided_by: r.opt_str("decided_by")?,
+                    tries: r.int("tries")? as u32,
+                    result,
+                    last_facts: from_json(&r.str("last_facts")?)?,
+                    receipt: r.opt_str("receipt")?,
+                })
+            })
+            .collect()
+    }
+
+    async fn create_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+    ) -> Result<TokenRow, StoreError> {
+        let (name, hash) = (name.to_owned(), hash.to_owned());
+        write!(self, |ctx| {
+            let id = Uuid::now_v7();
+            sqlx::query(
+                "INSERT INTO tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?)",
+            )
+            .bind(id.to_string())
+            .bind(&name)
+            .bind(role.as_str())
+            .bind(&hash)
+            .bind(ts(ctx.now))
+            .execute(&mut ctx.conn)
+            .await?;
+            Ok(TokenRow {
+                id,
+                name,
+                role,
+                hash,
+                created_at: ctx.now,
+                revoked_at: None,
+            })
+        })
+    }
+
+    async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
+        let (name, hash) = (name.to_owned(), hash.to_owned());
+        write!(self, |ctx| {
+            sqlx::query(
+                "INSERT INTO tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING",
+            )
+            .bind(Uuid::now_v7().to_string())
+            .bind(&name)
+            .bind(role.as_str())
+            .bind(&hash)
+            .bind(ts(ctx.now))
+            .execute(&mut ctx.conn)
+            .await?;
+            Ok(())
+        })
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+        let rows = sqlx::query("SELECT * FROM tokens ORDER BY created_at, id")
+            .fetch_all(&self.read)
+            .await?;
+        rows.iter().map(token_row).collect()
+    }
+
+    async fn revoke_token(&self, id: Uuid) -> Result<TokenRow, StoreError> {
+        write!(self, |ctx| {
+            let row = sqlx::query(
+                "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? RETURNING *",
+            )
+            .bind(ts(ctx.now))
+            .bind(id.to_string())
+            .fetch_optional(&mut ctx.conn)
+            .await?
+            .ok_or(StoreError::NotFound("token"))?;
+            token_row(&row)
+        })
+    }
+
+    async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
+        let row = sqlx::query("SELECT * FROM tokens WHERE hash = ? AND revoked_at IS NULL")
+            .bind(hash)
+            .fetch_optional(&self.read)
+            .await?;
+        row.as_ref().map(token_row).transpose()
+    }
+}

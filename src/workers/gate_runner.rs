@@ -1,0 +1,186 @@
+//! The gate runner: a queue of PENDING submissions and a bounded pool of tasks
+//! that run each through its session's gate and apply the decision.
+//!
+//! A submission is durable (PENDING) before it is queued, so a crash loses no
+//! work: at start-up every PENDING submission is queued again, and because
+//! gates are deterministic the re-run decides what the first run would have.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::domain::receipt::ReceiptParts;
+use crate::domain::{Fact, Verdict};
+use crate::gates::{Gate, GateOutcome, GateRegistry};
+use crate::store::{Decided, GateDecision, Store, StoreError};
+
+/// Runs gates for queued submissions.
+#[derive(Clone)]
+pub struct GateRunner {
+    inner: Arc<Inner>,
+    queue: mpsc::UnboundedSender<Uuid>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    registry: Arc<GateRegistry>,
+    timeout: Duration,
+    /// Built gates by session: a session's gate config never changes.
+    gates: Mutex<HashMap<Uuid, Arc<dyn Gate>>>,
+}
+
+impl GateRunner {
+    /// Starts a runner with at most `workers` checks at once; it stops when `shutdown` fires.
+    pub fn start(
+        store: Arc<dyn Store>,
+        registry: Arc<GateRegistry>,
+        workers: usize,
+        timeout: Duration,
+        shutdown: CancellationToken,
+    ) -> GateRunner {
+        let (queue, rx) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            store,
+            registry,
+            timeout,
+            gates: Mutex::new(HashMap::new()),
+        });
+        tokio::spawn(run(inner.clone(), rx, workers.max(1), shutdown));
+        GateRunner { inner, queue }
+    }
+
+    /// Queues a PENDING submission.
+    pub fn enqueue(&self, submission_id: Uuid) {
+        // The receiver lives as long as the runner; after shutdown the submission
+        // stays PENDING in the store and is re-run at the next start.
+        let _ = self.queue.send(submission_id);
+    }
+
+    /// Queues every PENDING submission in the store (at start-up).
+    pub async fn requeue_pending(&self) -> Result<usize, StoreError> {
+        let pending = self.inner.store.pending_submissions().await?;
+        for id in &pending {
+            self.enqueue(*id);
+        }
+        Ok(pending.len())
+    }
+
+    /// Decides one submission: runs its gate and applies the verdict.
+    pub async fn run_once(&self, submission_id: Uuid) -> Result<Decided, StoreError> {
+        self.inner.run_once(submission_id).await
+    }
+}
+
+async fn run(
+    inner: Arc<Inner>,
+    mut rx: mpsc::UnboundedReceiver<Uuid>,
+    workers: usize,
+    shutdown: CancellationToken,
+) {
+    let permits = Arc::new(Semaphore::new(workers));
+    loop {
+        let id = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            id = rx.recv() => match id { Some(id) => id, None => break },
+        };
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            if let Err(e) = inner.run_once(id).await {
+                tracing::error!(submission = %id, error = %e, "gate run failed; the submission stays PENDING until restart");
+            }
+            drop(permit);
+        });
+    }
+}
+
+impl Inner {
+    async fn run_once(&self, submission_id: Uuid) -> Result<Decided, StoreError> {
+        let job = self.store.gate_job(submission_id).await?;
+        let started = std::time::Instant::now();
+        let gate = self.gate(job.submission.session_id, &job.config.gate);
+        let (outcome, name, version) = match &gate {
+            Ok(gate) => {
+                let outcome = match tokio::time::timeout(
+                    self.timeout,
+                    gate.check(&job.input, &job.submission.result),
+                )
+                .await
+                {
+                    Ok(outcome) => outcome,
+                    Err(_) => review(Fact::new(
+                        "gate",
+                        "",
+                        format!("a verdict within {} s", self.timeout.as_secs()),
+                        "no verdict: the gate timed out",
+                        "nothing for you to fix; a person will look at it",
+                    )),
+                };
+                (outcome, gate.name().to_owned(), gate.version().to_owned())
+            }
+            Err(e) => (
+                review(Fact::new(
+                    "gate",
+                    "",
+                    "a gate that can be built",
+                    e.to_string(),
+                    "nothing for you to fix; a person will look at it",
+                )),
+                job.config.gate.kind.clone(),
+                "unavailable".to_owned(),
+            ),
+        };
+        metrics::histogram!("quest_gate_seconds", "gate" => name.clone())
+            .record(started.elapsed().as_secs_f64());
+        metrics::counter!("quest_verdicts_total", "verdict" => outcome.verdict.as_str())
+            .increment(1);
+        let gate_config = serde_json::to_value(&job.config.gate).unwrap_or_default();
+        let receipt = ReceiptParts {
+            input: &job.input,
+            result: &job.submission.result,
+            facts: &outcome.facts,
+            evidence: &outcome.evidence,
+            gate: &name,
+            gate_version: &version,
+            gate_config: &gate_config,
+        }
+        .seal();
+        let decision = GateDecision {
+            verdict: outcome.verdict,
+            facts: outcome.facts,
+            evidence: outcome.evidence,
+            gate: name,
+            gate_version: version,
+            receipt,
+        };
+        self.store.apply_verdict(submission_id, decision).await
+    }
+
+    fn gate(
+        &self,
+        session_id: Uuid,
+        config: &crate::domain::session::GateConfig,
+    ) -> Result<Arc<dyn Gate>, String> {
+        let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(gate) = gates.get(&session_id) {
+            return Ok(gate.clone());
+        }
+        let gate = self.registry.build(config).map_err(|e| e.to_string())?;
+        gates.insert(session_id, gate.clone());
+        Ok(gate)
+    }
+}
+
+fn review(fact: Fact) -> GateOutcome {
+    GateOutcome {
+        verdict: Verdict::Review,
+        facts: vec![fact],
+        evidence: Vec::new(),
+    }
+}
