@@ -15,7 +15,7 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::domain::{Role, SystemClock};
+use crate::domain::{Clock, Role, SystemClock};
 use crate::gates::GateRegistry;
 use crate::http::extract::token_hash;
 use crate::http::{self, AppState};
@@ -49,6 +49,11 @@ fn metrics_handle() -> PrometheusHandle {
 impl App {
     /// Opens everything `config` names and binds the listener.
     pub async fn build(config: Config) -> anyhow::Result<App> {
+        App::build_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// [`App::build`] with another clock (tests move time forward by hand).
+    pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
         std::fs::create_dir_all(&config.data_dir).with_context(|| {
             format!(
                 "cannot create the data directory {}",
@@ -57,18 +62,14 @@ impl App {
         })?;
         let (events, _) = broadcast::channel(4096);
         let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(
-                &config.database_path(),
-                Arc::new(SystemClock),
-                events.clone(),
-            )
-            .await
-            .with_context(|| {
-                format!(
-                    "cannot open the database {}",
-                    config.database_path().display()
-                )
-            })?,
+            SqliteStore::open(&config.database_path(), clock, events.clone())
+                .await
+                .with_context(|| {
+                    format!(
+                        "cannot open the database {}",
+                        config.database_path().display()
+                    )
+                })?,
         );
         let admin_token = admin_token(&config)?;
         store

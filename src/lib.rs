@@ -10,6 +10,7 @@
 //! - [`api`]: wire types shared by the server and the OpenAPI document.
 //! - [`http`]: router, extractors, the error body; thin handlers.
 //! - [`config`] and [`app`]: one configuration, and the wiring that runs it.
+//! - [`testing`]: fakes for tests (a hand-moved clock).
 
 pub mod api;
 pub mod app;
@@ -20,4 +21,5 @@ pub mod gates;
 pub mod http;
 pub mod service;
 pub mod store;
+pub mod testing;
 pub mod workers;

@@ -271,7 +271,7 @@ impl Service {
     /// Returns the answer and whether it is still PENDING.
     pub async fn submit(
         &self,
-        agent: &str,
+        token_id: Uuid,
         quest_id: Uuid,
         lease_id: Uuid,
         result: Map<String, Value>,
@@ -283,7 +283,7 @@ impl Service {
         let new = NewSubmission {
             quest_id,
             lease_id,
-            agent: agent.to_owned(),
+            token_id,
             result_hash: digest(&result),
             result,
         };
@@ -326,11 +326,11 @@ impl Service {
     /// Extends a lease.
     pub async fn heartbeat(
         &self,
-        agent: &str,
+        token_id: Uuid,
         quest_id: Uuid,
         lease_id: Uuid,
     ) -> Result<Lease, ServiceError> {
-        let lease = self.store.heartbeat(quest_id, lease_id, agent).await?;
+        let lease = self.store.heartbeat(quest_id, lease_id, token_id).await?;
         Ok(Lease {
             id: lease.id,
             expires_at: lease.expires_at,

@@ -90,10 +90,15 @@ pub struct ConfigError {
 impl SessionConfig {
     /// Parses and checks a configuration value.
     pub fn parse(value: Value) -> Result<SessionConfig, ConfigError> {
-        let config: SessionConfig = serde_json::from_value(value).map_err(|e| ConfigError {
-            field: "config",
-            message: e.to_string(),
-        })?;
+        // The path names the offending field: `config.max_tries: invalid type ...`.
+        let config: SessionConfig =
+            serde_path_to_error::deserialize(value).map_err(|e| ConfigError {
+                field: "config",
+                message: match e.path().to_string().as_str() {
+                    "." => e.inner().to_string(),
+                    path => format!("{path}: {}", e.inner()),
+                },
+            })?;
         let bad = |field, message: &str| {
             Err(ConfigError {
                 field,

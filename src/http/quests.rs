@@ -57,11 +57,10 @@ pub async fn submit_result(
             format!("wait is at most {MAX_WAIT_SECONDS} seconds"),
         ));
     }
-    let agent = principal.agent(None);
     let response = state
         .service
         .submit(
-            &agent,
+            principal.token_id,
             id,
             body.lease_id,
             body.result,
@@ -91,7 +90,7 @@ pub async fn heartbeat(
     Ok(Json(
         state
             .service
-            .heartbeat(&principal.agent(None), id, body.lease_id)
+            .heartbeat(principal.token_id, id, body.lease_id)
             .await?,
     ))
 }
@@ -110,7 +109,7 @@ pub async fn release(
     principal.require(Permission::Work)?;
     state
         .store
-        .release(id, body.lease_id, &principal.agent(None))
+        .release(id, body.lease_id, principal.token_id)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }

@@ -156,7 +156,8 @@ pub struct SubmissionRow {
 pub struct NewSubmission {
     pub quest_id: Uuid,
     pub lease_id: Uuid,
-    pub agent: String,
+    /// The token of the caller; the lease's agent must belong to it.
+    pub token_id: Uuid,
     pub result: Value,
     /// Digest of the canonical result; equal digests on one lease are one retry.
     pub result_hash: String,
@@ -290,15 +291,21 @@ pub trait Store: Send + Sync + 'static {
     /// Leases the agent's held quest, or the first open one in upload order.
     /// Expired leases of the session are swept first, inside the same transaction.
     async fn lease_next(&self, session_id: Uuid, agent: &str) -> Result<LeaseOutcome, StoreError>;
-    /// Extends a live lease by the session's lease time.
+    /// Extends a live lease by the session's lease time. The lease's agent must
+    /// belong to `token_id` (agents are `<token id>/<name>`).
     async fn heartbeat(
         &self,
         quest_id: Uuid,
         lease_id: Uuid,
-        agent: &str,
+        token_id: Uuid,
     ) -> Result<LeaseRow, StoreError>;
     /// Gives a leased quest back without a try or a lapse.
-    async fn release(&self, quest_id: Uuid, lease_id: Uuid, agent: &str) -> Result<(), StoreError>;
+    async fn release(
+        &self,
+        quest_id: Uuid,
+        lease_id: Uuid,
+        token_id: Uuid,
+    ) -> Result<(), StoreError>;
     /// Returns expired leases to `open` (or DONE after `max_lapses`); the number swept.
     async fn sweep_expired(&self) -> Result<u64, StoreError>;
 

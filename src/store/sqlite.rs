@@ -578,12 +578,19 @@ async fn lease_next(
     })
 }
 
-/// Loads the lease `lease_id` of `quest` and checks that `agent` holds it now.
+/// Whether an agent (`<token id>/<name>`) belongs to a token.
+fn belongs_to(agent: &str, token_id: Uuid) -> bool {
+    agent
+        .split_once('/')
+        .is_some_and(|(token, _)| token == token_id.to_string())
+}
+
+/// Loads the lease `lease_id` of `quest` and checks that an agent of `token_id` holds it now.
 async fn held_lease(
     ctx: &mut WriteCtx,
     quest: &QuestRow,
     lease_id: Uuid,
-    agent: &str,
+    token_id: Uuid,
 ) -> Result<LeaseRow, StoreError> {
     if quest.state.is_terminal() {
         return Err(StoreError::conflict(
@@ -616,7 +623,7 @@ async fn held_lease(
     if row.opt_str("end_reason")?.as_deref() == Some("expired") {
         return Err(expired());
     }
-    if quest.lease_id != Some(lease_id) || lease.agent != agent {
+    if quest.lease_id != Some(lease_id) || !belongs_to(&lease.agent, token_id) {
         return Err(lost());
     }
     if lease.expires_at <= ctx.now && quest.phase == Some(Phase::Leased) {
@@ -637,10 +644,10 @@ async fn heartbeat(
     ctx: &mut WriteCtx,
     quest_id: Uuid,
     lease_id: Uuid,
-    agent: String,
+    token_id: Uuid,
 ) -> Result<LeaseRow, StoreError> {
     let quest = fetch_quest(&mut ctx.conn, quest_id).await?;
-    let mut lease = held_lease(ctx, &quest, lease_id, &agent).await?;
+    let mut lease = held_lease(ctx, &quest, lease_id, token_id).await?;
     let seconds = session_lease_seconds(ctx, quest.session_id).await?;
     lease.expires_at = ctx.now + chrono::Duration::seconds(seconds);
     sqlx::query("UPDATE leases SET expires_at = ? WHERE id = ?")
@@ -655,10 +662,10 @@ async fn release(
     ctx: &mut WriteCtx,
     quest_id: Uuid,
     lease_id: Uuid,
-    agent: String,
+    token_id: Uuid,
 ) -> Result<(), StoreError> {
     let quest = fetch_quest(&mut ctx.conn, quest_id).await?;
-    held_lease(ctx, &quest, lease_id, &agent).await?;
+    held_lease(ctx, &quest, lease_id, token_id).await?;
     if quest.phase == Some(Phase::Checking) {
         return Err(StoreError::conflict(
             "quest_checking",
@@ -683,11 +690,14 @@ async fn submit(ctx: &mut WriteCtx, new: NewSubmission) -> Result<SubmitOutcome,
     if let Some(row) = latest {
         let latest = submission_row(&row)?;
         let hash: String = row.try_get("result_hash")?;
-        if latest.lease_id == new.lease_id && hash == new.result_hash && latest.agent == new.agent {
+        if latest.lease_id == new.lease_id
+            && hash == new.result_hash
+            && belongs_to(&latest.agent, new.token_id)
+        {
             return Ok(SubmitOutcome::Replayed(latest));
         }
     }
-    held_lease(ctx, &quest, new.lease_id, &new.agent).await?;
+    let lease = held_lease(ctx, &quest, new.lease_id, new.token_id).await?;
     if quest.phase == Some(Phase::Checking) {
         return Err(StoreError::conflict(
             "submission_in_progress",
@@ -704,7 +714,7 @@ async fn submit(ctx: &mut WriteCtx, new: NewSubmission) -> Result<SubmitOutcome,
     .bind(quest.id.to_string())
     .bind(quest.session_id.to_string())
     .bind(new.lease_id.to_string())
-    .bind(&new.agent)
+    .bind(&lease.agent)
     .bind(json(&new.result))
     .bind(&new.result_hash)
     .bind(ts(ctx.now))
@@ -1047,15 +1057,19 @@ impl Store for SqliteStore {
         &self,
         quest_id: Uuid,
         lease_id: Uuid,
-        agent: &str,
+        token_id: Uuid,
     ) -> Result<LeaseRow, StoreError> {
-        let agent = agent.to_owned();
-        write!(self, |ctx| heartbeat(ctx, quest_id, lease_id, agent).await)
+        write!(self, |ctx| heartbeat(ctx, quest_id, lease_id, token_id)
+            .await)
     }
 
-    async fn release(&self, quest_id: Uuid, lease_id: Uuid, agent: &str) -> Result<(), StoreError> {
-        let agent = agent.to_owned();
-        write!(self, |ctx| release(ctx, quest_id, lease_id, agent).await)
+    async fn release(
+        &self,
+        quest_id: Uuid,
+        lease_id: Uuid,
+        token_id: Uuid,
+    ) -> Result<(), StoreError> {
+        write!(self, |ctx| release(ctx, quest_id, lease_id, token_id).await)
     }
 
     async fn sweep_expired(&self) -> Result<u64, StoreError> {

@@ -1,0 +1,303 @@
+//! `spawn_app()`: a real server on a random loopback port with a fresh data dir,
+//! and request helpers that speak the API like a client would.
+
+use std::sync::Arc;
+
+use quest::app::App;
+use quest::config::Config;
+use quest::testing::ManualClock;
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::sync::oneshot;
+
+/// A running server and a client for it.
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub admin: String,
+    pub clock: Arc<ManualClock>,
+    pub data_dir: TempDir,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+/// An HTTP answer: status and JSON body (`Null` when the body is not JSON).
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub body: Value,
+}
+
+impl Answer {
+    /// The `error.code` of a refusal.
+    pub fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("<none>")
+    }
+
+    /// Asserts the status and returns the body.
+    #[track_caller]
+    pub fn expect(self, status: u16) -> Value {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected answer: {}",
+            self.body
+        );
+        self.body
+    }
+
+    /// Asserts a refusal with this status and code, in the error envelope.
+    #[track_caller]
+    pub fn refused(&self, status: u16, code: &str) {
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected answer: {}",
+            self.body
+        );
+        assert_eq!(self.code(), code, "unexpected code: {}", self.body);
+        let message = self.body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            !message.is_empty(),
+            "a refusal says what to do: {}",
+            self.body
+        );
+    }
+}
+
+/// Starts a server on a fresh data dir.
+pub async fn spawn_app() -> TestApp {
+    let data_dir = tempfile::tempdir().expect("a temp dir");
+    spawn_app_in(data_dir).await
+}
+
+/// Starts a server on an existing data dir (a restart).
+pub async fn spawn_app_in(data_dir: TempDir) -> TestApp {
+    let mut config = Config::with_data_dir(data_dir.path());
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.admin_token = Some("test-admin-token".into());
+    let clock = Arc::new(ManualClock::new());
+    let app = App::build_with_clock(config, clock.clone())
+        .await
+        .expect("the app builds");
+    let base = format!("http://{}", app.local_addr());
+    let admin = app.admin_token().to_owned();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(app.run(async {
+        let _ = stopped.await;
+    }));
+    TestApp {
+        base,
+        client: reqwest::Client::new(),
+        admin,
+        clock,
+        data_dir,
+        stop: Some(stop),
+        server: Some(server),
+    }
+}
+
+impl TestApp {
+    /// Stops the server gracefully and hands back its data dir.
+    pub async fn stop(mut self) -> TempDir {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server
+                .await
+                .expect("the server task")
+                .expect("the server ran");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::mem::replace(&mut self.data_dir, dir)
+    }
+
+    /// Sends a request with an optional JSON body and bearer token.
+    pub async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        token: Option<&str>,
+        body: Option<Value>,
+    ) -> Answer {
+        let mut request = self.client.request(method, format!("{}{path}", self.base));
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        let response = request.send().await.expect("the server answers");
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        Answer {
+            status,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+
+    pub async fn get(&self, path: &str, token: &str) -> Answer {
+        self.call(Method::GET, path, Some(token), None).await
+    }
+
+    pub async fn post(&self, path: &str, token: &str, body: Value) -> Answer {
+        self.call(Method::POST, path, Some(token), Some(body)).await
+    }
+
+    /// Creates a token with `role` and returns its secret.
+    pub async fn token(&self, role: &str, name: &str) -> String {
+        let body = self
+            .post(
+                "/v1/tokens",
+                &self.admin,
+                json!({"name": name, "role": role}),
+            )
+            .await
+            .expect(201);
+        body["secret"].as_str().unwrap().to_owned()
+    }
+
+    /// Scans JSON items into a session; returns the session id.
+    pub async fn scan(&self, config: Value, items: Value) -> String {
+        let body = self
+            .post(
+                "/v1/sessions",
+                &self.admin,
+                json!({"config": config, "items": items}),
+            )
+            .await
+            .expect(201);
+        body["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Uploads a file as multipart.
+    pub async fn scan_file(&self, name: &str, bytes: Vec<u8>, config: Value) -> Answer {
+        let form = reqwest::multipart::Form::new()
+            .part(
+                "file",
+                reqwest::multipart::Part::bytes(bytes).file_name(name.to_owned()),
+            )
+            .text("config", config.to_string());
+        let response = self
+            .client
+            .post(format!("{}/v1/sessions", self.base))
+            .bearer_auth(&self.admin)
+            .multipart(form)
+            .send()
+            .await
+            .expect("the server answers");
+        let status = response.status();
+        Answer {
+            status,
+            body: response.json().await.unwrap_or(Value::Null),
+        }
+    }
+
+    /// `next` for an agent name on a token.
+    pub async fn next(&self, token: &str, session: &str, agent: &str) -> Value {
+        self.post(
+            &format!("/v1/sessions/{session}/next"),
+            token,
+            json!({"agent": agent}),
+        )
+        .await
+        .expect(200)
+    }
+
+    /// Submits a result and returns the answer.
+    pub async fn submit(&self, token: &str, quest: &str, lease: &str, result: Value) -> Answer {
+        self.post(
+            &format!("/v1/quests/{quest}/submit"),
+            token,
+            json!({"lease_id": lease, "result": result}),
+        )
+        .await
+    }
+
+    /// The session's status.
+    pub async fn status(&self, session: &str) -> Value {
+        self.get(&format!("/v1/sessions/{session}/status"), &self.admin)
+            .await
+            .expect(200)
+    }
+
+    /// A quest with its history.
+    pub async fn quest(&self, quest: &str) -> Value {
+        self.get(&format!("/v1/quests/{quest}"), &self.admin)
+            .await
+            .expect(200)
+    }
+
+    /// Raw bytes of a GET.
+    pub async fn bytes(&self, path: &str) -> (StatusCode, Vec<u8>) {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(&self.admin)
+            .send()
+            .await
+            .unwrap();
+        (response.status(), response.bytes().await.unwrap().to_vec())
+    }
+}
+
+/// A schema gate config: results need a string `email` containing `@`;
+/// `@example.com` is denied and `"confidence": "low"` goes to review.
+pub fn contact_config(max_tries: u32) -> Value {
+    json!({
+        "name": "contacts",
+        "key_column": "company",
+        "max_tries": max_tries,
+        "gate": {
+            "kind": "schema",
+            "schema": {
+                "type": "object",
+                "required": ["email"],
+                "properties": {"email": {"type": "string", "pattern": "@"}, "confidence": {"enum": ["high", "low"]}}
+            },
+            "deny": [{"pointer": "/email", "pattern": "@example\\.com$"}],
+            "review_when": [{"pointer": "/confidence", "pattern": "^low$"}]
+        },
+        "prompt": {
+            "instructions": "Find the contact email of the company.",
+            "examples": [{"input": {"company": "Foo"}, "result": {"email": "info@foo.test", "confidence": "high"}}]
+        }
+    })
+}
+
+/// `n` companies as JSON items.
+pub fn companies(n: usize) -> Value {
+    Value::Array(
+        (0..n)
+            .map(|i| json!({"company": format!("Company {i:04}"), "city": "Seoul"}))
+            .collect(),
+    )
+}
+
+/// The quest id and lease id of an `assigned` answer.
+#[track_caller]
+pub fn assigned(next: &Value) -> (String, String) {
+    assert_eq!(next["status"], "assigned", "expected an assignment: {next}");
+    (
+        next["quest"]["id"].as_str().unwrap().to_owned(),
+        next["lease"]["id"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// Asserts the status invariant: pass + review + done + remaining = total.
+#[track_caller]
+pub fn assert_sums(status: &Value) {
+    let n = |k: &str| status[k].as_u64().unwrap();
+    assert_eq!(
+        n("pass") + n("review") + n("done") + n("remaining"),
+        n("total"),
+        "{status}"
+    );
+    assert_eq!(
+        n("open") + n("leased") + n("checking") + n("verifying"),
+        n("remaining"),
+        "{status}"
+    );
+}

@@ -1,0 +1,11 @@
+//! One black-box test binary: a real server on a random port, a fresh data dir per test.
+
+mod auth;
+mod bad_input;
+mod concurrency;
+mod helpers;
+mod lifecycle;
+mod openapi;
+mod ratchet;
+mod restart;
+mod sessions;

@@ -1,0 +1,99 @@
+//! The ratchet is a property of the database: raw SQL cannot unlock a decided quest.
+
+use serde_json::json;
+use sqlx::{Connection, SqliteConnection};
+
+use crate::helpers::*;
+
+async fn raw(app: &TestApp) -> SqliteConnection {
+    let url = format!(
+        "sqlite://{}",
+        app.data_dir.path().join("quest.db").display()
+    );
+    SqliteConnection::connect(&url)
+        .await
+        .expect("a raw connection to the database")
+}
+
+#[tokio::test]
+async fn raw_sql_cannot_reopen_a_passed_quest_or_rewrite_history() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(contact_config(3), companies(2)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    app.submit(&agent, &quest, &lease, json!({"email": "bad"}))
+        .await
+        .expect(200);
+    let pass = app
+        .submit(&agent, &quest, &lease, json!({"email": "a@b.test"}))
+        .await
+        .expect(200);
+    let mut db = raw(&app).await;
+
+    let refused = [
+        format!("UPDATE quests SET state = 'TODO', phase = 'open' WHERE id = '{quest}'"),
+        format!("UPDATE quests SET state = 'DONE' WHERE id = '{quest}'"),
+        format!("UPDATE quests SET result = '{{\"email\":\"evil@x.test\"}}' WHERE id = '{quest}'"),
+        format!("UPDATE quests SET receipt = 'sha256:forged' WHERE id = '{quest}'"),
+        format!("DELETE FROM quests WHERE id = '{quest}'"),
+        format!(
+            "UPDATE submissions SET verdict = 'FAIL' WHERE id = '{}'",
+            pass["submission_id"].as_str().unwrap()
+        ),
+        format!("DELETE FROM submissions WHERE quest_id = '{quest}'"),
+    ];
+    for sql in refused {
+        let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&mut db)
+            .await
+            .expect_err(&sql);
+        assert!(err.to_string().contains("ratchet"), "{sql}: {err}");
+    }
+    let view = app.quest(&quest).await;
+    assert_eq!(
+        (view["state"].as_str(), view["result"]["email"].as_str()),
+        (Some("PASS"), Some("a@b.test"))
+    );
+    assert_eq!(view["receipt"], pass["receipt"]);
+
+    let (other, _) = assigned(&app.next(&agent, &session, "a").await);
+    let err = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE quests SET tries = tries - 1 WHERE id = '{quest}' OR id = '{other}'"
+    )))
+    .execute(&mut db)
+    .await
+    .expect_err("tries never decrease");
+    assert!(err.to_string().contains("ratchet"), "{err}");
+    let err = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE quests SET state = 'SOMETHING' WHERE id = '{other}'"
+    )))
+    .execute(&mut db)
+    .await
+    .expect_err("states are a closed set");
+    assert!(err.to_string().contains("CHECK"), "{err}");
+}
+
+#[tokio::test]
+async fn a_review_quest_may_only_become_pass_or_done() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(contact_config(3), companies(1)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    app.submit(
+        &agent,
+        &quest,
+        &lease,
+        json!({"email": "a@b.test", "confidence": "low"}),
+    )
+    .await
+    .expect(200);
+    let mut db = raw(&app).await;
+    let err = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE quests SET state = 'TODO', phase = 'open' WHERE id = '{quest}'"
+    )))
+    .execute(&mut db)
+    .await
+    .expect_err("REVIEW never returns to TODO");
+    assert!(err.to_string().contains("ratchet"), "{err}");
+    assert_eq!(app.status(&session).await["review"], 1);
+}

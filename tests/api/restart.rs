@@ -1,0 +1,312 @@
+//! Restarts: graceful and `kill -9`. No acknowledged submission is lost, no
+//! quest ends in an impossible state, leases are honoured or swept, and
+//! submissions that were still being checked are decided after the restart.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use quest::store::{NewSubmission, SqliteStore, Store, SubmitOutcome};
+use serde_json::{Value, json};
+
+use crate::helpers::*;
+
+#[tokio::test]
+async fn a_graceful_restart_keeps_leases_and_decisions() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(contact_config(3), companies(3)).await;
+    let (q1, l1) = assigned(&app.next(&agent, &session, "a").await);
+    let pass = app
+        .submit(&agent, &q1, &l1, json!({"email": "a@b.test"}))
+        .await
+        .expect(200);
+    let (q2, l2) = assigned(&app.next(&agent, &session, "a").await);
+    app.submit(&agent, &q2, &l2, json!({"email": "bad"}))
+        .await
+        .expect(200);
+
+    let app = spawn_app_in(app.stop().await).await;
+    let view = app.quest(&q1).await;
+    assert_eq!(
+        (view["state"].as_str(), view["receipt"].as_str()),
+        (Some("PASS"), pass["receipt"].as_str())
+    );
+    assert_eq!(
+        assigned(&app.next(&agent, &session, "a").await),
+        (q2.clone(), l2.clone()),
+        "the lease is honoured"
+    );
+    let again = app
+        .submit(&agent, &q2, &l2, json!({"email": "c@d.test"}))
+        .await
+        .expect(200);
+    assert_eq!(
+        (again["state"].as_str(), again["tries"].as_u64()),
+        (Some("PASS"), Some(1))
+    );
+}
+
+#[tokio::test]
+async fn a_submission_still_being_checked_is_decided_after_a_restart() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(contact_config(3), companies(1)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let dir = app.stop().await;
+
+    // Record a submission the way `submit` does, but with no gate running: as if
+    // the server died between the durable write and the verdict.
+    let db = dir.path().join("quest.db");
+    let store = SqliteStore::open(
+        &db,
+        Arc::new(quest::domain::SystemClock),
+        tokio::sync::broadcast::channel(8).0,
+    )
+    .await
+    .unwrap();
+    let bot = store
+        .list_tokens()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == "bot")
+        .unwrap();
+    let result = json!({"email": "late@b.test"});
+    let recorded = store
+        .submit(NewSubmission {
+            quest_id: quest.parse().unwrap(),
+            lease_id: lease.parse().unwrap(),
+            token_id: bot.id,
+            result_hash: quest::domain::receipt::digest(&result),
+            result,
+        })
+        .await
+        .unwrap();
+    let SubmitOutcome::Recorded(pending) = recorded else {
+        panic!("a new submission")
+    };
+    assert_eq!(
+        store.get_quest(quest.parse().unwrap()).await.unwrap().phase,
+        Some(quest::domain::Phase::Checking)
+    );
+    drop(store);
+
+    let app = spawn_app_in(dir).await;
+    let verdict = poll_verdict(&app, &pending.id.to_string()).await;
+    assert_eq!(verdict["verdict"], "PASS");
+    assert_eq!(app.quest(&quest).await["state"], "PASS");
+}
+
+async fn poll_verdict(app: &TestApp, submission: &str) -> Value {
+    for _ in 0..500 {
+        let s = app
+            .get(&format!("/v1/submissions/{submission}"), &app.admin)
+            .await
+            .expect(200);
+        if s["verdict"] != "PENDING" {
+            return s;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("submission {submission} was never decided");
+}
+
+/// The real binary, started on a data dir; killed with SIGKILL on drop.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Server {
+    async fn start(dir: &std::path::Path) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = Command::new(env!("CARGO_BIN_EXE_quest"))
+            .args([
+                "serve",
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+                "--data-dir",
+            ])
+            .arg(dir)
+            .env("QUEST_ADMIN_TOKEN", "crash-admin")
+            .env("QUEST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the quest binary starts");
+        let base = format!("http://127.0.0.1:{port}");
+        let client = reqwest::Client::new();
+        for _ in 0..500 {
+            if client
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                return Server { child, base };
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        panic!("the server did not become ready");
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill(); // SIGKILL: no graceful anything
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+async fn call(
+    client: &reqwest::Client,
+    base: &str,
+    path: &str,
+    body: Value,
+) -> Option<(u16, Value)> {
+    let r = client
+        .post(format!("{base}{path}"))
+        .bearer_auth("crash-admin")
+        .json(&body)
+        .send()
+        .await
+        .ok()?;
+    let status = r.status().as_u16();
+    Some((status, r.json().await.ok()?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_in_the_middle_of_a_run_loses_no_acknowledged_submission() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Server::start(dir.path()).await;
+    let client = reqwest::Client::new();
+    let (_, session) = call(
+        &client,
+        &server.base,
+        "/v1/sessions",
+        json!({"config": contact_config(3), "items": companies(200)}),
+    )
+    .await
+    .unwrap();
+    let session = session["id"].as_str().unwrap().to_owned();
+
+    // Eight agents work until the server dies under them.
+    let acknowledged = Arc::new(std::sync::Mutex::new(Vec::<(String, String)>::new()));
+    let mut agents = Vec::new();
+    for agent in 0..8 {
+        let (client, base, session, acknowledged) = (
+            client.clone(),
+            server.base.clone(),
+            session.clone(),
+            acknowledged.clone(),
+        );
+        agents.push(tokio::spawn(async move {
+            let mut n = 0u32;
+            loop {
+                let Some((200, next)) = call(
+                    &client,
+                    &base,
+                    &format!("/v1/sessions/{session}/next"),
+                    json!({"agent": format!("a{agent}")}),
+                )
+                .await
+                else {
+                    return;
+                };
+                if next["status"] != "assigned" {
+                    return;
+                }
+                let (quest, lease) = assigned(&next);
+                n += 1;
+                let result = if n % 4 == 0 {
+                    json!({"email": "bad"})
+                } else {
+                    json!({"email": format!("x{n}@y.test")})
+                };
+                let Some((status, answer)) = call(
+                    &client,
+                    &base,
+                    &format!("/v1/quests/{quest}/submit"),
+                    json!({"lease_id": lease, "result": result}),
+                )
+                .await
+                else {
+                    return;
+                };
+                if status == 200 || status == 202 {
+                    let id = answer["submission_id"].as_str().unwrap().to_owned();
+                    acknowledged
+                        .lock()
+                        .unwrap()
+                        .push((id, answer["verdict"].as_str().unwrap().to_owned()));
+                }
+            }
+        }));
+    }
+    while acknowledged.lock().unwrap().len() < 60 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    server.kill();
+    for agent in agents {
+        agent.await.unwrap();
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+
+    let server = Server::start(dir.path()).await;
+    let app_client = |path: String| {
+        let client = client.clone();
+        let url = format!("{}{path}", server.base);
+        async move {
+            client
+                .get(url)
+                .bearer_auth("crash-admin")
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap()
+        }
+    };
+    for (id, verdict) in &acknowledged {
+        let mut stored = app_client(format!("/v1/submissions/{id}")).await;
+        for _ in 0..500 {
+            if stored["verdict"] != "PENDING" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            stored = app_client(format!("/v1/submissions/{id}")).await;
+        }
+        assert_eq!(
+            stored["id"],
+            id.as_str(),
+            "acknowledged submission {id} survived"
+        );
+        assert_ne!(
+            stored["verdict"], "PENDING",
+            "a submission being checked at the crash is decided after it"
+        );
+        if verdict != "PENDING" {
+            assert_eq!(
+                &stored["verdict"], verdict,
+                "a recorded verdict never changes"
+            );
+        }
+    }
+    let status = app_client(format!("/v1/sessions/{session}/status")).await;
+    assert_sums(&status);
+    assert_eq!(status["checking"], 0, "nothing is left mid-check");
+    assert_eq!(
+        status["submissions"].as_u64().unwrap() as usize >= acknowledged.len(),
+        true
+    );
+}
