@@ -9,11 +9,13 @@
 //! - [`export`]: CSV, JSONL and XLSX exports.
 //! - [`api`]: wire types shared by the server and the OpenAPI document.
 //! - [`http`]: router, extractors, the error body; thin handlers.
+//! - [`cli`]: the client verbs of the binary (the agent loop and operator verbs).
 //! - [`config`] and [`app`]: one configuration, and the wiring that runs it.
 //! - [`testing`]: fakes for tests (a hand-moved clock).
 
 pub mod api;
 pub mod app;
+pub mod cli;
 pub mod config;
 pub mod domain;
 pub mod export;

@@ -1,14 +1,22 @@
 //! The `quest` binary: parses the command line and hands off.
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 use quest::app::App;
+use quest::cli::{self, ClientArgs, EXIT_STATUSES, Verb};
 use quest::config::Config;
 use tracing_subscriber::EnvFilter;
 
 /// quest: agents lease quests, a deterministic gate decides when they are done.
+///
+/// The agent loop: run `quest next`, do what the prompt says, `quest submit` the
+/// result, and repeat until `quest next` says the session is finished.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version, about, after_help = EXIT_STATUSES)]
 struct Cli {
+    #[command(flatten)]
+    client: ClientArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -19,20 +27,48 @@ enum Command {
     Serve(Config),
     /// Print the OpenAPI document.
     Openapi,
+    #[command(flatten)]
+    Client(Verb),
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    match Cli::parse().command {
+async fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            // Help and version are not errors; usage errors get their own status, not clap's 2 (REVIEW).
+            return match e.kind() {
+                clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion => {
+                    ExitCode::SUCCESS
+                }
+                _ => ExitCode::from(cli::client::status::USAGE),
+            };
+        }
+    };
+    match cli.command {
         Command::Serve(config) => {
             init_tracing(&config.log_format);
-            let app = App::build(config).await?;
-            app.run(shutdown_signal()).await
+            let served = async { App::build(config).await?.run(shutdown_signal()).await };
+            match served.await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("quest: {e:#}");
+                    ExitCode::FAILURE
+                }
+            }
         }
-        Command::Openapi => {
-            println!("{}", quest::http::openapi().to_pretty_json()?);
-            Ok(())
-        }
+        Command::Openapi => match quest::http::openapi().to_pretty_json() {
+            Ok(doc) => {
+                println!("{doc}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("quest: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Client(verb) => cli::run(cli.client, verb).await,
     }
 }
 

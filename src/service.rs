@@ -22,8 +22,8 @@ use crate::domain::{Decision, EventKind, QuestEvent, Role, SubmissionVerdict};
 use crate::gates::{GateConfigError, GateRegistry};
 use crate::http::extract::token_hash;
 use crate::store::{
-    LeaseOutcome, NewSession, NewSubmission, SessionRow, Store, StoreError, SubmissionView,
-    SubmitOutcome,
+    LeaseOutcome, LeaseRow, NewSession, NewSubmission, QuestRow, SessionRow, Store, StoreError,
+    SubmissionView, SubmitOutcome,
 };
 use crate::workers::GateRunner;
 
@@ -149,6 +149,8 @@ impl Service {
     ) -> Result<Session, ServiceError> {
         let config = SessionConfig::parse(config)?;
         self.gates.build(&config.gate)?;
+        prompt::check_template(&config.prompt.instructions)
+            .map_err(|e| invalid("invalid_config", e.to_string()))?;
         let sheet = config.sheet.clone();
         let (table, source_name, format, source) = match upload {
             Upload::Items(items) => {
@@ -218,25 +220,10 @@ impl Service {
                 repeated_failure,
             } => {
                 metrics::counter!("quest_leases_total").increment(1);
+                let (prompt, result_example) =
+                    self.prompt(&session, &quest, &lease, repeated_failure);
                 let config = &session.config;
                 let url = format!("/v1/quests/{}/submit", quest.id);
-                let prompt = prompt::render(&PromptParts {
-                    prompt: &config.prompt,
-                    key: &quest.key,
-                    input: &quest.input,
-                    tries: quest.tries,
-                    max_tries: config.max_tries,
-                    last_facts: &quest.last_facts,
-                    repeated_failure,
-                    submit_url: &url,
-                    lease_id: &lease.id.to_string(),
-                });
-                let result_example = config
-                    .prompt
-                    .examples
-                    .first()
-                    .map(|e| e.result.clone())
-                    .unwrap_or_else(|| Value::Object(Map::new()));
                 NextResponse::Assigned {
                     quest: LeasedQuest {
                         id: quest.id,
@@ -265,6 +252,54 @@ impl Service {
             },
             LeaseOutcome::Finished => NextResponse::Finished,
         })
+    }
+
+    /// The prompt for a leased quest and an example result. The session's task
+    /// template and examples win; the gate's defaults fill what they leave out.
+    fn prompt(
+        &self,
+        session: &SessionRow,
+        quest: &QuestRow,
+        lease: &LeaseRow,
+        repeated_failure: bool,
+    ) -> (String, Value) {
+        let config = &session.config;
+        let defaults = self
+            .runner
+            .gate(session.id, &config.gate)
+            .ok()
+            .map(|g| g.default_prompt());
+        let template = config.prompt.instructions.trim();
+        let task = if template.is_empty() {
+            defaults.as_ref().map_or_else(
+                || "Produce the result for the input below.".to_owned(),
+                |d| d.task.clone(),
+            )
+        } else {
+            prompt::render_task(template, &quest.key, &quest.input)
+                .unwrap_or_else(|_| template.to_owned())
+        };
+        let examples = if config.prompt.examples.is_empty() {
+            defaults.and_then(|d| d.example).into_iter().collect()
+        } else {
+            config.prompt.examples.clone()
+        };
+        let text = prompt::render(&PromptParts {
+            task: &task,
+            examples: &examples,
+            key: &quest.key,
+            input: &quest.input,
+            tries: quest.tries,
+            max_tries: config.max_tries,
+            last_facts: &quest.last_facts,
+            repeated_failure,
+            submit_url: &format!("/v1/quests/{}/submit", quest.id),
+            lease_id: &lease.id.to_string(),
+        });
+        let example = examples
+            .first()
+            .map_or_else(|| Value::Object(Map::new()), |e| e.result.clone());
+        (text, example)
     }
 
     /// Records a result, hands it to the gate and waits up to `wait` for the verdict.

@@ -1,17 +1,20 @@
-//! The text an agent reads when it leases a quest: the task, the input, worked
-//! examples, the facts of its last FAIL with hints, the tries left and how to submit.
+//! The text an agent reads when it leases a quest: the task (a template over the
+//! quest's input), the input, worked examples, the facts of its last FAIL with
+//! hints, the tries left and the exact command that submits.
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::Fact;
-use super::session::PromptConfig;
+use super::session::Example;
 
 /// What the prompt is rendered from.
 #[derive(Debug)]
 pub struct PromptParts<'a> {
-    pub prompt: &'a PromptConfig,
+    /// The task, already rendered for this quest.
+    pub task: &'a str,
+    pub examples: &'a [Example],
     pub key: &'a str,
     pub input: &'a Value,
     pub tries: u32,
@@ -23,34 +26,88 @@ pub struct PromptParts<'a> {
     pub lease_id: &'a str,
 }
 
+/// A task template that cannot be compiled or rendered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("config.prompt.instructions: {0}")]
+pub struct TemplateError(String);
+
+fn environment() -> minijinja::Environment<'static> {
+    let mut env = minijinja::Environment::new();
+    // Prompts are plain text: nothing is HTML-escaped.
+    env.set_auto_escape_callback(|_| minijinja::AutoEscape::None);
+    env
+}
+
+/// Checks that a task template compiles (at scan time, so that `next` never meets a broken one).
+pub fn check_template(template: &str) -> Result<(), TemplateError> {
+    environment()
+        .template_from_str(template)
+        .map(|_| ())
+        .map_err(|e| TemplateError(e.to_string()))
+}
+
+/// Renders a task template. Its variables are the input's columns by name,
+/// `input` (the whole row) and `key` (the quest's key).
+pub fn render_task(template: &str, key: &str, input: &Value) -> Result<String, TemplateError> {
+    let mut context: Map<String, Value> = input.as_object().cloned().unwrap_or_default();
+    context.insert("input".into(), input.clone());
+    context.insert("key".into(), Value::String(key.to_owned()));
+    environment()
+        .render_str(
+            template,
+            minijinja::Value::from(minijinja::value::Serde(&context)),
+        )
+        .map_err(|e| TemplateError(e.to_string()))
+}
+
+/// The exact `quest submit` command for a result shaped like `example`.
+pub fn submit_command(example: Option<&Value>) -> String {
+    match example.and_then(Value::as_object) {
+        Some(fields) if !fields.is_empty() && fields.values().all(|v| v.is_string()) => {
+            let mut command = "quest submit".to_owned();
+            for name in fields.keys() {
+                let _ = write!(command, " --field {name}=<{name}>");
+            }
+            command
+        }
+        Some(fields) if !fields.is_empty() => {
+            format!("quest submit --data '{}'", Value::Object(fields.clone()))
+        }
+        _ => "quest submit --data '{...}'".to_owned(),
+    }
+}
+
 /// Renders the prompt as plain text.
 pub fn render(p: &PromptParts<'_>) -> String {
     let mut out = String::new();
-    let task = p.prompt.instructions.trim();
-    out.push_str("# Task\n");
-    out.push_str(if task.is_empty() {
-        "Produce the result for the input below."
-    } else {
-        task
-    });
-    let _ = write!(out, "\n\n# Input ({})\n{}\n", p.key, pretty(p.input));
-    if !p.prompt.examples.is_empty() {
+    let _ = write!(
+        out,
+        "# Task\n{}\n\n# Input ({})\n{}\n",
+        p.task.trim(),
+        p.key,
+        pretty(p.input)
+    );
+    if !p.examples.is_empty() {
         out.push_str("\n# Examples of correct results\n");
-        for example in &p.prompt.examples {
-            let _ = write!(
-                out,
-                "input:  {}\nresult: {}\n",
-                example.input, example.result
-            );
+        for example in p.examples {
+            if !example.input.is_null() {
+                let _ = writeln!(out, "input:  {}", example.input);
+            }
+            let _ = writeln!(out, "result: {}", example.result);
         }
     }
     if !p.last_facts.is_empty() {
-        out.push_str("\n# Your last submission failed these checks\n");
+        out.push_str("\n# Your last submission failed these checks; fix each one\n");
         for f in p.last_facts {
+            let field = if f.field.is_empty() {
+                String::new()
+            } else {
+                format!(" `{}`", f.field)
+            };
             let _ = writeln!(
                 out,
-                "- {} `{}`: expected {}, found {}. Hint: {}",
-                f.check, f.field, f.expected, f.actual, f.hint
+                "- {}{field}: expected {}, found {}. Hint: {}",
+                f.check, f.expected, f.actual, f.hint
             );
         }
     }
@@ -61,9 +118,11 @@ pub fn render(p: &PromptParts<'_>) -> String {
         );
     }
     let left = p.max_tries.saturating_sub(p.tries);
+    let command = submit_command(p.examples.first().map(|e| &e.result));
     let _ = write!(
         out,
-        "\n# Submit\nTries left: {left} of {}.\nPOST {} with {{\"lease_id\": \"{}\", \"result\": {{...}}}}\n",
+        "\n# Submit\nTries left: {left} of {}. Submit with:\n  {command}\n\
+         (over HTTP: POST {} with {{\"lease_id\": \"{}\", \"result\": {{...}}}})\n",
         p.max_tries, p.submit_url, p.lease_id
     );
     out
@@ -76,17 +135,17 @@ fn pretty(value: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::session::Example;
     use serde_json::json;
 
     fn parts<'a>(
-        prompt: &'a PromptConfig,
+        examples: &'a [Example],
         facts: &'a [Fact],
         repeated: bool,
         input: &'a Value,
     ) -> PromptParts<'a> {
         PromptParts {
-            prompt,
+            task: "Find the contact email of Acme.",
+            examples,
             key: "Acme",
             input,
             tries: 1,
@@ -100,13 +159,10 @@ mod tests {
 
     #[test]
     fn every_part_is_present() {
-        let prompt = PromptConfig {
-            instructions: "Find the contact email.".into(),
-            examples: vec![Example {
-                input: json!({"company": "Foo"}),
-                result: json!({"email": "a@foo.test"}),
-            }],
-        };
+        let examples = [Example {
+            input: json!({"company": "Foo"}),
+            result: json!({"email": "a@foo.test"}),
+        }];
         let facts = [Fact::new(
             "schema",
             "/email",
@@ -115,19 +171,52 @@ mod tests {
             "send a string",
         )];
         let input = json!({"company": "Acme"});
-        let text = render(&parts(&prompt, &facts, false, &input));
+        let text = render(&parts(&examples, &facts, false, &input));
         for needle in [
-            "Find the contact email.",
+            "Find the contact email of Acme.",
             "\"company\": \"Acme\"",
             "{\"email\":\"a@foo.test\"}",
             "schema `/email`: expected a string, found a number. Hint: send a string",
             "Tries left: 2 of 3",
+            "quest submit --field email=<email>",
             "POST /v1/quests/q1/submit",
-            "\"lease_id\": \"l1\"",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in\n{text}");
         }
-        assert!(!text.contains("failed twice"));
-        assert!(render(&parts(&prompt, &facts, true, &input)).contains("failed twice"));
+    }
+
+    #[test]
+    fn the_doom_loop_note_appears_only_when_asked() {
+        let input = json!({});
+        assert!(!render(&parts(&[], &[], false, &input)).contains("failed twice"));
+        assert!(
+            render(&parts(&[], &[], true, &input)).contains("failed twice with the same facts")
+        );
+    }
+
+    #[test]
+    fn task_templates_see_columns_input_and_key() {
+        let input = json!({"company": "Acme & Co", "city": "Seoul"});
+        let text =
+            render_task("{{ company }} in {{ input.city }} ({{ key }})", "K", &input).unwrap();
+        assert_eq!(
+            text, "Acme & Co in Seoul (K)",
+            "no HTML escaping in plain-text prompts"
+        );
+        assert!(check_template("{{ broken").is_err());
+        assert!(check_template("plain text").is_ok());
+    }
+
+    #[test]
+    fn the_submit_command_follows_the_example() {
+        assert_eq!(
+            submit_command(Some(&json!({"site": "s", "email": "e"}))),
+            "quest submit --field site=<site> --field email=<email>"
+        );
+        assert_eq!(
+            submit_command(Some(&json!({"n": 1}))),
+            "quest submit --data '{\"n\":1}'"
+        );
+        assert_eq!(submit_command(None), "quest submit --data '{...}'");
     }
 }

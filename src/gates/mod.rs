@@ -13,7 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::domain::session::GateConfig;
+use crate::domain::session::{Example, GateConfig};
 use crate::domain::{Fact, Verdict};
 
 /// What a gate decided about one submission.
@@ -43,9 +43,24 @@ impl GateOutcome {
     }
 }
 
+/// A gate's default task text and example, used where a session's prompt leaves them out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatePrompt {
+    pub task: String,
+    pub example: Option<Example>,
+}
+
 /// A deterministic checker with a stable name and version.
 #[async_trait]
 pub trait Gate: Send + Sync {
+    /// What an agent is told when the session says nothing.
+    fn default_prompt(&self) -> GatePrompt {
+        GatePrompt {
+            task: "Produce the result for the input below as a JSON object.".into(),
+            example: None,
+        }
+    }
+
     /// The kind name sessions use to pick this gate.
     fn name(&self) -> &'static str;
     /// Changes whenever the gate could decide the same submission differently.

@@ -7,7 +7,8 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{Gate, GateConfigError, GateOutcome};
+use super::{Gate, GateConfigError, GateOutcome, GatePrompt};
+use crate::domain::session::Example;
 use crate::domain::table::cell_as_text;
 use crate::domain::{Fact, Verdict};
 
@@ -126,6 +127,32 @@ impl Rule {
     }
 }
 
+/// An example result for a schema: its own first `examples` entry, else a
+/// skeleton of its declared properties with a placeholder per type.
+fn example_of(schema: &Value) -> Option<Value> {
+    if let Some(example) = schema.get("examples").and_then(|e| e.get(0)) {
+        return Some(example.clone());
+    }
+    let properties = schema.get("properties")?.as_object()?;
+    let skeleton = properties
+        .iter()
+        .map(|(name, property)| {
+            let placeholder = match property.get("type").and_then(Value::as_str) {
+                Some("integer") | Some("number") => Value::from(0),
+                Some("boolean") => Value::Bool(true),
+                Some("array") => Value::Array(Vec::new()),
+                Some("object") => Value::Object(Map::new()),
+                _ => match property.get("enum").and_then(|e| e.get(0)) {
+                    Some(first) => first.clone(),
+                    None => Value::String(format!("<{name}>")),
+                },
+            };
+            (name.clone(), placeholder)
+        })
+        .collect();
+    Some(Value::Object(skeleton))
+}
+
 fn compact(value: &Value, max: usize) -> String {
     let text = value.to_string();
     if text.chars().count() <= max {
@@ -143,6 +170,19 @@ impl Gate for SchemaGate {
 
     fn version(&self) -> &'static str {
         "1"
+    }
+
+    fn default_prompt(&self) -> GatePrompt {
+        let schema = serde_json::to_string_pretty(&self.schema).unwrap_or_default();
+        GatePrompt {
+            task: format!(
+                "Produce the result for the input below as one JSON object that satisfies this JSON Schema:\n{schema}"
+            ),
+            example: example_of(&self.schema).map(|result| Example {
+                input: Value::Null,
+                result,
+            }),
+        }
     }
 
     async fn check(&self, _input: &Value, result: &Value) -> GateOutcome {
@@ -279,6 +319,24 @@ mod tests {
             "review_when[0].pointer"
         );
         assert_eq!(err(json!({"deny": []})).field, "");
+    }
+
+    #[test]
+    fn the_default_prompt_shows_the_schema_and_an_example() {
+        let prompt = contact_gate().default_prompt();
+        assert!(prompt.task.contains("\"required\""), "{}", prompt.task);
+        assert_eq!(
+            prompt.example.unwrap().result,
+            json!({"email": "<email>", "confidence": "high"})
+        );
+        let own = gate(json!({"schema": {"examples": [{"n": 1}]}})).default_prompt();
+        assert_eq!(own.example.unwrap().result, json!({"n": 1}));
+        assert!(
+            gate(json!({"schema": true}))
+                .default_prompt()
+                .example
+                .is_none()
+        );
     }
 
     #[test]

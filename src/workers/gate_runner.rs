@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::domain::receipt::ReceiptParts;
+use crate::domain::session::GateConfig;
 use crate::domain::{Fact, Verdict};
 use crate::gates::{Gate, GateOutcome, GateRegistry};
 use crate::store::{Decided, GateDecision, Store, StoreError};
@@ -67,6 +68,11 @@ impl GateRunner {
             self.enqueue(*id);
         }
         Ok(pending.len())
+    }
+
+    /// The gate of a session, built once and cached.
+    pub fn gate(&self, session_id: Uuid, config: &GateConfig) -> Result<Arc<dyn Gate>, String> {
+        self.inner.gate(session_id, config)
     }
 
     /// Decides one submission: runs its gate and applies the verdict.
@@ -162,11 +168,7 @@ impl Inner {
         self.store.apply_verdict(submission_id, decision).await
     }
 
-    fn gate(
-        &self,
-        session_id: Uuid,
-        config: &crate::domain::session::GateConfig,
-    ) -> Result<Arc<dyn Gate>, String> {
+    fn gate(&self, session_id: Uuid, config: &GateConfig) -> Result<Arc<dyn Gate>, String> {
         let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(gate) = gates.get(&session_id) {
             return Ok(gate.clone());

@@ -1,0 +1,834 @@
+//! The client verbs of the `quest` binary: the agent loop (`next`, `submit`,
+//! `wait`) and the operator verbs (`scan`, `status`, `export`, `review`,
+//! `token`, `agent-prompt`). Each verb parses its arguments, calls the API
+//! through [`client::Client`] and prints; exit statuses are listed in [`EXIT_STATUSES`].
+
+pub mod client;
+pub mod review;
+pub mod state;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use self::client::{CliError, Client, print_json};
+use self::state::{Held, StateFile};
+use crate::api::{
+    CreateTokenRequest, CreatedToken, NextRequest, NextResponse, Session, Status, Submission,
+    SubmitRequest, SubmitResponse, Token,
+};
+use crate::domain::{Fact, Role, State, SubmissionVerdict};
+
+/// Exit statuses an agent loop can branch on.
+pub mod exit {
+    /// `next`: a quest is assigned; `submit`: PASS (also while AI verifiers still look).
+    pub const OK: u8 = 0;
+    /// `submit`: FAIL; fix the facts and submit again.
+    pub const FAIL: u8 = 1;
+    /// `submit`: REVIEW; a person decides.
+    pub const REVIEW: u8 = 2;
+    /// `submit`: DONE; out of tries.
+    pub const DONE: u8 = 3;
+    /// `submit`: PENDING; the gate needs longer (`quest wait` follows it).
+    pub const PENDING: u8 = 4;
+    /// `next`: nothing open now; retry later.
+    pub const WAIT: u8 = 10;
+    /// `next`: the session is finished.
+    pub const FINISHED: u8 = 11;
+}
+
+/// The exit statuses, as `quest help` and the README list them.
+pub const EXIT_STATUSES: &str = "\
+Exit statuses:
+  next:    0 a quest is assigned · 10 nothing open now (retry later) · 11 the session is finished
+  submit:  0 PASS · 1 FAIL (fix and submit again) · 2 REVIEW · 3 DONE (out of tries) · 4 PENDING (`quest wait`)
+  errors:  64 bad arguments or local input · 65 the server refused the request as invalid · 66 unknown id
+           69 server unreachable · 70 server error · 75 lease lost or quest already decided · 77 token missing, bad or lacking the role";
+
+/// Where and as whom a client verb talks to the server.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// The server's URL.
+    #[arg(
+        long,
+        env = "QUEST_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
+    pub url: String,
+    /// Bearer token. Defaults to ./quest-data/admin.token when that file exists.
+    #[arg(long, env = "QUEST_TOKEN", hide_env_values = true, global = true)]
+    pub token: Option<String>,
+    /// Session id. Defaults to the most recent session.
+    #[arg(long, env = "QUEST_SESSION", global = true)]
+    pub session: Option<Uuid>,
+    /// This agent's name, so that many agents can share one token.
+    #[arg(long, env = "QUEST_AGENT", global = true)]
+    pub agent: Option<String>,
+    /// Print the server's JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Where the client remembers leases (default: $XDG_STATE_HOME/quest or ~/.local/state/quest).
+    #[arg(long, env = "QUEST_STATE_DIR", global = true)]
+    pub state_dir: Option<PathBuf>,
+}
+
+/// The client verbs.
+#[derive(Debug, clap::Subcommand)]
+pub enum Verb {
+    /// Lease a quest and print its prompt.
+    Next,
+    /// Submit a result for the leased quest.
+    Submit(SubmitArgs),
+    /// Follow a PENDING submission until it has a verdict.
+    Wait(WaitArgs),
+    /// Progress of every session, with bars.
+    Status(StatusArgs),
+    /// Create a session from a table (CSV, XLSX, JSONL, TXT).
+    Scan(ScanArgs),
+    /// Export the original rows plus result columns.
+    Export(ExportArgs),
+    /// Work the human review queue (interactive without a subcommand).
+    Review(review::ReviewArgs),
+    /// Manage API tokens.
+    #[command(subcommand)]
+    Token(TokenVerb),
+    /// Print the one-paragraph instruction to paste into an agent.
+    AgentPrompt,
+}
+
+/// `quest submit`.
+#[derive(Debug, clap::Args)]
+pub struct SubmitArgs {
+    /// A result field: `name=text`, or `name:=json` for a number, list or object. Repeatable.
+    #[arg(long = "field", value_name = "NAME=VALUE")]
+    pub fields: Vec<String>,
+    /// The whole result as a JSON object.
+    #[arg(long, conflicts_with = "file")]
+    pub data: Option<String>,
+    /// A file holding the result as a JSON object, or `-` for stdin.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Seconds to wait for the verdict before answering PENDING.
+    #[arg(long, default_value_t = 30)]
+    pub wait: u32,
+}
+
+/// `quest wait`.
+#[derive(Debug, clap::Args)]
+pub struct WaitArgs {
+    /// The submission to follow (default: this agent's last one).
+    pub submission: Option<Uuid>,
+    /// Give up after this many seconds (exit 4).
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+}
+
+/// `quest status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Refresh every two seconds until interrupted.
+    #[arg(long)]
+    pub watch: bool,
+}
+
+/// `quest scan`.
+#[derive(Debug, clap::Args)]
+pub struct ScanArgs {
+    /// The table to upload.
+    pub file: PathBuf,
+    /// The column that names each quest.
+    #[arg(long)]
+    pub key: Option<String>,
+    /// The gate kind (e.g. `email`, `schema`).
+    #[arg(long)]
+    pub gate: Option<String>,
+    /// A session config JSON file; the flags override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The session's name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The XLSX sheet to read.
+    #[arg(long)]
+    pub sheet: Option<String>,
+}
+
+/// `quest export`.
+#[derive(Debug, clap::Args)]
+pub struct ExportArgs {
+    /// The file to write; its extension picks the format (.csv, .jsonl, .xlsx).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// `quest token`.
+#[derive(Debug, clap::Subcommand)]
+pub enum TokenVerb {
+    /// Create a token; its secret is printed once.
+    Create {
+        #[arg(long)]
+        role: Role,
+        #[arg(long)]
+        name: String,
+    },
+    /// List tokens.
+    List,
+    /// Revoke a token.
+    Revoke { id: Uuid },
+}
+
+impl clap::ValueEnum for Role {
+    fn value_variants<'a>() -> &'a [Self] {
+        &[Role::Admin, Role::Agent, Role::Reviewer, Role::Viewer]
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        Some(clap::builder::PossibleValue::new(self.as_str()))
+    }
+}
+
+/// A verb's context: the client, the agent's state file and the arguments.
+pub struct Ctx {
+    pub args: ClientArgs,
+    pub client: Client,
+    pub state: StateFile,
+}
+
+impl Ctx {
+    /// Resolves the token and the state file from the arguments.
+    pub fn new(args: ClientArgs) -> Ctx {
+        let token = args.token.clone().or_else(local_admin_token);
+        let client = Client::new(&args.url, token);
+        let dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+        let state = StateFile::new(&dir, client.base(), args.agent.as_deref().unwrap_or(""));
+        Ctx {
+            args,
+            client,
+            state,
+        }
+    }
+
+    /// The session to work on: `--session`, else the most recent (said on stderr).
+    pub async fn session(&self) -> Result<Uuid, CliError> {
+        if let Some(id) = self.args.session {
+            return Ok(id);
+        }
+        let sessions: Vec<Session> = self.client.get("/v1/sessions").await?;
+        let newest = sessions.first().ok_or_else(|| {
+            CliError::Usage(
+                "the server has no session yet: create one with `quest scan FILE`".into(),
+            )
+        })?;
+        eprintln!(
+            "quest: using session {} ({}), the most recent; set QUEST_SESSION to choose",
+            newest.name, newest.id
+        );
+        Ok(newest.id)
+    }
+}
+
+/// The admin token a local server wrote, for a newcomer on the server's machine.
+fn local_admin_token() -> Option<String> {
+    let dir = std::env::var_os("QUEST_DATA_DIR")
+        .map_or_else(|| PathBuf::from("./quest-data"), PathBuf::from);
+    std::fs::read_to_string(dir.join("admin.token"))
+        .ok()
+        .map(|t| t.trim().to_owned())
+        .filter(|t| !t.is_empty())
+}
+
+fn default_state_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(dir).join("quest");
+    }
+    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        Some(home) => PathBuf::from(home).join(".local/state/quest"),
+        None => PathBuf::from(".quest"),
+    }
+}
+
+/// Runs a client verb and returns its exit status.
+pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
+    let ctx = Ctx::new(args);
+    let outcome = match verb {
+        Verb::Next => next(&ctx).await,
+        Verb::Submit(a) => submit(&ctx, a).await,
+        Verb::Wait(a) => wait(&ctx, a).await,
+        Verb::Status(a) => status(&ctx, a).await,
+        Verb::Scan(a) => scan(&ctx, a).await,
+        Verb::Export(a) => export(&ctx, a).await,
+        Verb::Review(a) => review::run(&ctx, a).await,
+        Verb::Token(t) => token(&ctx, t).await,
+        Verb::AgentPrompt => agent_prompt(&ctx).await,
+    };
+    match outcome {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => e.report(),
+    }
+}
+
+async fn next(ctx: &Ctx) -> Result<u8, CliError> {
+    let session = ctx.session().await?;
+    let request = NextRequest {
+        agent: ctx.args.agent.clone(),
+    };
+    let (_, answer): (_, NextResponse) = ctx
+        .client
+        .post(&format!("/v1/sessions/{session}/next"), &request)
+        .await?;
+    if ctx.args.json {
+        print_json(&answer);
+    }
+    Ok(match answer {
+        NextResponse::Assigned {
+            quest,
+            lease,
+            prompt,
+            ..
+        } => {
+            let held = Held {
+                session_id: Some(session),
+                quest_id: Some(quest.id),
+                lease_id: Some(lease.id),
+                key: Some(quest.key),
+                submission_id: None,
+            };
+            ctx.state
+                .save(&held)
+                .map_err(|e| CliError::Usage(format!("cannot write the state file: {e}")))?;
+            if !ctx.args.json {
+                println!("{prompt}");
+            }
+            exit::OK
+        }
+        NextResponse::Wait {
+            retry_after_seconds,
+        } => {
+            if !ctx.args.json {
+                println!(
+                    "Nothing is open right now; other agents hold the remaining quests. Run `quest next` again in {retry_after_seconds} s."
+                );
+            }
+            exit::WAIT
+        }
+        NextResponse::Finished => {
+            if !ctx.args.json {
+                println!("The session is finished: every quest is decided. Stop here.");
+            }
+            exit::FINISHED
+        }
+    })
+}
+
+/// Builds the result object from `--field`, `--data` or `--file`.
+fn result_of(args: &SubmitArgs) -> Result<Map<String, Value>, CliError> {
+    let usage = |m: String| CliError::Usage(m);
+    let mut result = match (&args.data, &args.file) {
+        (Some(data), _) => parse_object(data, "--data")?,
+        (None, Some(path)) if path == Path::new("-") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| usage(format!("cannot read stdin: {e}")))?;
+            parse_object(&text, "stdin")?
+        }
+        (None, Some(path)) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
+            parse_object(&text, &path.display().to_string())?
+        }
+        (None, None) => Map::new(),
+    };
+    for field in &args.fields {
+        let (name, value) = if let Some((name, json)) = field.split_once(":=") {
+            let value = serde_json::from_str(json).map_err(|e| {
+                usage(format!(
+                    "--field {field}: the value after `:=` must be JSON ({e})"
+                ))
+            })?;
+            (name, value)
+        } else if let Some((name, text)) = field.split_once('=') {
+            (name, Value::String(text.to_owned()))
+        } else {
+            return Err(usage(format!(
+                "--field {field}: write NAME=VALUE (or NAME:=JSON)"
+            )));
+        };
+        if name.is_empty() {
+            return Err(usage(format!("--field {field}: the field needs a name")));
+        }
+        result.insert(name.to_owned(), value);
+    }
+    if result.is_empty() {
+        return Err(usage(
+            "give the result with --field NAME=VALUE, --data '{...}' or --file FILE".into(),
+        ));
+    }
+    Ok(result)
+}
+
+fn parse_object(text: &str, source: &str) -> Result<Map<String, Value>, CliError> {
+    match serde_json::from_str(text) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(_) => Err(CliError::Usage(format!(
+            "{source}: the result must be a JSON object"
+        ))),
+        Err(e) => Err(CliError::Usage(format!("{source}: not valid JSON ({e})"))),
+    }
+}
+
+async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<u8, CliError> {
+    let result = result_of(&args)?;
+    let mut held = ctx.state.load();
+    let (Some(quest), Some(lease)) = (held.quest_id, held.lease_id) else {
+        return Err(CliError::Usage(
+            "no quest is leased by this agent: run `quest next` first".into(),
+        ));
+    };
+    let path = format!("/v1/quests/{quest}/submit?wait={}", args.wait);
+    let (_, answer): (_, SubmitResponse) = ctx
+        .client
+        .post(
+            &path,
+            &SubmitRequest {
+                lease_id: lease,
+                result,
+            },
+        )
+        .await?;
+    held.submission_id = Some(answer.submission_id);
+    if answer.state != State::Todo || answer.phase == Some(crate::domain::Phase::Verifying) {
+        held.quest_id = None;
+        held.lease_id = None;
+    }
+    ctx.state
+        .save(&held)
+        .map_err(|e| CliError::Usage(format!("cannot write the state file: {e}")))?;
+    if ctx.args.json {
+        print_json(&answer);
+    } else {
+        print_verdict(
+            answer.verdict,
+            answer.state,
+            Some(answer.max_tries.saturating_sub(answer.tries)),
+            &answer.facts,
+        );
+        if answer.verdict == SubmissionVerdict::Pending {
+            println!(
+                "Run `quest wait` to follow submission {}.",
+                answer.submission_id
+            );
+        } else {
+            println!("{} quests remain in this session.", answer.remaining);
+        }
+    }
+    Ok(verdict_status(answer.verdict, answer.state))
+}
+
+/// The exit status for a verdict and the quest's state after it.
+pub fn verdict_status(verdict: SubmissionVerdict, state: State) -> u8 {
+    match (verdict, state) {
+        (SubmissionVerdict::Pending, _) => exit::PENDING,
+        (SubmissionVerdict::Pass, _) => exit::OK,
+        (SubmissionVerdict::Review, _) => exit::REVIEW,
+        (SubmissionVerdict::Fail, State::Done) => exit::DONE,
+        (SubmissionVerdict::Fail, _) => exit::FAIL,
+    }
+}
+
+fn print_verdict(
+    verdict: SubmissionVerdict,
+    state: State,
+    tries_left: Option<u32>,
+    facts: &[Fact],
+) {
+    match (verdict, state) {
+        (SubmissionVerdict::Pass, State::Pass) => {
+            println!("PASS: the quest is accepted and locked. Run `quest next`.")
+        }
+        (SubmissionVerdict::Pass, _) => {
+            println!(
+                "PASS: the gate accepted it; AI verifiers take a last look. The quest is no longer yours: run `quest next`."
+            )
+        }
+        (SubmissionVerdict::Review, _) => {
+            println!("REVIEW: a person will decide this quest. Run `quest next`.")
+        }
+        (SubmissionVerdict::Fail, State::Done) => {
+            println!("DONE: out of tries; the quest is closed. Run `quest next`.")
+        }
+        (SubmissionVerdict::Fail, _) => {
+            let left = tries_left
+                .map(|n| format!(" {n} tries left."))
+                .unwrap_or_default();
+            println!("FAIL:{left} Fix each fact below, then `quest submit` again:")
+        }
+        (SubmissionVerdict::Pending, _) => println!("PENDING: the gate needs longer to decide."),
+    }
+    for f in facts {
+        let field = if f.field.is_empty() {
+            String::new()
+        } else {
+            format!(" {}", f.field)
+        };
+        println!(
+            "  - {}{field}: expected {}, found {}\n    hint: {}",
+            f.check, f.expected, f.actual, f.hint
+        );
+    }
+}
+
+async fn wait(ctx: &Ctx, args: WaitArgs) -> Result<u8, CliError> {
+    let mut held = ctx.state.load();
+    let id = args
+        .submission
+        .or(held.submission_id)
+        .ok_or_else(|| CliError::Usage("no submission to follow: pass its id".into()))?;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
+    let submission: Submission = loop {
+        let s: Submission = ctx.client.get(&format!("/v1/submissions/{id}")).await?;
+        if s.verdict != SubmissionVerdict::Pending || tokio::time::Instant::now() >= deadline {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    };
+    let state = submission.state_after.unwrap_or(State::Todo);
+    if submission.verdict != SubmissionVerdict::Pending
+        && state != State::Todo
+        && held.submission_id == Some(id)
+    {
+        held.quest_id = None;
+        held.lease_id = None;
+        let _ = ctx.state.save(&held);
+    }
+    if ctx.args.json {
+        print_json(&submission);
+    } else {
+        print_verdict(submission.verdict, state, None, &submission.facts);
+    }
+    Ok(verdict_status(submission.verdict, state))
+}
+
+/// A text progress bar of `width` cells: PASS `#`, REVIEW `?`, DONE `x`, remaining `.`.
+pub fn bar(s: &Status, width: usize) -> String {
+    let total = s.total.max(1) as f64;
+    let cells = |n: u64| ((n as f64 / total) * width as f64).round() as usize;
+    let (pass, review, done) = (cells(s.pass), cells(s.review), cells(s.done));
+    let used = (pass + review + done).min(width);
+    format!(
+        "[{}{}{}{}]",
+        "#".repeat(pass),
+        "?".repeat(review),
+        "x".repeat(done),
+        ".".repeat(width - used)
+    )
+}
+
+async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, CliError> {
+    loop {
+        let sessions: Vec<Session> = ctx.client.get("/v1/sessions").await?;
+        if ctx.args.json {
+            print_json(&sessions.iter().map(|s| s.status).collect::<Vec<_>>());
+        } else {
+            if args.watch {
+                print!("\x1b[2J\x1b[H");
+            }
+            println!("{}", status_table(&sessions));
+        }
+        if !args.watch {
+            return Ok(exit::OK);
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// The status table: one line per session.
+pub fn status_table(sessions: &[Session]) -> String {
+    let mut out = format!(
+        "{:<24} {:<36} {:<32} {:>6} {:>6} {:>6} {:>6} {:>6}  {}\n",
+        "SESSION",
+        "ID",
+        "PROGRESS (# pass ? review x done)",
+        "TOTAL",
+        "PASS",
+        "REVIEW",
+        "DONE",
+        "LEFT",
+        "RATE/ETA"
+    );
+    for s in sessions {
+        let st = &s.status;
+        let eta = st
+            .eta_seconds
+            .map_or_else(|| "-".to_owned(), |e| format!("{}m{:02}s", e / 60, e % 60));
+        let name: String = s.name.chars().take(24).collect();
+        out.push_str(&format!(
+            "{name:<24} {:<36} {:<32} {:>6} {:>6} {:>6} {:>6} {:>6}  {:.1}/min, eta {eta}\n",
+            s.id,
+            bar(st, 30),
+            st.total,
+            st.pass,
+            st.review,
+            st.done,
+            st.remaining,
+            st.rate_per_minute
+        ));
+    }
+    if sessions.is_empty() {
+        out.push_str(
+            "(no sessions yet: create one with `quest scan FILE --key COLUMN --gate KIND`)\n",
+        );
+    }
+    out
+}
+
+async fn scan(ctx: &Ctx, args: ScanArgs) -> Result<u8, CliError> {
+    let usage = |m: String| CliError::Usage(m);
+    let mut config: Value = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
+            Value::Object(parse_object(&text, &path.display().to_string())?)
+        }
+        None => Value::Object(Map::new()),
+    };
+    if let Some(key) = &args.key {
+        config["key_column"] = Value::String(key.clone());
+    }
+    if let Some(name) = &args.name {
+        config["name"] = Value::String(name.clone());
+    }
+    if let Some(sheet) = &args.sheet {
+        config["sheet"] = Value::String(sheet.clone());
+    }
+    if let Some(kind) = &args.gate {
+        if !config["gate"].is_object() {
+            config["gate"] = Value::Object(Map::new());
+        }
+        config["gate"]["kind"] = Value::String(kind.clone());
+    }
+    if !config["gate"].is_object() {
+        return Err(usage(
+            "name a gate with --gate KIND (or a `gate` in --config)".into(),
+        ));
+    }
+    let bytes = std::fs::read(&args.file)
+        .map_err(|e| usage(format!("cannot read {}: {e}", args.file.display())))?;
+    let file_name = args
+        .file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "upload".into());
+    let total = bytes.len() as u64;
+    let progress = indicatif::ProgressBar::new(total).with_style(
+        indicatif::ProgressStyle::with_template("uploading {bar:40} {bytes}/{total_bytes}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    if total < 1024 * 1024 {
+        progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        bytes.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
+    let counted = {
+        let progress = progress.clone();
+        futures_util::StreamExt::map(futures_util::stream::iter(chunks), move |chunk| {
+            if let Ok(c) = &chunk {
+                progress.inc(c.len() as u64);
+            }
+            chunk
+        })
+    };
+    let part =
+        reqwest::multipart::Part::stream_with_length(reqwest::Body::wrap_stream(counted), total)
+            .file_name(file_name);
+    let form = reqwest::multipart::Form::new()
+        .part("file", part)
+        .text("config", config.to_string());
+    let session: Session = ctx.client.post_form("/v1/sessions", form).await?;
+    progress.finish_and_clear();
+    if ctx.args.json {
+        print_json(&session);
+    } else {
+        println!(
+            "Created session {} ({}): {} quests, key column `{}`, gate `{}`.\nAgents start with: QUEST_SESSION={} quest next",
+            session.name,
+            session.id,
+            session.status.total,
+            session.key_column,
+            session.config.gate.kind,
+            session.id
+        );
+    }
+    Ok(exit::OK)
+}
+
+async fn export(ctx: &Ctx, args: ExportArgs) -> Result<u8, CliError> {
+    let ext = args
+        .output
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    if !["csv", "jsonl", "xlsx"].contains(&ext.as_str()) {
+        return Err(CliError::Usage(format!(
+            "{}: name the output .csv, .jsonl or .xlsx to pick the format",
+            args.output.display()
+        )));
+    }
+    let session = ctx.session().await?;
+    let mut response = ctx
+        .client
+        .download(&format!("/v1/sessions/{session}/export?format={ext}"))
+        .await?;
+    let io =
+        |e: std::io::Error| CliError::Usage(format!("cannot write {}: {e}", args.output.display()));
+    let mut file = std::fs::File::create(&args.output).map_err(io)?;
+    let mut written = 0u64;
+    while let Some(chunk) = response
+        .chunk()
+        .await
+        .map_err(|e| CliError::Garbled(e.to_string()))?
+    {
+        std::io::Write::write_all(&mut file, &chunk).map_err(io)?;
+        written += chunk.len() as u64;
+    }
+    eprintln!("quest: wrote {written} bytes to {}", args.output.display());
+    Ok(exit::OK)
+}
+
+async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
+    match verb {
+        TokenVerb::Create { role, name } => {
+            let (_, created): (_, CreatedToken) = ctx
+                .client
+                .post("/v1/tokens", &CreateTokenRequest { name, role })
+                .await?;
+            if ctx.args.json {
+                print_json(&created);
+            } else {
+                eprintln!(
+                    "quest: token `{}` ({}) created; its secret is shown this once:",
+                    created.token.name, created.token.role
+                );
+                println!("{}", created.secret);
+            }
+        }
+        TokenVerb::List => {
+            let tokens: Vec<Token> = ctx.client.get("/v1/tokens").await?;
+            if ctx.args.json {
+                print_json(&tokens);
+            } else {
+                println!("{:<36} {:<9} {:<24} {}", "ID", "ROLE", "NAME", "STATE");
+                for t in tokens {
+                    let state = t
+                        .revoked_at
+                        .map_or_else(|| "active".to_owned(), |at| format!("revoked {at}"));
+                    println!("{:<36} {:<9} {:<24} {state}", t.id, t.role.as_str(), t.name);
+                }
+            }
+        }
+        TokenVerb::Revoke { id } => {
+            let token: Token = ctx.client.delete(&format!("/v1/tokens/{id}")).await?;
+            if ctx.args.json {
+                print_json(&token);
+            } else {
+                println!("Revoked token `{}` ({}).", token.name, token.id);
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+/// The instruction for an agent, for one session.
+pub fn agent_instruction(url: &str, session: Uuid) -> String {
+    format!(
+        "You work through the quests of a quest session. Set up once:\n\
+         \n  export QUEST_URL={url} QUEST_SESSION={session} QUEST_TOKEN=<your agent token> QUEST_AGENT=<a name for you>\n\
+         \nThen: run `quest next`, do what the prompt says, `quest submit` the result, and repeat until \
+         `quest next` says the session is finished.\n\
+         \n- `quest next` exits 0 with a quest's prompt, 10 when nothing is open yet (wait the seconds it says, then \
+         run it again), 11 when the session is finished (stop).\n\
+         - `quest submit --field NAME=VALUE ...` exits 0 on PASS, 1 on FAIL (read every fact and hint, fix the \
+         result, submit again), 2 on REVIEW and 3 on DONE (both: move on with `quest next`), 4 on PENDING (run `quest wait`).\n\
+         - Never claim a quest is done yourself: only the gate's PASS counts. Submit what you found, not what you guess.\n"
+    )
+}
+
+async fn agent_prompt(ctx: &Ctx) -> Result<u8, CliError> {
+    let session = ctx.session().await?;
+    print!("{}", agent_instruction(ctx.client.base(), session));
+    Ok(exit::OK)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(fields: &[&str], data: Option<&str>) -> SubmitArgs {
+        SubmitArgs {
+            fields: fields.iter().map(|f| f.to_string()).collect(),
+            data: data.map(String::from),
+            file: None,
+            wait: 30,
+        }
+    }
+
+    #[test]
+    fn fields_build_the_result_and_bad_ones_say_how_to_fix_them() {
+        let r = result_of(&args(&["email=a@b.test", "n:=3", "tags:=[\"x\"]"], None)).unwrap();
+        assert_eq!(
+            Value::Object(r),
+            serde_json::json!({"email": "a@b.test", "n": 3, "tags": ["x"]})
+        );
+        let merged = result_of(&args(&["b=2"], Some("{\"a\": 1}"))).unwrap();
+        assert_eq!(Value::Object(merged), serde_json::json!({"a": 1, "b": "2"}));
+        for bad in [
+            args(&["novalue"], None),
+            args(&["=x"], None),
+            args(&["n:=nope"], None),
+            args(&[], Some("[1]")),
+            args(&[], None),
+        ] {
+            assert!(matches!(result_of(&bad), Err(CliError::Usage(_))));
+        }
+    }
+
+    #[test]
+    fn verdicts_map_to_the_documented_exit_statuses() {
+        use SubmissionVerdict::*;
+        assert_eq!(verdict_status(Pass, State::Pass), 0);
+        assert_eq!(
+            verdict_status(Pass, State::Todo),
+            0,
+            "PASS while AI verifiers still look"
+        );
+        assert_eq!(verdict_status(Fail, State::Todo), 1);
+        assert_eq!(verdict_status(Review, State::Review), 2);
+        assert_eq!(verdict_status(Fail, State::Done), 3);
+        assert_eq!(verdict_status(Pending, State::Todo), 4);
+    }
+
+    #[test]
+    fn bars_show_each_terminal_state() {
+        let s = Status {
+            session_id: Uuid::nil(),
+            total: 10,
+            remaining: 4,
+            open: 4,
+            leased: 0,
+            checking: 0,
+            verifying: 0,
+            pass: 4,
+            review: 1,
+            done: 1,
+            submissions: 9,
+            agents_active: 0,
+            rate_per_minute: 0.0,
+            eta_seconds: None,
+        };
+        assert_eq!(bar(&s, 10), "[####?x....]");
+    }
+}
