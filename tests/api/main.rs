@@ -2,6 +2,7 @@
 
 mod auth;
 mod bad_input;
+mod cli;
 mod concurrency;
 mod helpers;
 mod lifecycle;

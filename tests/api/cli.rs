@@ -1,0 +1,405 @@
+//! The `quest` binary driven as a subprocess against a real server on a random
+//! port: every exit status, the state file, `--json` shapes and the error cases.
+
+use std::process::Stdio;
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+use tokio::io::AsyncWriteExt;
+
+use crate::helpers::*;
+
+/// One agent's shell: the binary with its environment.
+struct Shell {
+    url: String,
+    token: String,
+    session: Option<String>,
+    agent: String,
+    state: TempDir,
+}
+
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
+    }
+}
+
+impl Shell {
+    fn new(app: &TestApp, token: &str, session: Option<&str>, agent: &str) -> Shell {
+        Shell {
+            url: app.base.clone(),
+            token: token.to_owned(),
+            session: session.map(String::from),
+            agent: agent.to_owned(),
+            state: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    async fn run_with_input(&self, args: &[&str], input: &str) -> Run {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quest"));
+        command
+            .args(args)
+            .env_clear()
+            .env("QUEST_URL", &self.url)
+            .env("QUEST_TOKEN", &self.token)
+            .env("QUEST_AGENT", &self.agent)
+            .env("QUEST_STATE_DIR", self.state.path())
+            .env("QUEST_DATA_DIR", self.state.path().join("no-data-dir"))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(session) = &self.session {
+            command.env("QUEST_SESSION", session);
+        }
+        let mut child = command.spawn().expect("the quest binary runs");
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).await.unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().await.unwrap();
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    async fn run(&self, args: &[&str]) -> Run {
+        self.run_with_input(args, "").await
+    }
+}
+
+#[track_caller]
+fn exits(run: &Run, code: i32) {
+    assert_eq!(
+        run.code, code,
+        "stdout: {}\nstderr: {}",
+        run.stdout, run.stderr
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_loop_exits_with_a_status_for_every_outcome() {
+    let app = spawn_app().await;
+    let token = app.token("agent", "bots").await;
+    let session = app.scan(contact_config(2), companies(4)).await;
+    let bot = Shell::new(&app, &token, Some(&session), "bot-1");
+
+    let next = bot.run(&["next"]).await;
+    exits(&next, 0);
+    assert!(
+        next.stdout.contains("Find the contact email") && next.stdout.contains("Company 0000"),
+        "{}",
+        next.stdout
+    );
+    assert!(
+        next.stdout.contains("quest submit --field email=<email>"),
+        "{}",
+        next.stdout
+    );
+
+    let fail = bot.run(&["submit", "--field", "email=nope"]).await;
+    exits(&fail, 1);
+    assert!(
+        fail.stdout.contains("FAIL") && fail.stdout.contains("hint:"),
+        "{}",
+        fail.stdout
+    );
+    let done = bot.run(&["submit", "--field", "email=still-nope"]).await;
+    exits(&done, 3);
+    assert!(
+        bot.run(&["submit", "--field", "email=a@b.test"])
+            .await
+            .stderr
+            .contains("quest next"),
+        "the lease is forgotten after DONE"
+    );
+
+    exits(&bot.run(&["next"]).await, 0);
+    exits(
+        &bot.run(&[
+            "submit",
+            "--data",
+            r#"{"email": "a@b.test", "confidence": "low"}"#,
+        ])
+        .await,
+        2,
+    );
+
+    exits(&bot.run(&["next"]).await, 0);
+    let result = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(result.path(), r#"{"email": "c@d.test"}"#).unwrap();
+    exits(
+        &bot.run(&["submit", "--file", result.path().to_str().unwrap()])
+            .await,
+        0,
+    );
+
+    exits(&bot.run(&["next"]).await, 0);
+    let pending = bot.run(&["submit", "--wait", "0", "--json"]).await;
+    exits(&pending, 64);
+    let pending = bot
+        .run_with_input(
+            &["submit", "--wait", "0", "--file", "-"],
+            r#"{"email": "e@f.test"}"#,
+        )
+        .await;
+    exits(&pending, 4);
+    assert!(pending.stdout.contains("quest wait"), "{}", pending.stdout);
+    exits(&bot.run(&["wait"]).await, 0);
+
+    let finished = bot.run(&["next"]).await;
+    exits(&finished, 11);
+    assert!(finished.stdout.contains("finished"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn next_says_wait_while_others_hold_the_last_quest() {
+    let app = spawn_app().await;
+    let token = app.token("agent", "bots").await;
+    let session = app.scan(contact_config(3), companies(1)).await;
+    let one = Shell::new(&app, &token, Some(&session), "one");
+    let two = Shell::new(&app, &token, Some(&session), "two");
+    exits(&one.run(&["next"]).await, 0);
+    let wait = two.run(&["next"]).await;
+    exits(&wait, 10);
+    assert!(wait.stdout.contains("again in"), "{}", wait.stdout);
+    let again = one.run(&["next", "--json"]).await;
+    exits(&again, 0);
+    assert_eq!(
+        again.json()["status"],
+        "assigned",
+        "the held quest is returned again"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_output_is_the_servers_json() {
+    let app = spawn_app().await;
+    let token = app.token("agent", "bots").await;
+    let session = app.scan(contact_config(3), companies(1)).await;
+    let bot = Shell::new(&app, &token, Some(&session), "bot");
+    let next = bot.run(&["next", "--json"]).await;
+    exits(&next, 0);
+    let body = next.json();
+    assert_eq!(body["status"], "assigned");
+    for key in ["quest", "lease", "prompt", "submit"] {
+        assert!(body.get(key).is_some(), "missing {key}: {body}");
+    }
+    let submit = bot
+        .run(&["submit", "--json", "--field", "email=a@b.test"])
+        .await;
+    exits(&submit, 0);
+    let body = submit.json();
+    assert_eq!(
+        (body["verdict"].as_str(), body["state"].as_str()),
+        (Some("PASS"), Some("PASS"))
+    );
+    assert!(body["submission_id"].is_string() && body["remaining"] == 0);
+    let finished = bot.run(&["next", "--json"]).await;
+    exits(&finished, 11);
+    assert_eq!(finished.json(), json!({"status": "finished"}));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_one_line_with_their_own_exit_status() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bots").await;
+    let viewer = app.token("viewer", "eyes").await;
+    let session = app.scan(contact_config(3), companies(2)).await;
+
+    let mut down = Shell::new(&app, &agent, Some(&session), "bot");
+    down.url = "http://127.0.0.1:9".into();
+    let run = down.run(&["next"]).await;
+    exits(&run, 69);
+    assert!(
+        run.stderr.contains("quest serve") && run.stderr.contains("QUEST_URL"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        run.stderr.trim().lines().count(),
+        1,
+        "one line: {}",
+        run.stderr
+    );
+
+    let run = Shell::new(&app, "qst_wrong", Some(&session), "bot")
+        .run(&["next"])
+        .await;
+    exits(&run, 77);
+    assert!(run.stderr.contains("QUEST_TOKEN"), "{}", run.stderr);
+
+    let run = Shell::new(&app, &viewer, Some(&session), "bot")
+        .run(&["next"])
+        .await;
+    exits(&run, 77);
+    assert!(
+        run.stderr.contains("agent"),
+        "says which role is needed: {}",
+        run.stderr
+    );
+
+    let bot = Shell::new(&app, &agent, Some(&session), "bot");
+    exits(&bot.run(&["submit", "--field", "email=a@b.test"]).await, 64);
+    exits(&bot.run(&["next"]).await, 0);
+    app.clock.advance(chrono::Duration::seconds(301));
+    exits(
+        &Shell::new(&app, &agent, Some(&session), "thief")
+            .run(&["next"])
+            .await,
+        0,
+    );
+    let lost = bot.run(&["submit", "--field", "email=a@b.test"]).await;
+    exits(&lost, 75);
+    assert!(lost.stderr.contains("quest next"), "{}", lost.stderr);
+
+    exits(&bot.run(&["submit", "--field", "broken"]).await, 64);
+    exits(&bot.run(&["no-such-verb"]).await, 64);
+    let help = bot.run(&["--help"]).await;
+    exits(&help, 0);
+    assert!(
+        help.stdout.contains("Exit statuses") && help.stdout.contains("75"),
+        "{}",
+        help.stdout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operators_scan_watch_review_export_and_manage_tokens() {
+    let app = spawn_app().await;
+    let admin = Shell::new(&app, &app.admin, None, "ops");
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("firms.csv");
+    std::fs::write(&table, "firm,city\nAcme,Seoul\nBeta,Busan\nGamma,Daegu\n").unwrap();
+    let config = dir.path().join("session.json");
+    let mut session_config = contact_config(3);
+    session_config["gate"]["kind"] = json!("not-this-one");
+    std::fs::write(&config, session_config.to_string()).unwrap();
+
+    let scan = admin
+        .run(&[
+            "scan",
+            table.to_str().unwrap(),
+            "--key",
+            "firm",
+            "--gate",
+            "schema",
+            "--config",
+            config.to_str().unwrap(),
+            "--name",
+            "firms",
+        ])
+        .await;
+    exits(&scan, 0);
+    assert!(scan.stdout.contains("3 quests"), "{}", scan.stdout);
+    let bad = admin
+        .run(&[
+            "scan",
+            table.to_str().unwrap(),
+            "--key",
+            "nope",
+            "--gate",
+            "schema",
+            "--config",
+            config.to_str().unwrap(),
+        ])
+        .await;
+    exits(&bad, 65);
+    assert!(bad.stderr.contains("nope"), "{}", bad.stderr);
+
+    let created = admin
+        .run(&["token", "create", "--role", "agent", "--name", "cli-bot"])
+        .await;
+    exits(&created, 0);
+    let secret = created.stdout.trim().to_owned();
+    assert!(secret.starts_with("qst_"));
+    let bot = Shell::new(&app, &secret, None, "b");
+    for result in [
+        r#"{"email": "a@acme.test", "confidence": "low"}"#,
+        r#"{"email": "b@beta.test", "confidence": "low"}"#,
+    ] {
+        let next = bot.run(&["next"]).await;
+        exits(&next, 0);
+        assert!(
+            next.stderr.contains("most recent"),
+            "the default session is said on stderr: {}",
+            next.stderr
+        );
+        exits(&bot.run(&["submit", "--data", result]).await, 2);
+    }
+
+    let list = admin.run(&["review", "list", "--json"]).await;
+    exits(&list, 0);
+    let queue = list.json();
+    assert_eq!(queue.as_array().unwrap().len(), 2);
+    let first = queue[0]["id"].as_str().unwrap().to_owned();
+    exits(
+        &admin
+            .run(&["review", "approve", &first, "--note", "ok"])
+            .await,
+        0,
+    );
+    exits(&admin.run(&["review", "approve", &first]).await, 75);
+    let interactive = admin
+        .run_with_input(&["review"], "r\nwrong company\n")
+        .await;
+    exits(&interactive, 0);
+    assert!(
+        interactive.stdout.contains("rejected 1"),
+        "{}",
+        interactive.stdout
+    );
+
+    let status = admin.run(&["status"]).await;
+    exits(&status, 0);
+    assert!(
+        status.stdout.contains("firms") && status.stdout.contains('#'),
+        "{}",
+        status.stdout
+    );
+
+    let out = dir.path().join("firms.result.csv");
+    exits(
+        &admin.run(&["export", "-o", out.to_str().unwrap()]).await,
+        0,
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.starts_with("firm,city,quest_state"), "{text}");
+    assert!(text.contains("Acme,Seoul,PASS,reviewer:admin"), "{text}");
+    exits(
+        &admin
+            .run(&["export", "-o", dir.path().join("x.pdf").to_str().unwrap()])
+            .await,
+        64,
+    );
+
+    let tokens = admin.run(&["token", "list", "--json"]).await;
+    exits(&tokens, 0);
+    let id = tokens
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "cli-bot")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    exits(&admin.run(&["token", "revoke", &id]).await, 0);
+    exits(&bot.run(&["next"]).await, 77);
+
+    let prompt = admin.run(&["agent-prompt"]).await;
+    exits(&prompt, 0);
+    assert!(
+        prompt.stdout.contains("quest next") && prompt.stdout.contains("QUEST_SESSION="),
+        "{}",
+        prompt.stdout
+    );
+}
