@@ -94,7 +94,7 @@ CREATE TABLE submissions (
     decided_at  TEXT
 );
 
-CREATE INDEX submissions_quest ON submissions (quest_id, created_at);
+CREATE INDEX submissions_quest ON submissions (quest_id, created_at, id);
 CREATE INDEX submissions_lease_hash ON submissions (lease_id, result_hash);
 CREATE INDEX submissions_pending ON submissions (created_at) WHERE verdict = 'PENDING';
 CREATE INDEX submissions_session_decided ON submissions (session_id, decided_at);

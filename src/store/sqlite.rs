@@ -435,8 +435,9 @@ impl WriteCtx {
 /// ends its quest in DONE once `max_lapses` is reached.
 async fn sweep(ctx: &mut WriteCtx, session: Option<Uuid>) -> Result<u64, StoreError> {
     let rows = sqlx::query(
-        "SELECT q.*, s.max_lapses FROM leases l
-         JOIN quests q ON q.lease_id = l.id AND q.phase = 'leased'
+        // Driven by the partial index of live leases by expiry; quests by primary key.
+        "SELECT q.*, s.max_lapses FROM leases l INDEXED BY leases_live_by_expiry
+         JOIN quests q ON q.id = l.quest_id AND q.lease_id = l.id AND q.phase = 'leased'
          JOIN sessions s ON s.id = q.session_id
          WHERE l.ended_at IS NULL AND l.expires_at <= ?1 AND (?2 IS NULL OR l.session_id = ?2)",
     )
