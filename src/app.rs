@@ -15,13 +15,15 @@ use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::domain::{Clock, Role, SystemClock};
+use crate::domain::{Clock, Role, SystemClock, token_hash};
 use crate::gates::GateRegistry;
-use crate::http::extract::token_hash;
 use crate::http::{self, AppState};
 use crate::service::{Service, new_secret};
 use crate::store::{SqliteStore, Store};
 use crate::workers::{GateRunner, sweeper};
+
+/// How long open requests may take to finish after the shutdown signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// A built server, bound and ready to run.
 pub struct App {
@@ -98,10 +100,15 @@ impl App {
             shutdown.clone(),
         ));
 
-        let service = Arc::new(Service::new(store.clone(), registry, runner, events));
+        let service = Arc::new(Service::new(
+            store,
+            registry,
+            runner,
+            events,
+            shutdown.clone(),
+        ));
         let router = http::router(AppState {
             service,
-            store,
             metrics: metrics_handle(),
         });
         let listener = TcpListener::bind(config.bind)
@@ -134,9 +141,24 @@ impl App {
     ) -> anyhow::Result<()> {
         let shutdown = self.shutdown.clone();
         tracing::info!(address = %self.local_addr(), "quest is listening");
-        let result = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(signal)
-            .await;
+        // On the signal, stop the workers and end waits and event streams at once,
+        // then give open requests a bounded time to finish.
+        let stop = shutdown.clone();
+        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+            signal.await;
+            stop.cancel();
+        });
+        let deadline = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        };
+        let result = tokio::select! {
+            result = serve => result,
+            _ = deadline => {
+                tracing::warn!("requests still open {} s after the shutdown signal; closing them", SHUTDOWN_GRACE.as_secs());
+                Ok(())
+            }
+        };
         shutdown.cancel();
         result.context("the server failed")
     }

@@ -53,6 +53,8 @@ pub struct Plan {
     pub session_id: Uuid,
     pub columns: Vec<String>,
     pub result_fields: Vec<String>,
+    /// Every column name, unique: original columns as they are, then the added ones.
+    header: Vec<String>,
 }
 
 impl Plan {
@@ -60,20 +62,46 @@ impl Plan {
     pub async fn new(store: &dyn Store, session_id: Uuid) -> Result<Plan, StoreError> {
         let session = store.get_session(session_id).await?;
         let result_fields = store.result_fields(session_id).await?;
-        Ok(Plan {
+        Ok(Plan::with_columns(
             session_id,
-            columns: session.columns,
+            session.columns,
             result_fields,
-        })
+        ))
+    }
+
+    /// A plan for these original columns and result fields.
+    pub fn with_columns(
+        session_id: Uuid,
+        columns: Vec<String>,
+        result_fields: Vec<String>,
+    ) -> Plan {
+        let mut added: Vec<String> = ["quest_state", "quest_decided_by", "quest_tries"]
+            .map(String::from)
+            .to_vec();
+        added.extend(result_fields.iter().map(|f| format!("result_{f}")));
+        added.extend(["quest_facts", "quest_receipt"].map(String::from));
+        // An added column never hides an original one: a clash gets a numbered suffix.
+        let mut header = columns.clone();
+        for name in added {
+            let mut unique = name.clone();
+            let mut n = 2;
+            while header.contains(&unique) {
+                unique = format!("{name}_{n}");
+                n += 1;
+            }
+            header.push(unique);
+        }
+        Plan {
+            session_id,
+            columns,
+            result_fields,
+            header,
+        }
     }
 
     /// The header: original columns, then the quest columns.
-    pub fn header(&self) -> Vec<String> {
-        let mut h = self.columns.clone();
-        h.extend(["quest_state", "quest_decided_by", "quest_tries"].map(String::from));
-        h.extend(self.result_fields.iter().map(|f| format!("result_{f}")));
-        h.extend(["quest_facts", "quest_receipt"].map(String::from));
-        h
+    pub fn header(&self) -> &[String] {
+        &self.header
     }
 
     /// One row as JSON values, in header order.
@@ -124,7 +152,8 @@ fn render(format: ExportFormat, plan: &Plan, rows: &[ExportRow]) -> Bytes {
         match format {
             ExportFormat::Csv => out.extend_from_slice(&csv_line(values.iter().map(cell_as_text))),
             _ => {
-                let object: Map<String, Value> = plan.header().into_iter().zip(values).collect();
+                let object: Map<String, Value> =
+                    plan.header().iter().cloned().zip(values).collect();
                 out.extend_from_slice(Value::Object(object).to_string().as_bytes());
                 out.push(b'\n');
             }
@@ -139,7 +168,7 @@ pub fn stream(
     plan: Plan,
     format: ExportFormat,
 ) -> impl Stream<Item = Result<Bytes, StoreError>> + Send {
-    let head = (format == ExportFormat::Csv).then(|| csv_line(plan.header()));
+    let head = (format == ExportFormat::Csv).then(|| csv_line(plan.header().iter().cloned()));
     let first = futures_util::stream::iter(head.map(Ok));
     let pages = futures_util::stream::try_unfold(
         (store, plan, None, false),
@@ -194,4 +223,31 @@ pub async fn xlsx(store: &dyn Store, plan: &Plan) -> Result<Vec<u8>, anyhow::Err
         }
     }
     Ok(book.save_to_buffer()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn added_columns_never_hide_original_ones() {
+        let columns = ["company", "quest_state", "result_email"]
+            .map(String::from)
+            .to_vec();
+        let plan = Plan::with_columns(Uuid::nil(), columns, vec!["email".into()]);
+        assert_eq!(
+            plan.header(),
+            [
+                "company",
+                "quest_state",
+                "result_email",
+                "quest_state_2",
+                "quest_decided_by",
+                "quest_tries",
+                "result_email_2",
+                "quest_facts",
+                "quest_receipt"
+            ]
+        );
+    }
 }

@@ -18,14 +18,15 @@ use crate::domain::prompt::{self, PromptParts};
 use crate::domain::receipt::digest;
 use crate::domain::session::{ConfigError, SessionConfig};
 use crate::domain::table::{self, Format, Table, TableError};
-use crate::domain::{Decision, EventKind, QuestEvent, Role, SubmissionVerdict};
+use crate::domain::{Decision, EventKind, QuestEvent, Role, SubmissionVerdict, token_hash};
+use crate::export::{self, ExportFormat, Plan};
 use crate::gates::{GateConfigError, GateRegistry};
-use crate::http::extract::token_hash;
 use crate::store::{
     LeaseOutcome, LeaseRow, NewSession, NewSubmission, QuestRow, SessionRow, Store, StoreError,
-    SubmissionView, SubmitOutcome,
+    SubmissionView, SubmitOutcome, TokenRow,
 };
 use crate::workers::GateRunner;
+use tokio_util::sync::CancellationToken;
 
 /// Why a use case refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +51,15 @@ fn invalid(code: &'static str, message: impl Into<String>) -> ServiceError {
     }
 }
 
+/// The name of the bootstrap admin token.
+pub const BOOTSTRAP_ADMIN: &str = "admin";
+
+/// An export body: streamed page by page, or built whole.
+pub enum Export {
+    Stream(futures_util::stream::BoxStream<'static, Result<axum::body::Bytes, StoreError>>),
+    Whole(Vec<u8>),
+}
+
 /// What a scan uploads.
 #[derive(Debug)]
 pub enum Upload {
@@ -59,6 +69,8 @@ pub enum Upload {
     File { name: String, bytes: Vec<u8> },
 }
 
+/// The longest agent identity (`<token id>/<name>`) accepted.
+pub const MAX_AGENT_LEN: usize = 240;
 /// The longest a submit may wait for its verdict.
 pub const MAX_WAIT_SECONDS: u32 = 300;
 /// How long a reviewer's claim lasts.
@@ -70,6 +82,8 @@ pub struct Service {
     gates: Arc<GateRegistry>,
     runner: GateRunner,
     events: broadcast::Sender<QuestEvent>,
+    /// Fires when the server stops: waits and event streams end early.
+    shutdown: CancellationToken,
     /// Sessions never change after the scan, so they are cached once read.
     sessions: RwLock<HashMap<Uuid, Arc<SessionRow>>>,
 }
@@ -81,19 +95,108 @@ impl Service {
         gates: Arc<GateRegistry>,
         runner: GateRunner,
         events: broadcast::Sender<QuestEvent>,
+        shutdown: CancellationToken,
     ) -> Service {
         Service {
             store,
             gates,
             runner,
             events,
+            shutdown,
             sessions: RwLock::new(HashMap::new()),
         }
     }
 
-    /// The store, for reads that need no use case around them.
-    pub fn store(&self) -> &dyn Store {
-        self.store.as_ref()
+    /// Fires when the server stops.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    /// Whether the store can read and write.
+    pub async fn ready(&self) -> Result<(), StoreError> {
+        self.store.ping().await
+    }
+
+    /// The live token with this secret's digest.
+    pub async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
+        self.store.find_token(hash).await
+    }
+
+    /// The uploaded file of a session: name, media type, bytes.
+    pub async fn source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), ServiceError> {
+        Ok(self.store.session_source(id).await?)
+    }
+
+    /// Gives a leased quest back.
+    pub async fn release(
+        &self,
+        token_id: Uuid,
+        quest_id: Uuid,
+        lease_id: Uuid,
+    ) -> Result<(), ServiceError> {
+        Ok(self.store.release(quest_id, lease_id, token_id).await?)
+    }
+
+    /// A submission with what its submitter needs next (the poll after a 202).
+    pub async fn submission(&self, id: Uuid) -> Result<api::SubmissionDetail, ServiceError> {
+        let view = self.store.submission_view(id).await?;
+        let response = submit_response(view.clone());
+        Ok(api::SubmissionDetail {
+            submission: view.submission.into(),
+            state: response.state,
+            phase: response.phase,
+            tries: response.tries,
+            max_tries: response.max_tries,
+            remaining: response.remaining,
+            lease: response.lease,
+        })
+    }
+
+    /// Every token (never their secrets).
+    pub async fn tokens(&self) -> Result<Vec<api::Token>, ServiceError> {
+        Ok(self
+            .store
+            .list_tokens()
+            .await?
+            .into_iter()
+            .map(api::Token::from)
+            .collect())
+    }
+
+    /// Revokes a token. The bootstrap admin token is managed by the server's configuration.
+    pub async fn revoke_token(&self, id: Uuid) -> Result<api::Token, ServiceError> {
+        let bootstrap = self
+            .store
+            .list_tokens()
+            .await?
+            .into_iter()
+            .any(|t| t.id == id && t.name == BOOTSTRAP_ADMIN);
+        if bootstrap {
+            return Err(ServiceError::Store(StoreError::conflict(
+                "bootstrap_token",
+                "the bootstrap admin token cannot be revoked over the API; rotate it with QUEST_ADMIN_TOKEN \
+                 or by replacing <data-dir>/admin.token and restarting",
+            )));
+        }
+        Ok(self.store.revoke_token(id).await?.into())
+    }
+
+    /// An export of a session in `format`.
+    pub async fn export(&self, id: Uuid, format: ExportFormat) -> Result<Export, ServiceError> {
+        let plan = Plan::new(self.store.as_ref(), id).await?;
+        Ok(match format {
+            ExportFormat::Xlsx => Export::Whole(
+                export::xlsx(self.store.as_ref(), &plan)
+                    .await
+                    .map_err(|e| {
+                        invalid(
+                            "export_failed",
+                            format!("the workbook could not be written: {e}"),
+                        )
+                    })?,
+            ),
+            _ => Export::Stream(Box::pin(export::stream(self.store.clone(), plan, format))),
+        })
     }
 
     /// A receiver of every committed state change.
@@ -190,7 +293,7 @@ impl Service {
             .clone()
             .unwrap_or_else(|| table.columns[0].clone());
         let keys = table.keys(&key_column)?;
-        let Table { columns, rows } = table;
+        let Table { columns, rows, .. } = table;
         let name = config.name.clone().unwrap_or_else(|| source_name.clone());
         let session = NewSession {
             id: Uuid::now_v7(),
@@ -211,6 +314,12 @@ impl Service {
 
     /// Leases the agent's next quest and renders its prompt.
     pub async fn next(&self, session_id: Uuid, agent: &str) -> Result<NextResponse, ServiceError> {
+        if agent.len() > MAX_AGENT_LEN {
+            return Err(invalid(
+                "invalid_agent",
+                format!("the agent name is longer than {MAX_AGENT_LEN} bytes; shorten it"),
+            ));
+        }
         let session = self.session(session_id).await?;
         let outcome = self.store.lease_next(session_id, agent).await?;
         Ok(match outcome {
@@ -333,7 +442,11 @@ impl Service {
         if submission.verdict == SubmissionVerdict::Pending && !wait.is_zero() {
             let deadline = tokio::time::Instant::now() + wait;
             loop {
-                match tokio::time::timeout_at(deadline, events.recv()).await {
+                let event = tokio::select! {
+                    _ = self.shutdown.cancelled() => break,
+                    event = tokio::time::timeout_at(deadline, events.recv()) => event,
+                };
+                match event {
                     Err(_) => break,
                     Ok(Ok(e))
                         if e.kind == EventKind::Decided

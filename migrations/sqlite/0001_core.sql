@@ -200,3 +200,66 @@ BEGIN
     VALUES (NEW.session_id, 'submissions', 1)
     ON CONFLICT (session_id, bucket) DO UPDATE SET n = n + 1;
 END;
+
+-- REPLACE deletes the old row without firing delete triggers: refuse inserting an
+-- id that exists, so `INSERT OR REPLACE` cannot rewrite a decided quest or verdict.
+CREATE TRIGGER quests_ids_are_never_reused
+BEFORE INSERT ON quests
+WHEN EXISTS (SELECT 1 FROM quests WHERE id = NEW.id)
+BEGIN
+    SELECT RAISE(ABORT, 'ratchet: a quest id is never reused or replaced');
+END;
+
+CREATE TRIGGER submissions_ids_are_never_reused
+BEFORE INSERT ON submissions
+WHEN EXISTS (SELECT 1 FROM submissions WHERE id = NEW.id)
+BEGIN
+    SELECT RAISE(ABORT, 'ratchet: a submission id is never reused or replaced');
+END;
+
+CREATE TRIGGER review_decisions_ids_are_never_reused
+BEFORE INSERT ON review_decisions
+WHEN EXISTS (SELECT 1 FROM review_decisions WHERE id = NEW.id)
+BEGIN
+    SELECT RAISE(ABORT, 'ratchet: a review decision is never replaced');
+END;
+
+CREATE TRIGGER review_decisions_are_never_deleted
+BEFORE DELETE ON review_decisions
+BEGIN
+    SELECT RAISE(ABORT, 'ratchet: review decisions are never deleted');
+END;
+
+-- A quest under review keeps the result a person is deciding on.
+CREATE TRIGGER quests_review_is_frozen
+BEFORE UPDATE ON quests
+WHEN OLD.state = 'REVIEW'
+  AND (NEW.result IS NOT OLD.result OR NEW.submission_id IS NOT OLD.submission_id
+       OR NEW.tries <> OLD.tries OR NEW.input <> OLD.input)
+BEGIN
+    SELECT RAISE(ABORT, 'ratchet: a quest in REVIEW keeps the result under review');
+END;
+
+CREATE TRIGGER quests_lapses_never_decrease
+BEFORE UPDATE OF lapses ON quests
+WHEN NEW.lapses < OLD.lapses
+BEGIN
+    SELECT RAISE(ABORT, 'ratchet: lapses never decrease');
+END;
+
+-- The phase moves of a TODO quest (NULL is a terminal state):
+--   open -> leased; leased -> open | checking | NULL (lapse cap);
+--   checking -> leased (FAIL) | verifying | NULL; verifying -> NULL.
+CREATE TRIGGER quests_phase_moves
+BEFORE UPDATE OF phase ON quests
+WHEN NEW.phase IS NOT OLD.phase
+  AND NOT ((OLD.phase = 'open' AND NEW.phase = 'leased')
+        OR (OLD.phase = 'leased' AND (NEW.phase IN ('open', 'checking') OR NEW.phase IS NULL))
+        OR (OLD.phase = 'checking' AND (NEW.phase IN ('leased', 'verifying') OR NEW.phase IS NULL))
+        OR (OLD.phase = 'verifying' AND NEW.phase IS NULL))
+BEGIN
+    SELECT RAISE(ABORT, 'ratchet: illegal phase move');
+END;
+
+-- Token names are unique among live tokens: reviewers are known by them.
+CREATE UNIQUE INDEX tokens_live_name ON tokens (name) WHERE revoked_at IS NULL;

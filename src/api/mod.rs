@@ -272,6 +272,23 @@ impl From<SubmissionRow> for Submission {
     }
 }
 
+/// A submission with the quest's state after it: what a client polling after a
+/// 202 needs, shaped like the answer of `submit`.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SubmissionDetail {
+    #[serde(flatten)]
+    pub submission: Submission,
+    /// The quest's state now.
+    pub state: State,
+    pub phase: Option<Phase>,
+    pub tries: u32,
+    pub max_tries: u32,
+    pub remaining: u64,
+    /// The same lease, renewed, while the quest stays with its agent after a FAIL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease: Option<Lease>,
+}
+
 /// A reviewer's recorded decision.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ReviewDecision {

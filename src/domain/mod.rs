@@ -371,6 +371,12 @@ pub struct QuestEvent {
     pub at: DateTime<Utc>,
 }
 
+/// Hex SHA-256 of a bearer secret: tokens are stored and looked up by it, never in clear.
+pub fn token_hash(secret: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
 /// The source of "now". Real servers read the system clock; tests fix it.
 pub trait Clock: Send + Sync + 'static {
     /// The current time.

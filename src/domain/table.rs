@@ -13,6 +13,9 @@ use serde_json::{Map, Value};
 pub struct Table {
     pub columns: Vec<String>,
     pub rows: Vec<Map<String, Value>>,
+    /// For each row, where it is in the file (line or sheet row, 1-based, header included),
+    /// so that errors point at what a person sees in an editor.
+    pub lines: Vec<usize>,
 }
 
 /// The formats a table may be uploaded in.
@@ -106,13 +109,13 @@ fn parse_csv(text: &str) -> Result<Table, TableError> {
         .headers()
         .map_err(|e| TableError::Header(e.to_string()))?;
     let columns = check_header(header.iter().map(str::to_owned).collect())?;
-    let mut rows = Vec::new();
-    for (i, record) in reader.records().enumerate() {
-        let row = i + 1;
+    let (mut rows, mut lines) = (Vec::new(), Vec::new());
+    for record in reader.records() {
         let record = record.map_err(|e| TableError::Row {
-            row,
+            row: e.position().map_or(0, |p| p.line() as usize),
             message: csv_message(&e, columns.len()),
         })?;
+        lines.push(record.position().map_or(0, |p| p.line() as usize));
         rows.push(
             columns
                 .iter()
@@ -121,7 +124,11 @@ fn parse_csv(text: &str) -> Result<Table, TableError> {
                 .collect(),
         );
     }
-    non_empty(Table { columns, rows })
+    non_empty(Table {
+        columns,
+        rows,
+        lines,
+    })
 }
 
 fn csv_message(error: &csv::Error, expected: usize) -> String {
@@ -186,15 +193,17 @@ fn parse_xlsx(bytes: &[u8], sheet: Option<&str>) -> Result<Table, TableError> {
             .ok_or_else(|| TableError::Workbook("the workbook has no sheet".into()))?,
     }
     .map_err(|e| TableError::Workbook(format!("the sheet cannot be read: {e}")))?;
-    let mut lines = range.rows();
-    let header = lines.next().ok_or(TableError::Empty)?;
+    let first_row = range.start().map_or(0, |(row, _)| row as usize);
+    let mut sheet_rows = range.rows();
+    let header = sheet_rows.next().ok_or(TableError::Empty)?;
     let columns = check_header(header.iter().map(|c| cell_text(c)).collect())?;
-    let mut rows = Vec::new();
-    for (i, cells) in lines.enumerate() {
+    let (mut rows, mut lines) = (Vec::new(), Vec::new());
+    for (i, cells) in sheet_rows.enumerate() {
         if cells.iter().all(|c| matches!(c, Data::Empty)) {
             continue;
         }
-        let row = i + 1;
+        // The row number a spreadsheet shows: 1-based, the header is row 1 of the range.
+        let row = first_row + i + 2;
         let mut map = Map::new();
         for (col, name) in columns.iter().enumerate() {
             let value = match cells.get(col).unwrap_or(&Data::Empty) {
@@ -213,28 +222,45 @@ fn parse_xlsx(bytes: &[u8], sheet: Option<&str>) -> Result<Table, TableError> {
             map.insert(name.clone(), value);
         }
         rows.push(map);
+        lines.push(row);
     }
-    non_empty(Table { columns, rows })
+    non_empty(Table {
+        columns,
+        rows,
+        lines,
+    })
 }
 
 fn cell_text(cell: &calamine::Data) -> String {
     use calamine::Data;
     match cell {
         Data::Empty => String::new(),
-        Data::String(s) => s.clone(),
+        Data::String(s) | Data::DateTimeIso(s) | Data::DurationIso(s) => s.clone(),
+        Data::DateTime(t) if t.is_datetime() => {
+            // A date as the sheet shows it, not Excel's serial number.
+            let (y, mo, d, h, mi, s, ms) = t.to_ymd_hms_milli();
+            match (h, mi, s, ms) {
+                (0, 0, 0, 0) => format!("{y:04}-{mo:02}-{d:02}"),
+                (_, _, _, 0) => format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}"),
+                _ => format!("{y:04}-{mo:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{ms:03}"),
+            }
+        }
         other => other.to_string(),
     }
 }
 
 fn parse_jsonl(text: &str) -> Result<Table, TableError> {
-    let mut objects = Vec::new();
+    let (mut objects, mut lines) = (Vec::new(), Vec::new());
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
         let row = i + 1;
         match serde_json::from_str::<Value>(line) {
-            Ok(Value::Object(map)) => objects.push(map),
+            Ok(Value::Object(map)) => {
+                objects.push(map);
+                lines.push(row);
+            }
             Ok(_) => {
                 return Err(TableError::Row {
                     row,
@@ -252,7 +278,8 @@ fn parse_jsonl(text: &str) -> Result<Table, TableError> {
     from_objects(objects)
 }
 
-/// Builds a table from JSON objects: columns in first-seen order, missing cells empty.
+/// Builds a table from JSON objects: columns in first-seen order, missing cells
+/// empty; rows are numbered from 1.
 pub fn from_objects(objects: Vec<Map<String, Value>>) -> Result<Table, TableError> {
     let mut columns: Vec<String> = Vec::new();
     for object in &objects {
@@ -276,20 +303,32 @@ pub fn from_objects(objects: Vec<Map<String, Value>>) -> Result<Table, TableErro
                 })
                 .collect()
         })
-        .collect();
-    non_empty(Table { columns, rows })
+        .collect::<Vec<_>>();
+    let lines = (1..=rows.len()).collect();
+    non_empty(Table {
+        columns,
+        rows,
+        lines,
+    })
 }
 
 fn parse_text(text: &str) -> Result<Table, TableError> {
-    let rows = text
+    let (lines, rows) = text
         .lines()
-        .map(|l| l.trim_end_matches('\r'))
-        .filter(|l| !l.trim().is_empty())
-        .map(|l| Map::from_iter([(TEXT_COLUMN.to_owned(), Value::String(l.to_owned()))]))
-        .collect();
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim_end_matches('\r')))
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            (
+                i,
+                Map::from_iter([(TEXT_COLUMN.to_owned(), Value::String(l.to_owned()))]),
+            )
+        })
+        .unzip();
     non_empty(Table {
         columns: vec![TEXT_COLUMN.to_owned()],
         rows,
+        lines,
     })
 }
 
@@ -318,12 +357,12 @@ impl Table {
         }
         self.rows
             .iter()
-            .enumerate()
-            .map(|(i, row)| {
+            .zip(&self.lines)
+            .map(|(row, line)| {
                 let key = row.get(column).map(cell_as_text).unwrap_or_default();
                 if key.trim().is_empty() {
                     Err(TableError::Key {
-                        row: i + 1,
+                        row: *line,
                         column: column.to_owned(),
                         message: "the key cell is empty: every row needs a key".into(),
                     })
@@ -369,7 +408,10 @@ mod tests {
     #[test]
     fn a_ragged_csv_row_names_its_row() {
         let err = parse(Format::Csv, b"a,b\n1,2\n3\n", None).unwrap_err();
-        assert!(matches!(err, TableError::Row { row: 2, .. }), "{err}");
+        assert!(
+            matches!(err, TableError::Row { row: 3, .. }),
+            "line 3 of the file: {err}"
+        );
     }
 
     #[test]
@@ -448,12 +490,36 @@ mod tests {
     }
 
     #[test]
+    fn xlsx_dates_read_as_the_sheet_shows_them_and_rows_keep_sheet_numbers() {
+        let mut book = rust_xlsxwriter::Workbook::new();
+        let sheet = book.add_worksheet();
+        let date = rust_xlsxwriter::Format::new().set_num_format("yyyy-mm-dd");
+        sheet.write_string(0, 0, "company").unwrap();
+        sheet.write_string(0, 1, "founded").unwrap();
+        sheet.write_string(1, 0, "Acme").unwrap();
+        let day = rust_xlsxwriter::ExcelDateTime::from_ymd(2024, 1, 1).unwrap();
+        sheet.write_datetime_with_format(1, 1, &day, &date).unwrap();
+        sheet.write_string(3, 1, "no key").unwrap();
+        let t = parse(Format::Xlsx, &book.save_to_buffer().unwrap(), None).unwrap();
+        assert_eq!(t.rows[0]["founded"], json!("2024-01-01"));
+        assert_eq!(
+            t.lines,
+            [2, 4],
+            "the empty sheet row 3 is skipped, numbers stay the sheet's"
+        );
+        assert!(matches!(
+            t.keys("company"),
+            Err(TableError::Key { row: 4, .. })
+        ));
+    }
+
+    #[test]
     fn keys_name_the_row_and_column_of_an_empty_cell() {
         let t = parse(Format::Csv, b"company,city\nAcme,Seoul\n,Busan\n", None).unwrap();
         assert_eq!(
             t.keys("company").unwrap_err(),
             TableError::Key {
-                row: 2,
+                row: 3,
                 column: "company".into(),
                 message: "the key cell is empty: every row needs a key".into()
             }

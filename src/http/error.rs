@@ -84,7 +84,7 @@ impl From<StoreError> for ApiError {
             StoreError::Unavailable => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",
-                "the server is shutting down; retry shortly",
+                "the database is unavailable (the server may be shutting down); retry shortly",
             ),
             other => ApiError::internal(other),
         }
@@ -145,7 +145,8 @@ impl From<PathRejection> for ApiError {
 
 impl From<QueryRejection> for ApiError {
     fn from(r: QueryRejection) -> Self {
-        ApiError::bad_request("invalid_query", r.body_text())
+        // A query string always parses; what fails is a value of the wrong type.
+        ApiError::invalid("invalid_query", r.body_text())
     }
 }
 

@@ -4,13 +4,13 @@
 use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
-use sha2::{Digest, Sha256};
-use subtle::ConstantTimeEq;
 use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::domain::{Permission, Role};
+use std::marker::PhantomData;
+
+use crate::domain::{Permission, Role, token_hash};
 
 /// `axum::Json` with refusals in the error body.
 #[derive(Debug, FromRequest)]
@@ -41,33 +41,7 @@ pub struct Principal {
     pub role: Role,
 }
 
-/// Hex SHA-256 of a bearer secret: how tokens are stored and looked up.
-pub fn token_hash(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
-}
-
 impl Principal {
-    /// Refuses with 403 unless the caller's role grants `permission`.
-    pub fn require(&self, permission: Permission) -> Result<&Self, ApiError> {
-        if self.role.allows(permission) {
-            return Ok(self);
-        }
-        let needed = match permission {
-            Permission::Read => "any role",
-            Permission::Work => "the `agent` or `admin` role",
-            Permission::Review => "the `reviewer` or `admin` role",
-            Permission::Administer => "the `admin` role",
-        };
-        Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "this needs {needed}; your token `{}` has the `{}` role",
-                self.name, self.role
-            ),
-        ))
-    }
-
     /// The identity of an agent: this token plus the name the agent chose.
     pub fn agent(&self, name: Option<&str>) -> String {
         format!(
@@ -78,42 +52,101 @@ impl Principal {
     }
 }
 
-impl FromRequestParts<AppState> for Principal {
+/// What a route needs the caller to be allowed to do.
+pub trait Need: Send + Sync + 'static {
+    const PERMISSION: Permission;
+    /// How the refusal names the roles that would do.
+    const ROLES: &'static str;
+}
+
+/// Any role: reading.
+pub struct Read;
+/// `agent` or `admin`: working quests.
+pub struct Work;
+/// `reviewer` or `admin`: deciding REVIEW quests.
+pub struct Review;
+/// `admin`: scans and tokens.
+pub struct Administer;
+
+impl Need for Read {
+    const PERMISSION: Permission = Permission::Read;
+    const ROLES: &'static str = "any role";
+}
+impl Need for Work {
+    const PERMISSION: Permission = Permission::Work;
+    const ROLES: &'static str = "the `agent` or `admin` role";
+}
+impl Need for Review {
+    const PERMISSION: Permission = Permission::Review;
+    const ROLES: &'static str = "the `reviewer` or `admin` role";
+}
+impl Need for Administer {
+    const PERMISSION: Permission = Permission::Administer;
+    const ROLES: &'static str = "the `admin` role";
+}
+
+/// An authenticated caller whose role allows `N`. As a request-parts extractor it
+/// runs before any body is read, so a wrong role is refused before parsing.
+pub struct Caller<N: Need>(pub Principal, PhantomData<N>);
+
+impl<N: Need> std::ops::Deref for Caller<N> {
+    type Target = Principal;
+    fn deref(&self) -> &Principal {
+        &self.0
+    }
+}
+
+async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiError> {
+    let unauthorized =
+        |message: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message);
+    let header = parts.headers.get(header::AUTHORIZATION).ok_or_else(|| {
+        unauthorized(
+            "send `Authorization: Bearer <token>`; the admin token is in <data-dir>/admin.token",
+        )
+    })?;
+    let secret = header
+        .to_str()
+        .ok()
+        .and_then(|h| {
+            h.strip_prefix("Bearer ")
+                .or_else(|| h.strip_prefix("bearer "))
+        })
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| unauthorized("the Authorization header must be `Bearer <token>`"))?;
+    match state.service.find_token(&token_hash(secret)).await? {
+        Some(t) => Ok(Principal {
+            token_id: t.id,
+            name: t.name,
+            role: t.role,
+        }),
+        None => Err(unauthorized(
+            "the token is unknown or revoked; ask an admin for a valid one",
+        )),
+    }
+}
+
+impl<N: Need> FromRequestParts<AppState> for Caller<N> {
     type Rejection = ApiError;
 
     async fn from_request_parts(
         parts: &mut Parts,
         state: &AppState,
     ) -> Result<Self, Self::Rejection> {
-        let unauthorized =
-            |message: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message);
-        let header = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .ok_or_else(|| unauthorized("send `Authorization: Bearer <token>`; the admin token is in <data-dir>/admin.token"))?;
-        let secret = header
-            .to_str()
-            .ok()
-            .and_then(|h| {
-                h.strip_prefix("Bearer ")
-                    .or_else(|| h.strip_prefix("bearer "))
-            })
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .ok_or_else(|| unauthorized("the Authorization header must be `Bearer <token>`"))?;
-        let hash = token_hash(secret);
-        let token = state.service.store().find_token(&hash).await?;
-        // The lookup is by digest; the final comparison runs in constant time anyway.
-        match token {
-            Some(t) if bool::from(t.hash.as_bytes().ct_eq(hash.as_bytes())) => Ok(Principal {
-                token_id: t.id,
-                name: t.name,
-                role: t.role,
-            }),
-            _ => Err(unauthorized(
-                "the token is unknown or revoked; ask an admin for a valid one",
-            )),
+        let principal = authenticate(parts, state).await?;
+        if !principal.role.allows(N::PERMISSION) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!(
+                    "this needs {}; your token `{}` has the `{}` role",
+                    N::ROLES,
+                    principal.name,
+                    principal.role
+                ),
+            ));
         }
+        Ok(Caller(principal, PhantomData))
     }
 }
 
@@ -129,15 +162,17 @@ where
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
-        let has_body = req
-            .headers()
+        let headers = req.headers();
+        let length = headers
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
-            .is_none_or(|v| v != "0")
-            && req.headers().contains_key(header::CONTENT_TYPE);
+            .and_then(|v| v.parse::<u64>().ok());
+        let has_body =
+            length.is_some_and(|n| n > 0) || headers.contains_key(header::TRANSFER_ENCODING);
         if !has_body {
             return Ok(OptionalJson(T::default()));
         }
+        // A body is there: it must be JSON, with its content type (else 415).
         let Json(value) = Json::<T>::from_request(req, state).await?;
         Ok(OptionalJson(value))
     }

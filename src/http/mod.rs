@@ -16,6 +16,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{HeaderName, Request, StatusCode};
+use axum::response::IntoResponse;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tower_http::compression::CompressionLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -27,7 +28,6 @@ use utoipa_swagger_ui::SwaggerUi;
 
 use self::error::ApiError;
 use crate::service::Service;
-use crate::store::Store;
 
 /// Requests bodies may be this large, except a scan.
 pub const BODY_LIMIT: usize = 1024 * 1024;
@@ -38,7 +38,6 @@ pub const SCAN_BODY_LIMIT: usize = 64 * 1024 * 1024;
 #[derive(Clone)]
 pub struct AppState {
     pub service: Arc<Service>,
-    pub store: Arc<dyn Store>,
     pub metrics: PrometheusHandle,
 }
 
@@ -100,10 +99,32 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
-        .layer(DefaultBodyLimit::max(BODY_LIMIT));
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        // Scans are left out: a large upload may take long, and a timeout must not
+        // answer while the scan still commits.
+        .layer(axum::middleware::from_fn(request_timeout));
     OpenApiRouter::with_openapi(ApiDoc::openapi())
         .merge(scan)
         .merge(rest)
+}
+
+/// Longest a request may take before its answer starts (a submit waits at most 300 s).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(330);
+
+/// Answers 408 in the error body when a request takes too long.
+async fn request_timeout(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    match tokio::time::timeout(REQUEST_TIMEOUT, next.run(request)).await {
+        Ok(response) => response,
+        Err(_) => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "timeout",
+            "the request took too long; retry it",
+        )
+        .into_response(),
+    }
 }
 
 /// The OpenAPI document of this build.
@@ -132,5 +153,4 @@ pub fn router(state: AppState) -> Router {
         )
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
-        .layer(tower_http::timeout::TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, Duration::from_secs(600)))
 }

@@ -9,7 +9,7 @@ use super::extract::Json;
 use crate::api::{ErrorBody, Health};
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "ops", operation_id = "get_health", responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", tag = "ops", operation_id = "get_health", security(()), responses((status = 200, body = Health)))]
 pub async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".into(),
@@ -17,10 +17,10 @@ pub async fn healthz() -> Json<Health> {
 }
 
 /// The database answers.
-#[utoipa::path(get, path = "/readyz", tag = "ops", operation_id = "get_readiness",
+#[utoipa::path(get, path = "/readyz", tag = "ops", operation_id = "get_readiness", security(()),
     responses((status = 200, body = Health), (status = 503, body = ErrorBody)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
-    state.store.ping().await.map_err(|e| {
+    state.service.ready().await.map_err(|e| {
         tracing::warn!(error = %e, "readiness check failed");
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -34,7 +34,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
 }
 
 /// Prometheus metrics in the text exposition format.
-#[utoipa::path(get, path = "/metrics", tag = "ops", operation_id = "get_metrics",
+#[utoipa::path(get, path = "/metrics", tag = "ops", operation_id = "get_metrics", security(()),
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> String {
     state.metrics.render()

@@ -8,12 +8,12 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{Json, OptionalJson, Path, Principal, Query};
+use super::extract::*;
 use crate::api::{
-    ErrorBody, Lease, LeaseRequest, NextRequest, NextResponse, Quest, Submission, SubmitQuery,
-    SubmitRequest, SubmitResponse,
+    ErrorBody, Lease, LeaseRequest, NextRequest, NextResponse, Quest, SubmissionDetail,
+    SubmitQuery, SubmitRequest, SubmitResponse,
 };
-use crate::domain::{Permission, SubmissionVerdict};
+use crate::domain::SubmissionVerdict;
 use crate::service::MAX_WAIT_SECONDS;
 
 /// Leases the next quest of a session (or the one this agent already holds).
@@ -21,15 +21,14 @@ use crate::service::MAX_WAIT_SECONDS;
     params(("id" = Uuid, Path, description = "Session id")),
     request_body(content = Option<NextRequest>, content_type = "application/json"),
     responses((status = 200, body = NextResponse), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn lease_next(
     State(state): State<AppState>,
-    principal: Principal,
+    caller: Caller<Work>,
     Path(id): Path<Uuid>,
     OptionalJson(request): OptionalJson<NextRequest>,
 ) -> Result<Json<NextResponse>, ApiError> {
-    principal.require(Permission::Work)?;
-    let agent = principal.agent(request.agent.as_deref());
+    let agent = caller.agent(request.agent.as_deref());
     Ok(Json(state.service.next(id, &agent).await?))
 }
 
@@ -44,12 +43,11 @@ pub async fn lease_next(
         (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn submit_result(
     State(state): State<AppState>,
-    principal: Principal,
+    caller: Caller<Work>,
     Path(id): Path<Uuid>,
     Query(query): Query<SubmitQuery>,
     Json(body): Json<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
-    principal.require(Permission::Work)?;
     let wait = query.wait.unwrap_or(30);
     if wait > MAX_WAIT_SECONDS {
         return Err(ApiError::invalid(
@@ -60,7 +58,7 @@ pub async fn submit_result(
     let response = state
         .service
         .submit(
-            principal.token_id,
+            caller.token_id,
             id,
             body.lease_id,
             body.result,
@@ -79,18 +77,17 @@ pub async fn submit_result(
 #[utoipa::path(post, path = "/v1/quests/{id}/heartbeat", tag = "agents", operation_id = "heartbeat_lease",
     params(("id" = Uuid, Path, description = "Quest id")), request_body = LeaseRequest,
     responses((status = 200, body = Lease), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn heartbeat(
     State(state): State<AppState>,
-    principal: Principal,
+    caller: Caller<Work>,
     Path(id): Path<Uuid>,
     Json(body): Json<LeaseRequest>,
 ) -> Result<Json<Lease>, ApiError> {
-    principal.require(Permission::Work)?;
     Ok(Json(
         state
             .service
-            .heartbeat(principal.token_id, id, body.lease_id)
+            .heartbeat(caller.token_id, id, body.lease_id)
             .await?,
     ))
 }
@@ -99,17 +96,16 @@ pub async fn heartbeat(
 #[utoipa::path(post, path = "/v1/quests/{id}/release", tag = "agents", operation_id = "release_lease",
     params(("id" = Uuid, Path, description = "Quest id")), request_body = LeaseRequest,
     responses((status = 204, description = "Released"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn release(
     State(state): State<AppState>,
-    principal: Principal,
+    caller: Caller<Work>,
     Path(id): Path<Uuid>,
     Json(body): Json<LeaseRequest>,
 ) -> Result<StatusCode, ApiError> {
-    principal.require(Permission::Work)?;
     state
-        .store
-        .release(id, body.lease_id, principal.token_id)
+        .service
+        .release(caller.token_id, id, body.lease_id)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -120,22 +116,20 @@ pub async fn release(
     responses((status = 200, body = Quest), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_quest(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Read>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Quest>, ApiError> {
-    principal.require(Permission::Read)?;
     Ok(Json(state.service.quest(id).await?))
 }
 
 /// One submission and its verdict (poll it after a 202).
 #[utoipa::path(get, path = "/v1/submissions/{id}", tag = "quests", operation_id = "get_submission",
     params(("id" = Uuid, Path, description = "Submission id")),
-    responses((status = 200, body = Submission), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, body = SubmissionDetail), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_submission(
     State(state): State<AppState>,
-    principal: Principal,
+    __caller: Caller<Read>,
     Path(id): Path<Uuid>,
-) -> Result<Json<Submission>, ApiError> {
-    principal.require(Permission::Read)?;
-    Ok(Json(state.store.get_submission(id).await?.into()))
+) -> Result<Json<SubmissionDetail>, ApiError> {
+    Ok(Json(state.service.submission(id).await?))
 }

@@ -5,9 +5,8 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{Json, Path, Principal, Query};
+use super::extract::*;
 use crate::api::{ErrorBody, Quest, ReviewClaim, ReviewQuery, ReviewRequest};
-use crate::domain::Permission;
 
 /// REVIEW quests, oldest first, with their facts, evidence and history.
 #[utoipa::path(get, path = "/v1/review", tag = "review", operation_id = "list_review_queue", params(ReviewQuery),
@@ -15,10 +14,9 @@ use crate::domain::Permission;
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn list_review_queue(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Review>,
     Query(query): Query<ReviewQuery>,
 ) -> Result<Json<Vec<Quest>>, ApiError> {
-    principal.require(Permission::Review)?;
     Ok(Json(
         state
             .service
@@ -34,15 +32,11 @@ pub async fn list_review_queue(
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn claim_review(
     State(state): State<AppState>,
-    principal: Principal,
+    caller: Caller<Review>,
     Path(quest_id): Path<Uuid>,
 ) -> Result<Json<ReviewClaim>, ApiError> {
-    principal.require(Permission::Review)?;
     Ok(Json(
-        state
-            .service
-            .claim_review(&principal.name, quest_id)
-            .await?,
+        state.service.claim_review(&caller.name, quest_id).await?,
     ))
 }
 
@@ -50,18 +44,17 @@ pub async fn claim_review(
 #[utoipa::path(post, path = "/v1/review/{quest_id}", tag = "review", operation_id = "decide_review",
     params(("quest_id" = Uuid, Path, description = "Quest id")), request_body = ReviewRequest,
     responses((status = 200, body = Quest), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn decide_review(
     State(state): State<AppState>,
-    principal: Principal,
+    caller: Caller<Review>,
     Path(quest_id): Path<Uuid>,
     Json(body): Json<ReviewRequest>,
 ) -> Result<Json<Quest>, ApiError> {
-    principal.require(Permission::Review)?;
     Ok(Json(
         state
             .service
-            .decide_review(&principal.name, quest_id, body.decision, &body.note)
+            .decide_review(&caller.name, quest_id, body.decision, &body.note)
             .await?,
     ))
 }

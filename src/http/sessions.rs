@@ -14,11 +14,10 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{Json, Path, Principal, Query};
+use super::extract::*;
 use crate::api::{CreateSessionRequest, ErrorBody, ExportQuery, Session, Status};
-use crate::domain::Permission;
-use crate::export::{self, ExportFormat, Plan};
-use crate::service::Upload;
+use crate::export::ExportFormat;
+use crate::service::{Export, Upload};
 
 /// The body of a scan: JSON, or multipart with `file` and `config`.
 pub struct ScanBody {
@@ -113,13 +112,12 @@ impl<S: Send + Sync> FromRequest<S> for ScanBody {
     ))]
 pub async fn create_session(
     State(state): State<AppState>,
-    principal: Principal,
+    caller: Caller<Administer>,
     body: ScanBody,
 ) -> Result<(StatusCode, Json<Session>), ApiError> {
-    principal.require(Permission::Administer)?;
     let session = state
         .service
-        .scan(&principal.name, body.config, body.upload)
+        .scan(&caller.name, body.config, body.upload)
         .await?;
     Ok((StatusCode::CREATED, Json(session)))
 }
@@ -129,9 +127,8 @@ pub async fn create_session(
     responses((status = 200, body = Vec<Session>), (status = 401, body = ErrorBody)))]
 pub async fn list_sessions(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Read>,
 ) -> Result<Json<Vec<Session>>, ApiError> {
-    principal.require(Permission::Read)?;
     Ok(Json(state.service.list_sessions().await?))
 }
 
@@ -141,10 +138,9 @@ pub async fn list_sessions(
     responses((status = 200, body = Session), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_session(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Read>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Session>, ApiError> {
-    principal.require(Permission::Read)?;
     Ok(Json(state.service.get_session(id).await?))
 }
 
@@ -154,10 +150,9 @@ pub async fn get_session(
     responses((status = 200, body = Status), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_status(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Read>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Status>, ApiError> {
-    principal.require(Permission::Read)?;
     Ok(Json(state.service.status(id).await?))
 }
 
@@ -168,11 +163,10 @@ pub async fn get_status(
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_source(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Read>,
     Path(id): Path<Uuid>,
 ) -> Result<Response, ApiError> {
-    principal.require(Permission::Read)?;
-    let (name, media_type, bytes) = state.service.store().session_source(id).await?;
+    let (name, media_type, bytes) = state.service.source(id).await?;
     Ok(attachment(&media_type, &name, Body::from(bytes)))
 }
 
@@ -201,11 +195,11 @@ fn attachment(media_type: &str, file_name: &str, body: Body) -> Response {
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn stream_events(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Read>,
     Path(id): Path<Uuid>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    principal.require(Permission::Read)?;
-    state.service.store().get_session(id).await?;
+    state.service.get_session(id).await?;
+    let stopped = state.service.shutdown().clone().cancelled_owned();
     let events = BroadcastStream::new(state.service.subscribe()).filter_map(move |e| async move {
         match e {
             Ok(e) if e.session_id == id => Some(Ok(Event::default()
@@ -217,7 +211,8 @@ pub async fn stream_events(
             Err(_) => Some(Ok(Event::default().event("lagged").data("{}"))),
         }
     });
-    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+    // The stream ends when the server stops, so that a watcher cannot hold shutdown up.
+    Ok(Sse::new(events.take_until(stopped)).keep_alive(KeepAlive::default()))
 }
 
 /// The original rows, in order, with the quest columns added.
@@ -227,11 +222,10 @@ pub async fn stream_events(
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn export_session(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Read>,
     Path(id): Path<Uuid>,
     Query(query): Query<ExportQuery>,
 ) -> Result<Response, ApiError> {
-    principal.require(Permission::Read)?;
     let requested = query.format.as_deref().unwrap_or("csv");
     let format = ExportFormat::parse(requested).ok_or_else(|| {
         ApiError::invalid(
@@ -239,17 +233,11 @@ pub async fn export_session(
             format!("unknown format `{requested}`: use csv, jsonl or xlsx"),
         )
     })?;
-    let store = state.store.clone();
-    let plan = Plan::new(store.as_ref(), id).await?;
     let (media_type, ext) = format.media_type();
     let name = format!("session-{id}.{ext}");
-    let body = match format {
-        ExportFormat::Xlsx => Body::from(
-            export::xlsx(store.as_ref(), &plan)
-                .await
-                .map_err(ApiError::internal)?,
-        ),
-        _ => Body::from_stream(export::stream(store, plan, format)),
+    let body = match state.service.export(id, format).await? {
+        Export::Whole(bytes) => Body::from(bytes),
+        Export::Stream(stream) => Body::from_stream(stream),
     };
     Ok(attachment(media_type, &name, body))
 }

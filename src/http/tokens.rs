@@ -6,20 +6,18 @@ use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::{Json, Path, Principal};
+use super::extract::*;
 use crate::api::{CreateTokenRequest, CreatedToken, ErrorBody, Token};
-use crate::domain::Permission;
 
 /// Creates a token with a role.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", operation_id = "create_token", request_body = CreateTokenRequest,
     responses((status = 201, body = CreatedToken), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn create_token(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Administer>,
     Json(body): Json<CreateTokenRequest>,
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
-    principal.require(Permission::Administer)?;
     Ok((
         StatusCode::CREATED,
         Json(state.service.create_token(&body.name, body.role).await?),
@@ -31,30 +29,20 @@ pub async fn create_token(
     responses((status = 200, body = Vec<Token>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_tokens(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Administer>,
 ) -> Result<Json<Vec<Token>>, ApiError> {
-    principal.require(Permission::Administer)?;
-    Ok(Json(
-        state
-            .store
-            .list_tokens()
-            .await?
-            .into_iter()
-            .map(Token::from)
-            .collect(),
-    ))
+    Ok(Json(state.service.tokens().await?))
 }
 
 /// Revokes a token; requests with it are refused from now on.
 #[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "tokens", operation_id = "revoke_token",
     params(("id" = Uuid, Path, description = "Token id")),
     responses((status = 200, body = Token), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn revoke_token(
     State(state): State<AppState>,
-    principal: Principal,
+    _caller: Caller<Administer>,
     Path(id): Path<Uuid>,
 ) -> Result<Json<Token>, ApiError> {
-    principal.require(Permission::Administer)?;
-    Ok(Json(state.store.revoke_token(id).await?.into()))
+    Ok(Json(state.service.revoke_token(id).await?))
 }

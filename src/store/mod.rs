@@ -37,8 +37,8 @@ pub enum StoreError {
     /// Stored data could not be read back (a bug or a hand-edited database).
     #[error("corrupt row: {0}")]
     Corrupt(String),
-    /// The store is shutting down.
-    #[error("the store is shutting down")]
+    /// The writer is gone (shutting down) or could not start a transaction.
+    #[error("the database is unavailable")]
     Unavailable,
 }
 
@@ -372,10 +372,11 @@ pub trait Store: Send + Sync + 'static {
         role: Role,
         hash: &str,
     ) -> Result<TokenRow, StoreError>;
-    /// Stores the bootstrap admin token unless a token with this hash exists.
+    /// Makes `hash` the one live token named `name` (the bootstrap admin): a token
+    /// with this hash is revived, other live tokens of that name are revoked.
     async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError>;
     async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError>;
     async fn revoke_token(&self, id: Uuid) -> Result<TokenRow, StoreError>;
-    /// The live (not revoked) token with this hash.
+    /// The live (not revoked) token with this hash, compared in constant time.
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError>;
 }

@@ -522,14 +522,19 @@ async fn lease_next(
         return assigned(ctx, lease).await;
     }
     let lease_id = Uuid::now_v7();
+    // The claim is one statement; the phase it writes comes from the transition function.
+    let leased = QuestStatus::new()
+        .apply(Transition::Lease)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
     let claimed = sqlx::query(
-        "UPDATE quests SET phase = 'leased', lease_id = ?1, updated_at = ?2
+        "UPDATE quests SET phase = ?4, lease_id = ?1, updated_at = ?2
          WHERE id = (SELECT id FROM quests WHERE session_id = ?3 AND phase = 'open' ORDER BY row_index LIMIT 1)
          RETURNING *",
     )
     .bind(lease_id.to_string())
     .bind(ts(ctx.now))
     .bind(session_id.to_string())
+    .bind(leased.phase.map(|p| p.as_str()))
     .fetch_optional(&mut ctx.conn)
     .await?;
     if let Some(row) = claimed {
@@ -918,19 +923,25 @@ async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, Store
     .await?;
     let now = ts(ctx.now);
     let session_id = s.id.to_string();
-    for (index, (key, input)) in s.rows.iter().enumerate() {
-        sqlx::query(
-            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
-             VALUES (?, ?, ?, ?, ?, 'TODO', 'open', ?)",
-        )
-        .bind(Uuid::now_v7().to_string())
-        .bind(&session_id)
-        .bind(index as i64)
-        .bind(key)
-        .bind(json(input))
-        .bind(&now)
-        .execute(&mut ctx.conn)
-        .await?;
+    // Many rows per statement: a large scan holds the writer for far less time.
+    const ROWS_PER_INSERT: usize = 200;
+    let rows: Vec<(usize, &(String, Map<String, Value>))> = s.rows.iter().enumerate().collect();
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
+        let values = vec!["(?, ?, ?, ?, ?, 'TODO', 'open', ?)"; chunk.len()].join(", ");
+        let sql = format!(
+            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at) VALUES {values}"
+        );
+        let mut insert = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (index, (key, input)) in chunk {
+            insert = insert
+                .bind(Uuid::now_v7().to_string())
+                .bind(&session_id)
+                .bind(*index as i64)
+                .bind(key)
+                .bind(json(input))
+                .bind(&now);
+        }
+        insert.execute(&mut ctx.conn).await?;
     }
     ctx.events.push(QuestEvent {
         kind: EventKind::SessionCreated,
@@ -945,12 +956,22 @@ async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, Store
     Ok(s.id)
 }
 
+/// The session's counters; `total` is the number of rows the scan stored, so a
+/// counter that drifted shows as a broken sum instead of hiding in it.
 async fn counts(conn: &mut SqliteConnection, session_id: Uuid) -> Result<Counts, StoreError> {
     let rows = sqlx::query("SELECT bucket, n FROM session_counts WHERE session_id = ?")
         .bind(session_id.to_string())
-        .fetch_all(conn)
+        .fetch_all(&mut *conn)
         .await?;
-    let mut c = Counts::default();
+    let total: i64 = sqlx::query_scalar("SELECT total FROM sessions WHERE id = ?")
+        .bind(session_id.to_string())
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(StoreError::NotFound("session"))?;
+    let mut c = Counts {
+        total: total as u64,
+        ..Counts::default()
+    };
     for row in rows {
         let n = row.int("n")? as u64;
         match row.str("bucket")?.as_str() {
@@ -969,7 +990,6 @@ async fn counts(conn: &mut SqliteConnection, session_id: Uuid) -> Result<Counts,
             }
         }
     }
-    c.total = c.remaining() + c.pass + c.review + c.done;
     Ok(c)
 }
 
@@ -986,7 +1006,11 @@ macro_rules! write {
 impl Store for SqliteStore {
     async fn ping(&self) -> Result<(), StoreError> {
         sqlx::query("SELECT 1").execute(&self.read).await?;
-        Ok(())
+        // The writer must answer too: a server that cannot write is not ready.
+        write!(self, |ctx| {
+            sqlx::query("SELECT 1").execute(&mut ctx.conn).await?;
+            Ok(())
+        })
     }
 
     async fn create_session(&self, session: NewSession) -> Result<SessionRow, StoreError> {
@@ -1283,7 +1307,7 @@ impl Store for SqliteStore {
         let (name, hash) = (name.to_owned(), hash.to_owned());
         write!(self, |ctx| {
             let id = Uuid::now_v7();
-            sqlx::query(
+            let inserted = sqlx::query(
                 "INSERT INTO tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?)",
             )
             .bind(id.to_string())
@@ -1292,23 +1316,45 @@ impl Store for SqliteStore {
             .bind(&hash)
             .bind(ts(ctx.now))
             .execute(&mut ctx.conn)
-            .await?;
-            Ok(TokenRow {
-                id,
-                name,
-                role,
-                hash,
-                created_at: ctx.now,
-                revoked_at: None,
-            })
+            .await;
+            match inserted {
+                Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+                    Err(StoreError::conflict(
+                        "name_taken",
+                        format!(
+                            "a live token is already named `{name}`: pick another name or revoke that token"
+                        ),
+                    ))
+                }
+                other => {
+                    other?;
+                    Ok(TokenRow {
+                        id,
+                        name,
+                        role,
+                        hash,
+                        created_at: ctx.now,
+                        revoked_at: None,
+                    })
+                }
+            }
         })
     }
 
     async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
         let (name, hash) = (name.to_owned(), hash.to_owned());
         write!(self, |ctx| {
+            // The configured secret is the only live token of this name: a rotated
+            // secret retires the old one, and a revoked bootstrap token comes back.
+            sqlx::query("UPDATE tokens SET revoked_at = ? WHERE name = ? AND hash <> ? AND revoked_at IS NULL")
+                .bind(ts(ctx.now))
+                .bind(&name)
+                .bind(&hash)
+                .execute(&mut ctx.conn)
+                .await?;
             sqlx::query(
-                "INSERT INTO tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING",
+                "INSERT INTO tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?)
+                 ON CONFLICT (hash) DO UPDATE SET name = excluded.name, role = excluded.role, revoked_at = NULL",
             )
             .bind(Uuid::now_v7().to_string())
             .bind(&name)
@@ -1343,10 +1389,25 @@ impl Store for SqliteStore {
     }
 
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
-        let row = sqlx::query("SELECT * FROM tokens WHERE hash = ? AND revoked_at IS NULL")
-            .bind(hash)
-            .fetch_optional(&self.read)
-            .await?;
-        row.as_ref().map(token_row).transpose()
+        // Look up by a short prefix of the digest, then compare whole digests in
+        // constant time, so no comparison of secret material exits early.
+        let prefix: String = hash.chars().take(8).collect();
+        let rows = sqlx::query(
+            "SELECT * FROM tokens WHERE hash >= ?1 AND hash < ?1 || 'g' AND revoked_at IS NULL",
+        )
+        .bind(&prefix)
+        .fetch_all(&self.read)
+        .await?;
+        let mut found = None;
+        for row in &rows {
+            let token = token_row(row)?;
+            if bool::from(subtle::ConstantTimeEq::ct_eq(
+                token.hash.as_bytes(),
+                hash.as_bytes(),
+            )) {
+                found = Some(token);
+            }
+        }
+        Ok(found)
     }
 }

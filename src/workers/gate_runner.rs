@@ -9,6 +9,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::panic::AssertUnwindSafe;
+
+use futures_util::FutureExt;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -96,30 +99,62 @@ async fn run(
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
         };
-        let inner = inner.clone();
+        let (inner, shutdown) = (inner.clone(), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(e) = inner.run_once(id).await {
-                tracing::error!(submission = %id, error = %e, "gate run failed; the submission stays PENDING until restart");
-            }
+            inner.run_until_decided(id, &shutdown).await;
             drop(permit);
         });
     }
 }
 
+/// The longest pause between two attempts at a submission the store failed on.
+const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
+
 impl Inner {
+    /// Runs a submission until its decision is stored. A store failure is retried
+    /// with back-off (a quest must never stay `checking` for want of a retry);
+    /// only shutdown stops it, leaving the submission PENDING for the next start.
+    async fn run_until_decided(&self, id: Uuid, shutdown: &CancellationToken) {
+        let mut delay = Duration::from_millis(100);
+        loop {
+            match self.run_once(id).await {
+                Ok(_) => return,
+                Err(StoreError::NotFound(what)) => {
+                    tracing::error!(submission = %id, what, "nothing to decide: the submission or its quest is gone");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(submission = %id, error = %e, retry_in_ms = delay.as_millis() as u64, "gate run failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(MAX_RETRY_DELAY);
+                }
+            }
+        }
+    }
+
     async fn run_once(&self, submission_id: Uuid) -> Result<Decided, StoreError> {
         let job = self.store.gate_job(submission_id).await?;
         let started = std::time::Instant::now();
         let gate = self.gate(job.submission.session_id, &job.config.gate);
         let (outcome, name, version) = match &gate {
             Ok(gate) => {
-                let outcome = match tokio::time::timeout(
-                    self.timeout,
-                    gate.check(&job.input, &job.submission.result),
-                )
-                .await
-                {
-                    Ok(outcome) => outcome,
+                let check =
+                    AssertUnwindSafe(gate.check(&job.input, &job.submission.result)).catch_unwind();
+                let outcome = match tokio::time::timeout(self.timeout, check).await {
+                    Ok(Ok(outcome)) => outcome,
+                    Ok(Err(_)) => {
+                        tracing::error!(submission = %submission_id, "the gate panicked; the verdict is REVIEW");
+                        review(Fact::new(
+                            "gate",
+                            "",
+                            "a verdict",
+                            "no verdict: the gate crashed",
+                            "nothing for you to fix; a person will look at it",
+                        ))
+                    }
                     Err(_) => review(Fact::new(
                         "gate",
                         "",

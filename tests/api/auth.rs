@@ -34,6 +34,27 @@ async fn every_role_is_held_to_its_permissions() {
             allowed: ALL,
         },
         Call {
+            family: "read session",
+            method: Method::GET,
+            path: format!("/v1/sessions/{session}"),
+            body: None,
+            allowed: ALL,
+        },
+        Call {
+            family: "read quest",
+            method: Method::GET,
+            path: format!("/v1/quests/{any}"),
+            body: None,
+            allowed: ALL,
+        },
+        Call {
+            family: "read submission",
+            method: Method::GET,
+            path: format!("/v1/submissions/{any}"),
+            body: None,
+            allowed: ALL,
+        },
+        Call {
             family: "read status",
             method: Method::GET,
             path: format!("/v1/sessions/{session}/status"),
@@ -147,8 +168,9 @@ async fn every_role_is_held_to_its_permissions() {
                 )
                 .await;
             if call.allowed.contains(role) {
+                let status = answer.status.as_u16();
                 assert!(
-                    ![401, 403].contains(&answer.status.as_u16()),
+                    ![401, 403].contains(&status) && status < 500,
                     "{role} may use {}: {} {}",
                     call.family,
                     answer.status,
@@ -289,5 +311,95 @@ async fn the_admin_token_is_generated_into_the_data_dir_with_mode_0600() {
         again.admin_token(),
         written,
         "a restart reads the same token"
+    );
+}
+
+#[tokio::test]
+async fn the_bootstrap_admin_cannot_be_locked_out_and_rotates_with_its_secret() {
+    let app = spawn_app().await;
+    let tokens = app.get("/v1/tokens", &app.admin).await.expect(200);
+    let bootstrap = tokens[0]["id"].as_str().unwrap().to_owned();
+    app.call(
+        Method::DELETE,
+        &format!("/v1/tokens/{bootstrap}"),
+        Some(&app.admin),
+        None,
+    )
+    .await
+    .refused(409, "bootstrap_token");
+    app.post(
+        "/v1/tokens",
+        &app.admin,
+        json!({"name": "admin", "role": "viewer"}),
+    )
+    .await
+    .refused(409, "name_taken");
+    app.token("agent", "bot").await;
+    app.post(
+        "/v1/tokens",
+        &app.admin,
+        json!({"name": "bot", "role": "agent"}),
+    )
+    .await
+    .refused(409, "name_taken");
+
+    // A restart with another secret retires the old one.
+    let dir = app.stop().await;
+    let mut config = quest::config::Config::with_data_dir(dir.path());
+    config.bind = "127.0.0.1:0".parse().unwrap();
+    config.admin_token = Some("rotated-secret".into());
+    let rotated = quest::app::App::build(config).await.unwrap();
+    let base = format!("http://{}", rotated.local_addr());
+    tokio::spawn(rotated.run(std::future::pending()));
+    let client = reqwest::Client::new();
+    let status = |token: &'static str| {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            client
+                .get(format!("{base}/v1/tokens"))
+                .bearer_auth(token)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(status("rotated-secret").await, 200);
+    assert_eq!(
+        status("test-admin-token").await,
+        401,
+        "the old admin secret no longer works"
+    );
+}
+
+#[tokio::test]
+async fn the_role_is_checked_before_the_body_is_read() {
+    let app = spawn_app().await;
+    let viewer = app.token("viewer", "eyes").await;
+    let any = uuid::Uuid::new_v4();
+    let r = app
+        .client
+        .post(format!("{}/v1/quests/{any}/submit", app.base))
+        .bearer_auth(&viewer)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    let r = app
+        .client
+        .post(format!("{}/v1/sessions", app.base))
+        .bearer_auth(&viewer)
+        .header("content-type", "application/json")
+        .body(vec![b'x'; 2 * 1024 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        403,
+        "a viewer's upload is refused before it is parsed"
     );
 }

@@ -23,7 +23,7 @@ async fn bad_tables_store_nothing_and_name_the_row_and_column() {
             b"company,city\nAcme,Seoul\n,Busan\n",
             contact_config(3),
             "invalid_table",
-            "row 2, column `company`",
+            "row 3, column `company`",
         ),
         (
             "a.csv",
@@ -37,7 +37,7 @@ async fn bad_tables_store_nothing_and_name_the_row_and_column() {
             b"company,city\nAcme,Seoul,extra\n",
             contact_config(3),
             "invalid_table",
-            "row 1",
+            "row 2",
         ),
         (
             "a.csv",
@@ -234,7 +234,7 @@ async fn malformed_json_wrong_types_and_missing_content_type_are_refused() {
         json!({"lease_id": lease, "result": {}}),
     )
     .await
-    .refused(400, "invalid_query");
+    .refused(422, "invalid_query");
     app.post(
         &format!("/v1/sessions/{session}/next"),
         &agent,
@@ -278,7 +278,7 @@ async fn huge_bodies_are_refused_with_413() {
 
     let huge_scan = vec![b'a'; 64 * 1024 * 1024 + 1024];
     let answer = app.scan_file("big.csv", huge_scan, contact_config(3)).await;
-    assert_eq!(answer.status, 413, "{}", answer.body);
+    answer.refused(413, "too_large");
     assert_eq!(session_count(&app).await, 1);
 }
 
@@ -362,6 +362,39 @@ async fn unknown_ids_routes_and_methods_answer_in_the_envelope() {
     )
     .await
     .refused(422, "invalid_body");
+}
+
+#[tokio::test]
+async fn agent_names_are_bounded_and_a_next_body_must_be_json() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(contact_config(3), companies(1)).await;
+    let long = "a".repeat(300);
+    app.post(
+        &format!("/v1/sessions/{session}/next"),
+        &agent,
+        json!({"agent": long}),
+    )
+    .await
+    .refused(422, "invalid_agent");
+    let r = app
+        .client
+        .post(format!("{}/v1/sessions/{session}/next", app.base))
+        .bearer_auth(&agent)
+        .body("{\"agent\": \"x\"}")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        415,
+        "a body without its content type is not silently ignored"
+    );
+    assert_eq!(
+        app.status(&session).await["leased"],
+        0,
+        "nothing was leased"
+    );
 }
 
 #[tokio::test]

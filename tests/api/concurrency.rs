@@ -97,6 +97,7 @@ async fn sixteen_agents_over_five_hundred_quests_never_share_one() {
 
     let status = app.status(&session).await;
     assert_sums(&status);
+    crate::ratchet::assert_counters_match_the_rows(&app, &session).await;
     let expected_review = (0..QUESTS).filter(|n| n % 7 == 0).count() as u64;
     assert_eq!(status["remaining"], 0);
     assert_eq!(status["review"], expected_review);

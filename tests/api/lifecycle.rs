@@ -624,3 +624,24 @@ async fn finished_and_wait_tell_the_agent_what_to_do() {
         json!({"status": "finished"})
     );
 }
+
+#[tokio::test]
+async fn shutdown_ends_event_streams_instead_of_waiting_on_them() {
+    let app = spawn_app().await;
+    let session = app.scan(contact_config(3), companies(1)).await;
+    let mut events = app
+        .client
+        .get(format!("{}/v1/sessions/{session}/events", app.base))
+        .bearer_auth(&app.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), 200);
+    // A hang here would be the bug; the generous bound only keeps a failure from blocking CI.
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(60), app.stop()).await;
+    assert!(
+        stopped.is_ok(),
+        "the server stopped although a client was watching events"
+    );
+    while let Ok(Some(_)) = events.chunk().await {}
+}

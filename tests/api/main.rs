@@ -10,3 +10,4 @@ mod openapi;
 mod ratchet;
 mod restart;
 mod sessions;
+mod store;

@@ -97,3 +97,110 @@ async fn a_review_quest_may_only_become_pass_or_done() {
     assert!(err.to_string().contains("ratchet"), "{err}");
     assert_eq!(app.status(&session).await["review"], 1);
 }
+
+#[tokio::test]
+async fn replace_cannot_smuggle_a_decided_quest_or_verdict_back() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(contact_config(3), companies(1)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let pass = app
+        .submit(&agent, &quest, &lease, json!({"email": "a@b.test"}))
+        .await
+        .expect(200);
+    let submission = pass["submission_id"].as_str().unwrap();
+    let mut db = raw(&app).await;
+    let refused = [
+        format!(
+            "INSERT OR REPLACE INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
+             VALUES ('{quest}', '{session}', 0, 'k', '{{}}', 'TODO', 'open', 'now')"
+        ),
+        format!(
+            "REPLACE INTO submissions (id, quest_id, session_id, lease_id, agent, result, result_hash, verdict, created_at)
+             VALUES ('{submission}', '{quest}', '{session}', '{lease}', 'x', '{{}}', 'h', 'FAIL', 'now')"
+        ),
+    ];
+    for sql in refused {
+        let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&mut db)
+            .await
+            .expect_err(&sql);
+        assert!(err.to_string().contains("ratchet"), "{sql}: {err}");
+    }
+    assert_eq!(app.quest(&quest).await["state"], "PASS");
+    assert_sums(&app.status(&session).await);
+}
+
+#[tokio::test]
+async fn phases_lapses_and_a_result_under_review_are_guarded_too() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(contact_config(3), companies(2)).await;
+    let (q1, l1) = assigned(&app.next(&agent, &session, "a").await);
+    app.submit(
+        &agent,
+        &q1,
+        &l1,
+        json!({"email": "a@b.test", "confidence": "low"}),
+    )
+    .await
+    .expect(200);
+    let (q2, _) = assigned(&app.next(&agent, &session, "b").await);
+    let mut db = raw(&app).await;
+    for sql in [
+        format!("UPDATE quests SET result = '{{\"email\":\"evil@x.test\"}}' WHERE id = '{q1}'"),
+        format!("UPDATE quests SET phase = 'verifying' WHERE id = '{q2}'"),
+    ]
+    .iter()
+    {
+        let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&mut db)
+            .await
+            .expect_err(sql);
+        assert!(err.to_string().contains("ratchet"), "{sql}: {err}");
+    }
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE quests SET lapses = 2 WHERE id = '{q2}'"
+    )))
+    .execute(&mut db)
+    .await
+    .unwrap();
+    let err = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE quests SET lapses = 1 WHERE id = '{q2}'"
+    )))
+    .execute(&mut db)
+    .await
+    .expect_err("lapses never decrease");
+    assert!(err.to_string().contains("ratchet"), "{err}");
+}
+
+/// The running counters must equal a count over the quests themselves.
+pub async fn assert_counters_match_the_rows(app: &TestApp, session: &str) {
+    let mut db = raw(app).await;
+    let rows: Vec<(String, i64)> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT state || COALESCE('/' || phase, ''), COUNT(*) FROM quests WHERE session_id = '{session}' GROUP BY 1"
+    )))
+    .fetch_all(&mut db)
+    .await
+    .unwrap();
+    let status = app.status(session).await;
+    let field = |bucket: &str| match bucket {
+        "TODO/open" => "open",
+        "TODO/leased" => "leased",
+        "TODO/checking" => "checking",
+        "TODO/verifying" => "verifying",
+        "PASS" => "pass",
+        "REVIEW" => "review",
+        _ => "done",
+    };
+    let mut counted = 0;
+    for (bucket, n) in rows {
+        assert_eq!(
+            status[field(&bucket)].as_i64(),
+            Some(n),
+            "{bucket}: {status}"
+        );
+        counted += n;
+    }
+    assert_eq!(status["total"].as_i64(), Some(counted), "{status}");
+}
