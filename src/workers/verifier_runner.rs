@@ -1,0 +1,242 @@
+//! The L2 worker: asks each queued verifier job's backend, within the
+//! backend's concurrency limit and deadline, and records the outcome; the store
+//! applies the decision when a submission's last job is recorded.
+//!
+//! Jobs are durable before they are queued here (written with the L1 PASS), so
+//! a crash loses nothing: at start-up every unanswered job is queued again. On
+//! shutdown, calls in flight are abandoned and stay queued for the next start.
+//!
+//! A transient failure (refused connection, 5xx, 429) is retried with
+//! exponential back-off until the verifier's `timeout_ms`, counted from the first
+//! attempt, runs out; then, like any permanent failure or a reply that is not a
+//! clean YES or NO, it is recorded as no answer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Semaphore, mpsc};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::domain::State;
+use crate::store::{L2Recorded, NewL2Answer, Store, StoreError};
+use crate::verifiers::{AskError, VerifierRegistry};
+
+/// The first pause after a transient failure; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Runs L2 jobs.
+#[derive(Clone)]
+pub struct VerifierRunner {
+    inner: Arc<Inner>,
+    queue: mpsc::UnboundedSender<Uuid>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    verifiers: Arc<VerifierRegistry>,
+    /// One per declared verifier: its `max_concurrency`.
+    permits: HashMap<String, Arc<Semaphore>>,
+}
+
+impl VerifierRunner {
+    /// Starts the worker; it stops (abandoning calls in flight) when `shutdown` fires.
+    pub fn start(
+        store: Arc<dyn Store>,
+        verifiers: Arc<VerifierRegistry>,
+        shutdown: CancellationToken,
+    ) -> VerifierRunner {
+        let permits = verifiers
+            .names()
+            .into_iter()
+            .filter_map(|name| {
+                let declared = verifiers.get(name)?;
+                Some((
+                    name.to_owned(),
+                    Arc::new(Semaphore::new(declared.max_concurrency)),
+                ))
+            })
+            .collect();
+        let (queue, rx) = mpsc::unbounded_channel();
+        let inner = Arc::new(Inner {
+            store,
+            verifiers,
+            permits,
+        });
+        tokio::spawn(run(inner.clone(), rx, shutdown));
+        VerifierRunner { inner, queue }
+    }
+
+    /// Queues jobs that are durable in the store.
+    pub fn enqueue(&self, jobs: impl IntoIterator<Item = Uuid>) {
+        for id in jobs {
+            // After shutdown the job stays queued in the store for the next start.
+            let _ = self.queue.send(id);
+        }
+    }
+
+    /// Queues every unanswered job in the store (at start-up).
+    pub async fn requeue_pending(&self) -> Result<usize, StoreError> {
+        let pending = self.inner.store.pending_l2_jobs().await?;
+        let n = pending.len();
+        self.enqueue(pending);
+        Ok(n)
+    }
+
+    /// Runs one job now, ignoring the concurrency limit: ask, retry, record.
+    pub async fn run_once(&self, job_id: Uuid) -> Result<L2Recorded, StoreError> {
+        self.inner.run_once(job_id).await
+    }
+}
+
+async fn run(
+    inner: Arc<Inner>,
+    mut rx: mpsc::UnboundedReceiver<Uuid>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let id = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            id = rx.recv() => match id { Some(id) => id, None => break },
+        };
+        let inner = inner.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = shutdown.cancelled() => {}
+                outcome = inner.run_limited(id) => if let Err(e) = outcome {
+                    tracing::error!(job = %id, error = %e, "L2 job failed; it stays queued until restart");
+                }
+            }
+        });
+    }
+}
+
+impl Inner {
+    async fn run_limited(&self, job_id: Uuid) -> Result<L2Recorded, StoreError> {
+        let job = self.store.l2_job(job_id).await?;
+        let _permit = match self.permits.get(&job.verifier) {
+            Some(permits) => Some(
+                permits
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| StoreError::Unavailable)?,
+            ),
+            None => None,
+        };
+        self.run_once(job_id).await
+    }
+
+    async fn run_once(&self, job_id: Uuid) -> Result<L2Recorded, StoreError> {
+        let job = self.store.l2_job(job_id).await?;
+        let started = Instant::now();
+        let (model, mut attempts) = (String::new(), 0u32);
+        let (model, raw_reply, answer, detail) = match self.verifiers.get(&job.verifier) {
+            // A verifier removed from the configuration since the job was written.
+            None => (
+                model,
+                None,
+                None,
+                format!("verifier `{}` is not declared on this server", job.verifier),
+            ),
+            Some(declared) => {
+                let verifier = declared.verifier.clone();
+                let deadline = started + declared.timeout;
+                let mut backoff = FIRST_BACKOFF;
+                let no_answer = |why: String| (None, None, why);
+                let (raw, answer, detail) = loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break no_answer(format!(
+                            "no valid answer within {} ms",
+                            declared.timeout.as_millis()
+                        ));
+                    }
+                    attempts += 1;
+                    match tokio::time::timeout(left, verifier.ask(&job.request, &job.question))
+                        .await
+                    {
+                        Err(_) => {
+                            break no_answer(format!(
+                                "no valid answer within {} ms ({attempts} attempts)",
+                                declared.timeout.as_millis()
+                            ));
+                        }
+                        Ok(Ok(reply)) => match reply.parsed {
+                            Ok((answer, reason)) => break (Some(reply.raw), Some(answer), reason),
+                            Err(why) => {
+                                break (Some(reply.raw), None, format!("not an answer: {why}"));
+                            }
+                        },
+                        Ok(Err(AskError::Permanent(e))) => break no_answer(e),
+                        Ok(Err(AskError::Transient(e))) => {
+                            metrics::counter!("quest_l2_retries_total", "verifier" => job.verifier.clone())
+                                .increment(1);
+                            let left = deadline.saturating_duration_since(Instant::now());
+                            if left <= backoff {
+                                tokio::time::sleep(left).await;
+                                break no_answer(format!(
+                                    "no valid answer within {} ms ({attempts} attempts); last error: {e}",
+                                    declared.timeout.as_millis()
+                                ));
+                            }
+                            tokio::time::sleep(backoff).await;
+                            backoff = (backoff * 2).min(MAX_BACKOFF);
+                        }
+                    }
+                };
+                (verifier.model().to_owned(), raw, answer, detail)
+            }
+        };
+        let latency = started.elapsed();
+        let recorded = self
+            .store
+            .record_l2_answer(NewL2Answer {
+                job_id,
+                model,
+                raw_reply,
+                answer,
+                detail,
+                attempts,
+                latency_ms: latency.as_millis() as u64,
+            })
+            .await?;
+        record_metrics(&recorded, latency);
+        Ok(recorded)
+    }
+}
+
+fn record_metrics(recorded: &L2Recorded, latency: Duration) {
+    let a = &recorded.answer;
+    let verifier = a.verifier.clone();
+    let answer = a.answer.map_or("none", |a| a.as_str());
+    metrics::counter!("quest_l2_answers_total", "verifier" => verifier.clone(), "answer" => answer)
+        .increment(1);
+    if a.answer.is_none() {
+        metrics::counter!("quest_l2_no_answers_total", "verifier" => verifier.clone()).increment(1);
+    }
+    if a.flagged {
+        metrics::counter!("quest_l2_flags_total", "verifier" => verifier.clone()).increment(1);
+    }
+    metrics::histogram!("quest_l2_latency_seconds", "verifier" => verifier)
+        .record(latency.as_secs_f64());
+    for (x, y, agreed) in &recorded.compared {
+        metrics::counter!("quest_l2_pair_compared_total", "a" => x.clone(), "b" => y.clone())
+            .increment(1);
+        if *agreed {
+            metrics::counter!("quest_l2_pair_agreed_total", "a" => x.clone(), "b" => y.clone())
+                .increment(1);
+        }
+    }
+    if let Some(quest) = &recorded.verified {
+        let outcome = if quest.state == State::Pass {
+            "pass"
+        } else {
+            "review"
+        };
+        metrics::counter!("quest_l2_decisions_total", "outcome" => outcome).increment(1);
+    }
+}
