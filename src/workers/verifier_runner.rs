@@ -20,8 +20,9 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::domain::State;
-use crate::store::{L2Recorded, NewL2Answer, Store, StoreError};
-use crate::verifiers::{AskError, VerifierRegistry};
+use crate::domain::verify::Answer;
+use crate::store::{L2Job, L2Recorded, NewL2Answer, Store, StoreError};
+use crate::verifiers::{AskError, Declared, VerifierRegistry};
 
 /// The first pause after a transient failure; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
@@ -133,63 +134,19 @@ impl Inner {
     async fn run_once(&self, job_id: Uuid) -> Result<L2Recorded, StoreError> {
         let job = self.store.l2_job(job_id).await?;
         let started = Instant::now();
-        let (model, mut attempts) = (String::new(), 0u32);
-        let (model, raw_reply, answer, detail) = match self.verifiers.get(&job.verifier) {
+        let (model, asked) = match self.verifiers.get(&job.verifier) {
+            Some(declared) => (
+                declared.verifier.model().to_owned(),
+                ask_until_deadline(declared, &job, started).await,
+            ),
             // A verifier removed from the configuration since the job was written.
             None => (
-                model,
-                None,
-                None,
-                format!("verifier `{}` is not declared on this server", job.verifier),
+                String::new(),
+                Asked::no_answer(
+                    format!("verifier `{}` is not declared on this server", job.verifier),
+                    0,
+                ),
             ),
-            Some(declared) => {
-                let verifier = declared.verifier.clone();
-                let deadline = started + declared.timeout;
-                let mut backoff = FIRST_BACKOFF;
-                let no_answer = |why: String| (None, None, why);
-                let (raw, answer, detail) = loop {
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        break no_answer(format!(
-                            "no valid answer within {} ms",
-                            declared.timeout.as_millis()
-                        ));
-                    }
-                    attempts += 1;
-                    match tokio::time::timeout(left, verifier.ask(&job.request, &job.question))
-                        .await
-                    {
-                        Err(_) => {
-                            break no_answer(format!(
-                                "no valid answer within {} ms ({attempts} attempts)",
-                                declared.timeout.as_millis()
-                            ));
-                        }
-                        Ok(Ok(reply)) => match reply.parsed {
-                            Ok((answer, reason)) => break (Some(reply.raw), Some(answer), reason),
-                            Err(why) => {
-                                break (Some(reply.raw), None, format!("not an answer: {why}"));
-                            }
-                        },
-                        Ok(Err(AskError::Permanent(e))) => break no_answer(e),
-                        Ok(Err(AskError::Transient(e))) => {
-                            metrics::counter!("quest_l2_retries_total", "verifier" => job.verifier.clone())
-                                .increment(1);
-                            let left = deadline.saturating_duration_since(Instant::now());
-                            if left <= backoff {
-                                tokio::time::sleep(left).await;
-                                break no_answer(format!(
-                                    "no valid answer within {} ms ({attempts} attempts); last error: {e}",
-                                    declared.timeout.as_millis()
-                                ));
-                            }
-                            tokio::time::sleep(backoff).await;
-                            backoff = (backoff * 2).min(MAX_BACKOFF);
-                        }
-                    }
-                };
-                (verifier.model().to_owned(), raw, answer, detail)
-            }
         };
         let latency = started.elapsed();
         let recorded = self
@@ -197,15 +154,90 @@ impl Inner {
             .record_l2_answer(NewL2Answer {
                 job_id,
                 model,
-                raw_reply,
-                answer,
-                detail,
-                attempts,
+                raw_reply: asked.raw,
+                answer: asked.answer,
+                detail: asked.detail,
+                attempts: asked.attempts,
                 latency_ms: latency.as_millis() as u64,
             })
             .await?;
         record_metrics(&recorded, latency);
         Ok(recorded)
+    }
+}
+
+/// What asking one verifier came to.
+struct Asked {
+    raw: Option<String>,
+    answer: Option<Answer>,
+    detail: String,
+    attempts: u32,
+}
+
+impl Asked {
+    fn no_answer(detail: String, attempts: u32) -> Asked {
+        Asked {
+            raw: None,
+            answer: None,
+            detail,
+            attempts,
+        }
+    }
+}
+
+/// Asks until a reply, a permanent failure, or the verifier's deadline
+/// (counted from `started`, retries and back-off included).
+async fn ask_until_deadline(declared: &Declared, job: &L2Job, started: Instant) -> Asked {
+    let deadline = started + declared.timeout;
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempts = 0;
+    let mut last_error: Option<String> = None;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if !left.is_zero() {
+            attempts += 1;
+            match tokio::time::timeout(left, declared.verifier.ask(&job.request, &job.question))
+                .await
+            {
+                Ok(Ok(reply)) => {
+                    return match reply.parsed {
+                        Ok((answer, reason)) => Asked {
+                            raw: Some(reply.raw),
+                            answer: Some(answer),
+                            detail: reason,
+                            attempts,
+                        },
+                        Err(why) => Asked {
+                            raw: Some(reply.raw),
+                            answer: None,
+                            detail: format!("not an answer: {why}"),
+                            attempts,
+                        },
+                    };
+                }
+                Ok(Err(AskError::Permanent(e))) => return Asked::no_answer(e, attempts),
+                Ok(Err(AskError::Transient(e))) => {
+                    metrics::counter!("quest_l2_retries_total", "verifier" => job.verifier.clone())
+                        .increment(1);
+                    last_error = Some(e);
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    tokio::time::sleep(backoff.min(left)).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                    continue;
+                }
+                Err(_) => {}
+            }
+        }
+        let last = last_error
+            .map(|e| format!("; last error: {e}"))
+            .unwrap_or_default();
+        return Asked::no_answer(
+            format!(
+                "no valid answer within {} ms ({attempts} attempts){last}",
+                declared.timeout.as_millis()
+            ),
+            attempts,
+        );
     }
 }
 

@@ -2,10 +2,13 @@
 
 mod auth;
 mod bad_input;
+mod command_gate;
 mod concurrency;
+mod fake_llm;
 mod helpers;
 mod lifecycle;
 mod openapi;
 mod ratchet;
 mod restart;
 mod sessions;
+mod verifiers;
