@@ -637,6 +637,120 @@ async fn pending_jobs_finish_after_a_restart_and_end_pass_or_review() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_while_verifiers_work_loses_no_job_and_the_quests_end_pass_or_review() {
+    use crate::restart::{Server, call};
+    let hang = || Behaviour::Hang;
+    let hanging = [
+        FakeLlm::start("judge-alpha", hang()).await,
+        FakeLlm::start("judge-beta", hang()).await,
+        FakeLlm::start("judge-gamma", hang()).await,
+    ];
+    let (data, etc) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let config_file = etc.path().join("quest.toml");
+    let toml = |fakes: &[FakeLlm; 3]| {
+        verifiers_toml(&[
+            ("alpha", &fakes[0].base_url, 60_000, 4),
+            ("beta", &fakes[1].base_url, 60_000, 4),
+            ("gamma", &fakes[2].base_url, 60_000, 4),
+        ])
+    };
+    std::fs::write(&config_file, toml(&hanging)).unwrap();
+    let mut server = Server::start_with(data.path(), Some(&config_file)).await;
+    let client = reqwest::Client::new();
+    let (status, session) = call(
+        &client,
+        &server.base,
+        "/v1/sessions",
+        json!({"config": verified_config(1, 2), "items": companies(2)}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 201, "{session}");
+    let session = session["id"].as_str().unwrap().to_owned();
+    let mut quests = Vec::new();
+    for (name, email) in [("a", "info@acme.test"), ("b", "boss@gmail.test")] {
+        let (_, next) = call(
+            &client,
+            &server.base,
+            &format!("/v1/sessions/{session}/next"),
+            json!({"agent": name}),
+        )
+        .await
+        .unwrap();
+        let (quest, lease) = assigned(&next);
+        let (status, answer) = call(
+            &client,
+            &server.base,
+            &format!("/v1/quests/{quest}/submit"),
+            json!({"lease_id": lease, "result": {"email": email}}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (status, answer["phase"].as_str()),
+            (200, Some("verifying")),
+            "{answer}"
+        );
+        quests.push(quest);
+    }
+    for fake in &hanging {
+        for _ in 0..500 {
+            if fake.requests().len() == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            fake.requests().len(),
+            2,
+            "the verifiers were asked before the crash"
+        );
+    }
+    server.kill();
+
+    let judge = || {
+        Behaviour::flags_when(
+            "gmail.test",
+            "YES: a free mail address",
+            "NO: the company's own",
+        )
+    };
+    let answering = [
+        FakeLlm::start("judge-alpha", judge()).await,
+        FakeLlm::start("judge-beta", judge()).await,
+        FakeLlm::start("judge-gamma", judge()).await,
+    ];
+    std::fs::write(&config_file, toml(&answering)).unwrap();
+    let server = Server::start_with(data.path(), Some(&config_file)).await;
+    let mut states = Vec::new();
+    for quest in &quests {
+        let mut view = Value::Null;
+        for _ in 0..1500 {
+            view = client
+                .get(format!("{}/v1/quests/{quest}", server.base))
+                .bearer_auth("crash-admin")
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            if view["state"] != "TODO" {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(view["tries"], 0, "{view}");
+        assert_eq!(view["l2_answers"].as_array().unwrap().len(), 3, "{view}");
+        states.push(view["state"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(states, ["PASS", "REVIEW"]);
+    for fake in &answering {
+        assert_eq!(fake.requests().len(), 2);
+    }
+}
+
 #[tokio::test]
 async fn each_backend_is_held_to_its_concurrency_and_transient_errors_are_retried() {
     let slow = FakeLlm::start(
