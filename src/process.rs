@@ -212,7 +212,7 @@ mod tests {
 
     #[tokio::test]
     async fn capped_reads_keep_the_head_of_stdout_and_the_tail_of_stderr() {
-        let data = vec![b'x'; 100];
+        let data = [b'x'; 100];
         let (kept, cut) = read_capped(Some(&data[..]), 10).await.unwrap();
         assert_eq!((kept.len(), cut), (10, true));
         let (kept, cut) = read_capped(Some(&data[..]), 100).await.unwrap();

@@ -75,7 +75,7 @@ impl CommandGate {
         }
     }
 
-    fn from_output(&self, out: &ProcessOutput) -> GateOutcome {
+    fn outcome_of(&self, out: &ProcessOutput) -> GateOutcome {
         if !out.stdout_cut
             && let Some(outcome) = self.printed_verdict(&out.stdout)
         {
@@ -233,7 +233,7 @@ impl Gate for CommandGate {
             .to_string()
             .into_bytes();
         match self.runner.run(&self.config.process, stdin).await {
-            Ok(out) => self.from_output(&out),
+            Ok(out) => self.outcome_of(&out),
             Err(ProcessError::TimedOut(after)) => self.review(
                 format!("a verdict within {} ms", after.as_millis()),
                 "no verdict: the program ran out of time and was killed".into(),
