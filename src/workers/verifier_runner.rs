@@ -13,9 +13,10 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
@@ -270,5 +271,142 @@ fn record_metrics(recorded: &L2Recorded, latency: Duration) {
             "review"
         };
         metrics::counter!("quest_l2_decisions_total", "outcome" => outcome).increment(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::verify::{Artifact, Contract, FlagOn, VerifierRequest};
+    use crate::verifiers::{Reply, Verifier};
+
+    /// A backend that plays a script of outcomes, then hangs.
+    struct Scripted(Mutex<VecDeque<Result<Reply, AskError>>>);
+
+    #[async_trait]
+    impl Verifier for Scripted {
+        fn model(&self) -> &str {
+            "scripted"
+        }
+        async fn ask(&self, _: &VerifierRequest, _: &str) -> Result<Reply, AskError> {
+            let next = self.0.lock().unwrap().pop_front();
+            match next {
+                Some(outcome) => outcome,
+                None => std::future::pending().await,
+            }
+        }
+    }
+
+    fn reply(raw: &str) -> Result<Reply, AskError> {
+        Ok(Reply {
+            raw: raw.into(),
+            parsed: crate::domain::verify::parse_reply(raw),
+        })
+    }
+
+    fn down() -> Result<Reply, AskError> {
+        Err(AskError::Transient("connection refused".into()))
+    }
+
+    async fn ask(script: Vec<Result<Reply, AskError>>, timeout: Duration) -> Asked {
+        let declared = Declared {
+            verifier: Arc::new(Scripted(Mutex::new(script.into()))),
+            max_concurrency: 1,
+            timeout,
+        };
+        let job = L2Job {
+            id: Uuid::nil(),
+            submission_id: Uuid::nil(),
+            quest_id: Uuid::nil(),
+            session_id: Uuid::nil(),
+            verifier: "alpha".into(),
+            question_index: 0,
+            question: "q?".into(),
+            flag_on: FlagOn::Yes,
+            request: VerifierRequest {
+                contract: Contract {
+                    task: String::new(),
+                    input: json!({}),
+                },
+                artifact: Artifact {
+                    result: json!({}),
+                    evidence: vec![],
+                },
+            },
+            answered: false,
+        };
+        ask_until_deadline(&declared, &job, Instant::now()).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_are_retried_until_a_clean_answer() {
+        let asked = ask(
+            vec![down(), down(), reply("YES: personal")],
+            Duration::from_secs(20),
+        )
+        .await;
+        assert_eq!((asked.answer, asked.attempts), (Some(Answer::Yes), 3));
+        assert_eq!(asked.detail, "personal");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_backend_that_stays_down_is_no_answer_at_the_deadline_with_its_last_error() {
+        let started = Instant::now();
+        let asked = ask(vec![down(); 100], Duration::from_millis(1_000)).await;
+        assert_eq!(asked.answer, None);
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(1_000),
+            "back-off stops at the deadline"
+        );
+        assert!(
+            asked.attempts >= 4 && asked.attempts < 100,
+            "{}",
+            asked.attempts
+        );
+        assert!(
+            asked.detail.starts_with("no valid answer within 1000 ms"),
+            "{}",
+            asked.detail
+        );
+        assert!(
+            asked.detail.ends_with("last error: connection refused"),
+            "{}",
+            asked.detail
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_backend_is_no_answer_at_the_deadline() {
+        let asked = ask(vec![], Duration::from_millis(500)).await;
+        assert_eq!((asked.answer, asked.attempts), (None, 1));
+        assert_eq!(asked.detail, "no valid answer within 500 ms (1 attempts)");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn permanent_failures_and_unclean_replies_are_not_retried() {
+        let asked = ask(
+            vec![Err(AskError::Permanent("HTTP 401".into())), reply("NO")],
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!(
+            (asked.answer, asked.attempts, asked.detail.as_str()),
+            (None, 1, "HTTP 401")
+        );
+        let asked = ask(
+            vec![reply("Probably not"), reply("NO")],
+            Duration::from_secs(5),
+        )
+        .await;
+        assert_eq!((asked.answer, asked.attempts), (None, 1));
+        assert_eq!(asked.raw.as_deref(), Some("Probably not"));
+        assert!(asked.detail.starts_with("not an answer"));
     }
 }
