@@ -151,7 +151,8 @@ impl<'de> Deserialize<'de> for Question {
 pub struct VerifyConfig {
     /// Names of verifiers declared in the server's configuration file.
     pub verifiers: Vec<String>,
-    /// The questions every verifier answers. When empty, the gate's default
+    /// The questions every verifier answers, each a string (flags on YES) or
+    /// `{"text": ..., "flag_on": "yes" | "no"}`. When empty, the gate's default
     /// questions are used (the scan stores them here).
     #[serde(default)]
     pub questions: Vec<Question>,
