@@ -49,6 +49,19 @@ CREATE TABLE l2_answers (
 CREATE INDEX l2_answers_quest ON l2_answers (quest_id, question_index, verifier);
 CREATE INDEX l2_answers_submission ON l2_answers (submission_id, question_index);
 
+-- One row per finished verification: what L2 decided, and when. Its only
+-- possible outcomes are PASS and REVIEW. Status counts these as finished quests.
+CREATE TABLE l2_decisions (
+    submission_id  TEXT PRIMARY KEY REFERENCES submissions (id),
+    quest_id       TEXT NOT NULL REFERENCES quests (id),
+    session_id     TEXT NOT NULL REFERENCES sessions (id),
+    state_after    TEXT NOT NULL CHECK (state_after IN ('PASS', 'REVIEW')),
+    facts          TEXT NOT NULL,             -- the L2 facts the decision produced (JSON)
+    decided_at     TEXT NOT NULL
+);
+
+CREATE INDEX l2_decisions_session ON l2_decisions (session_id, decided_at);
+
 -- Running figures, kept by a trigger so that status costs the same however many
 -- answers a session has.
 CREATE TABLE l2_verifier_stats (
@@ -145,6 +158,18 @@ CREATE TRIGGER l2_answers_are_never_deleted
 BEFORE DELETE ON l2_answers
 BEGIN
     SELECT RAISE(ABORT, 'ratchet: L2 answers are append-only');
+END;
+
+CREATE TRIGGER l2_decisions_are_never_changed
+BEFORE UPDATE ON l2_decisions
+BEGIN
+    SELECT RAISE(ABORT, 'ratchet: L2 decisions are append-only');
+END;
+
+CREATE TRIGGER l2_decisions_are_never_deleted
+BEFORE DELETE ON l2_decisions
+BEGIN
+    SELECT RAISE(ABORT, 'ratchet: L2 decisions are append-only');
 END;
 
 CREATE TRIGGER l2_jobs_are_answered_once

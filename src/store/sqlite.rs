@@ -1076,6 +1076,18 @@ async fn finish_verification(
         },
     )?;
     let submission = fetch_submission(&mut ctx.conn, submission_id).await?;
+    sqlx::query(
+        "INSERT INTO l2_decisions (submission_id, quest_id, session_id, state_after, facts, decided_at)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(submission_id.to_string())
+    .bind(quest.id.to_string())
+    .bind(quest.session_id.to_string())
+    .bind(next.state.as_str())
+    .bind(json(&decision.facts))
+    .bind(ts(ctx.now))
+    .execute(&mut ctx.conn)
+    .await?;
     let mut facts = submission.facts.clone();
     facts.extend(decision.facts);
     let (receipt, decided_by) = match next.state {
@@ -1319,8 +1331,10 @@ impl Store for SqliteStore {
         .fetch_one(&mut *tx)
         .await?;
         let window_minutes = 5;
+        // Quests finished by their gate, plus those the AI verifiers finished.
         let finished: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM submissions WHERE session_id = ? AND decided_at > ? AND state_after <> 'TODO'",
+            "SELECT (SELECT COUNT(*) FROM submissions WHERE session_id = ?1 AND decided_at > ?2 AND state_after <> 'TODO')
+                  + (SELECT COUNT(*) FROM l2_decisions WHERE session_id = ?1 AND decided_at > ?2)",
         )
         .bind(id.to_string())
         .bind(ts(now - chrono::Duration::minutes(window_minutes)))

@@ -139,6 +139,10 @@ async fn three_verifiers_that_all_clear_lock_the_quest_pass_and_the_agent_moves_
         (status["pass"].as_u64(), status["verifying"].as_u64()),
         (Some(1), Some(0))
     );
+    assert!(
+        status["rate_per_minute"].as_f64().unwrap() > 0.0,
+        "a verified quest counts as finished: {status}"
+    );
     let figures = status["verifiers"].as_array().unwrap();
     assert_eq!(figures.len(), 3, "{status}");
     assert_eq!(figures[0]["verifier"], "alpha");
