@@ -10,6 +10,10 @@
 //! exponential back-off until the verifier's `timeout_ms`, counted from the first
 //! attempt, runs out; then, like any permanent failure or a reply that is not a
 //! clean YES or NO, it is recorded as no answer.
+//!
+//! Each queued job is a small task waiting on its backend's semaphore, so a
+//! slow backend never holds up another. (With a very large backlog at start-up
+//! that is many idle tasks; a bounded feeder per backend would cap them.)
 
 use std::collections::HashMap;
 use std::sync::Arc;
