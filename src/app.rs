@@ -1,6 +1,7 @@
-//! Wiring: [`App::build`] opens the store, ensures the admin token, starts the
-//! gate runner and the sweeper, and binds the listener; [`App::run`] serves
-//! until the shutdown signal, then stops the workers.
+//! Wiring: [`App::build`] reads the operator's configuration file, opens the
+//! store, ensures the admin token, starts the gate runner, the L2 verifier
+//! runner and the sweeper, and binds the listener; [`App::run`] serves until
+//! the shutdown signal, then stops the workers.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -18,9 +19,11 @@ use crate::config::Config;
 use crate::domain::{Clock, Role, SystemClock, token_hash};
 use crate::gates::GateRegistry;
 use crate::http::{self, AppState};
+use crate::process::{ProcessRunner, SystemProcessRunner};
 use crate::service::{Service, new_secret};
 use crate::store::{SqliteStore, Store};
-use crate::workers::{GateRunner, sweeper};
+use crate::verifiers::VerifierRegistry;
+use crate::workers::{GateRunner, VerifierRunner, sweeper};
 
 /// How long open requests may take to finish after the shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -56,6 +59,7 @@ impl App {
 
     /// [`App::build`] with another clock (tests move time forward by hand).
     pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
+        let operator = config.operator()?;
         std::fs::create_dir_all(&config.data_dir).with_context(|| {
             format!(
                 "cannot create the data directory {}",
@@ -79,10 +83,27 @@ impl App {
             .await?;
 
         let shutdown = CancellationToken::new();
-        let registry = Arc::new(GateRegistry::with_builtin_gates());
+        let processes: Arc<dyn ProcessRunner> = Arc::new(SystemProcessRunner);
+        let registry = Arc::new(GateRegistry::with_operator_gates(
+            &operator.gates,
+            processes.clone(),
+        ));
+        let verifiers = Arc::new(
+            VerifierRegistry::from_config(&operator.verifiers, processes)
+                .context("cannot build the HTTP client of the verifiers")?,
+        );
+        if !operator.verifiers.is_empty() || !operator.gates.is_empty() {
+            tracing::info!(
+                verifiers = ?verifiers.names(),
+                command_gates = ?operator.gates.iter().map(|g| g.name.as_str()).collect::<Vec<_>>(),
+                "operator configuration loaded"
+            );
+        }
+        let l2 = VerifierRunner::start(store.clone(), verifiers.clone(), shutdown.clone());
         let runner = GateRunner::start(
             store.clone(),
             registry.clone(),
+            l2.clone(),
             config.gate_workers,
             Duration::from_secs(config.gate_timeout_seconds),
             shutdown.clone(),
@@ -94,6 +115,10 @@ impl App {
                 "re-running submissions that were still being checked"
             );
         }
+        let resumed = l2.requeue_pending().await?;
+        if resumed > 0 {
+            tracing::info!(resumed, "resuming AI verifier jobs that were still queued");
+        }
         tokio::spawn(sweeper::run(
             store.clone(),
             Duration::from_secs(config.sweep_seconds.max(1)),
@@ -101,8 +126,9 @@ impl App {
         ));
 
         let service = Arc::new(Service::new(
-            store,
+            store.clone(),
             registry,
+            verifiers,
             runner,
             events,
             shutdown.clone(),

@@ -1,9 +1,22 @@
 //! The server's one configuration, read once at start-up from flags and their
 //! `QUEST_*` environment variables, then passed down. Nothing below this module
 //! reads the environment.
+//!
+//! The operator's configuration file (`--config FILE`, TOML) declares what only
+//! the operator may point the service at: AI verifier backends (`[verifiers.NAME]`)
+//! and command gates (`[gates.NAME]`). HTTP clients only choose among the names.
+//! Secrets never sit in the file: `api_key_env` names a variable that is read
+//! here, at start-up, and the key is redacted wherever it could be printed.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::domain::verify::Question;
+use crate::process::ProcessSpec;
 
 /// Everything `quest serve` needs to run.
 #[derive(Clone, clap::Args)]
@@ -29,6 +42,9 @@ pub struct Config {
     /// Log format: `text` or `json`.
     #[arg(long, env = "QUEST_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
+    /// The operator's configuration file (TOML): `[verifiers.NAME]` and `[gates.NAME]` tables.
+    #[arg(long = "config", env = "QUEST_CONFIG")]
+    pub config_file: Option<PathBuf>,
 }
 
 impl Config {
@@ -42,7 +58,24 @@ impl Config {
             gate_timeout_seconds: 120,
             sweep_seconds: 5,
             log_format: "text".into(),
+            config_file: None,
         }
+    }
+
+    /// Reads the operator's configuration file, if one is named, resolving the
+    /// environment variables it names. No file means no verifiers and no command gates.
+    pub fn operator(&self) -> Result<OperatorConfig, OperatorConfigError> {
+        let Some(path) = &self.config_file else {
+            return Ok(OperatorConfig::default());
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| OperatorConfigError {
+            at: path.display().to_string(),
+            message: format!("cannot read the configuration file: {e}"),
+        })?;
+        OperatorConfig::parse(&text, &|name| std::env::var(name).ok()).map_err(|mut e| {
+            e.at = format!("{}: {}", path.display(), e.at);
+            e
+        })
     }
 
     /// The SQLite database file.
@@ -69,8 +102,331 @@ impl std::fmt::Debug for Config {
             .field("gate_timeout_seconds", &self.gate_timeout_seconds)
             .field("sweep_seconds", &self.sweep_seconds)
             .field("log_format", &self.log_format)
+            .field("config_file", &self.config_file)
             .finish()
     }
+}
+
+/// A secret read from the environment. Its `Debug` never shows it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a secret value.
+    pub fn new(value: impl Into<String>) -> Secret {
+        Secret(value.into())
+    }
+
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// What the operator's configuration file declares, resolved.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OperatorConfig {
+    /// AI verifier backends, by name order.
+    pub verifiers: Vec<VerifierConfig>,
+    /// Command gates, by name order.
+    pub gates: Vec<CommandGateConfig>,
+}
+
+/// One AI verifier backend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerifierConfig {
+    pub name: String,
+    pub backend: VerifierBackend,
+    /// Calls to this backend in flight at once.
+    pub max_concurrency: usize,
+    /// How long one answer may take, retries included; past it, no answer.
+    pub timeout: Duration,
+}
+
+/// How a verifier is reached.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VerifierBackend {
+    /// An OpenAI-compatible chat-completions endpoint.
+    OpenAi {
+        /// Up to and including the version, e.g. `http://127.0.0.1:9001/v1`.
+        base_url: String,
+        model: String,
+        api_key: Option<Secret>,
+        max_tokens: u32,
+    },
+    /// An operator program: the request as JSON on stdin, `{"answer", "reason"}` on stdout.
+    Command {
+        process: ProcessSpec,
+        /// A label recorded with every answer (default: the program's name).
+        model: String,
+    },
+}
+
+impl VerifierBackend {
+    /// The model name recorded with each answer.
+    pub fn model(&self) -> &str {
+        match self {
+            VerifierBackend::OpenAi { model, .. } | VerifierBackend::Command { model, .. } => model,
+        }
+    }
+}
+
+/// One command gate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommandGateConfig {
+    pub name: String,
+    pub process: ProcessSpec,
+    /// The result fields AI verifiers may see (none: the gate cannot be verified).
+    pub result_fields: Vec<String>,
+    /// Default questions for AI verifiers.
+    pub questions: Vec<Question>,
+}
+
+/// A configuration file that cannot be used; `at` names the table or key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{at}: {message}")]
+pub struct OperatorConfigError {
+    pub at: String,
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    verifiers: BTreeMap<String, VerifierEntry>,
+    #[serde(default)]
+    gates: BTreeMap<String, GateEntry>,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+enum VerifierEntry {
+    Openai {
+        base_url: String,
+        model: String,
+        #[serde(default)]
+        api_key_env: Option<String>,
+        #[serde(default = "default_verifier_concurrency")]
+        max_concurrency: usize,
+        #[serde(default = "default_verifier_timeout_ms")]
+        timeout_ms: u64,
+        #[serde(default = "default_max_tokens")]
+        max_tokens: u32,
+    },
+    Command {
+        argv: Vec<String>,
+        #[serde(default)]
+        workdir: Option<PathBuf>,
+        #[serde(default)]
+        env: Vec<String>,
+        #[serde(default)]
+        model: Option<String>,
+        #[serde(default = "default_verifier_concurrency")]
+        max_concurrency: usize,
+        #[serde(default = "default_verifier_timeout_ms")]
+        timeout_ms: u64,
+    },
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
+enum GateEntry {
+    Command {
+        argv: Vec<String>,
+        #[serde(default)]
+        workdir: Option<PathBuf>,
+        #[serde(default)]
+        env: Vec<String>,
+        #[serde(default = "default_gate_timeout_ms")]
+        timeout_ms: u64,
+        #[serde(default)]
+        result_fields: Vec<String>,
+        #[serde(default)]
+        questions: Vec<Question>,
+    },
+}
+
+fn default_verifier_concurrency() -> usize {
+    4
+}
+fn default_verifier_timeout_ms() -> u64 {
+    20_000
+}
+fn default_max_tokens() -> u32 {
+    100
+}
+fn default_gate_timeout_ms() -> u64 {
+    60_000
+}
+
+impl OperatorConfig {
+    /// Parses the file's text; `env` looks up the variables it names.
+    pub fn parse(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<OperatorConfig, OperatorConfigError> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| OperatorConfigError {
+            at: "toml".into(),
+            message: e.message().to_owned()
+                + &e.span()
+                    .map(|s| format!(" (at byte {})", s.start))
+                    .unwrap_or_default(),
+        })?;
+        let mut out = OperatorConfig::default();
+        for (name, entry) in file.verifiers {
+            let at = format!("verifiers.{name}");
+            let err = |message: String| OperatorConfigError {
+                at: at.clone(),
+                message,
+            };
+            check_name(&name).map_err(&err)?;
+            let (backend, max_concurrency, timeout_ms) = match entry {
+                VerifierEntry::Openai {
+                    base_url,
+                    model,
+                    api_key_env,
+                    max_concurrency,
+                    timeout_ms,
+                    max_tokens,
+                } => {
+                    let url = reqwest::Url::parse(&base_url)
+                        .map_err(|e| err(format!("base_url `{base_url}` is not a URL: {e}")))?;
+                    if !matches!(url.scheme(), "http" | "https") {
+                        return Err(err("base_url must be http or https".into()));
+                    }
+                    let api_key = match api_key_env {
+                        None => None,
+                        Some(var) => Some(Secret::new(
+                            env(&var).filter(|v| !v.is_empty()).ok_or_else(|| {
+                                err(format!("api_key_env names `{var}`, which is not set"))
+                            })?,
+                        )),
+                    };
+                    let backend = VerifierBackend::OpenAi {
+                        base_url: base_url.trim_end_matches('/').to_owned(),
+                        model,
+                        api_key,
+                        max_tokens: max_tokens.clamp(1, 4096),
+                    };
+                    (backend, max_concurrency, timeout_ms)
+                }
+                VerifierEntry::Command {
+                    argv,
+                    workdir,
+                    env: allowed,
+                    model,
+                    max_concurrency,
+                    timeout_ms,
+                } => {
+                    let process =
+                        process_spec(argv, workdir, &allowed, timeout_ms, env).map_err(&err)?;
+                    let model = model.unwrap_or_else(|| process.argv[0].clone());
+                    (
+                        VerifierBackend::Command { process, model },
+                        max_concurrency,
+                        timeout_ms,
+                    )
+                }
+            };
+            if !(1..=256).contains(&max_concurrency) {
+                return Err(err("max_concurrency must be between 1 and 256".into()));
+            }
+            out.verifiers.push(VerifierConfig {
+                name,
+                backend,
+                max_concurrency,
+                timeout: timeout(timeout_ms).map_err(&err)?,
+            });
+        }
+        for (name, entry) in file.gates {
+            let at = format!("gates.{name}");
+            let err = |message: String| OperatorConfigError {
+                at: at.clone(),
+                message,
+            };
+            check_name(&name).map_err(&err)?;
+            let GateEntry::Command {
+                argv,
+                workdir,
+                env: allowed,
+                timeout_ms,
+                result_fields,
+                questions,
+            } = entry;
+            let process = process_spec(argv, workdir, &allowed, timeout_ms, env).map_err(&err)?;
+            out.gates.push(CommandGateConfig {
+                name,
+                process,
+                result_fields,
+                questions,
+            });
+        }
+        Ok(out)
+    }
+}
+
+/// Names become metric labels and fact checks: keep them plain.
+fn check_name(name: &str) -> Result<(), String> {
+    let plain = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if plain {
+        Ok(())
+    } else {
+        Err("a name has 1 to 64 letters, digits, `_` or `-`".into())
+    }
+}
+
+fn timeout(ms: u64) -> Result<Duration, String> {
+    if (1..=3_600_000).contains(&ms) {
+        Ok(Duration::from_millis(ms))
+    } else {
+        Err("timeout_ms must be between 1 and 3600000".into())
+    }
+}
+
+/// Resolves a program: a relative program path with a `/` is taken from
+/// `workdir`; the environment is exactly the allow-listed variables that are set.
+fn process_spec(
+    mut argv: Vec<String>,
+    workdir: Option<PathBuf>,
+    allowed: &[String],
+    timeout_ms: u64,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<ProcessSpec, String> {
+    let Some(program) = argv.first_mut() else {
+        return Err("argv must name a program".into());
+    };
+    if program.is_empty() {
+        return Err("argv must name a program".into());
+    }
+    if let Some(dir) = &workdir {
+        if !dir.is_dir() {
+            return Err(format!("workdir {} is not a directory", dir.display()));
+        }
+        if program.contains('/') && Path::new(program.as_str()).is_relative() {
+            *program = dir.join(program.as_str()).display().to_string();
+        }
+    }
+    let env = allowed
+        .iter()
+        .filter_map(|name| env(name).map(|value| (name.clone(), value)))
+        .collect();
+    Ok(ProcessSpec {
+        argv,
+        workdir,
+        env,
+        timeout: timeout(timeout_ms)?,
+    })
 }
 
 #[cfg(test)]
@@ -83,5 +439,124 @@ mod tests {
         c.admin_token = Some("s3cret".into());
         let shown = format!("{c:?}");
         assert!(!shown.contains("s3cret") && shown.contains("<redacted>"));
+    }
+
+    fn env(name: &str) -> Option<String> {
+        match name {
+            "ALPHA_KEY" => Some("sk-alpha-secret".into()),
+            "PATH" => Some("/usr/bin:/bin".into()),
+            _ => None,
+        }
+    }
+
+    const FILE: &str = r#"
+        [verifiers.alpha]
+        kind = "openai"
+        base_url = "http://127.0.0.1:9001/v1/"
+        model = "judge-a"
+        api_key_env = "ALPHA_KEY"
+        max_concurrency = 2
+        timeout_ms = 1500
+
+        [verifiers.local]
+        kind = "command"
+        argv = ["/usr/local/bin/judge", "--strict"]
+        env = ["PATH", "UNSET_VAR"]
+
+        [gates.coverage]
+        kind = "command"
+        argv = ["/srv/check-coverage.sh"]
+        timeout_ms = 60000
+        result_fields = ["test_file"]
+        questions = ["Does the test assert nothing?", {text = "Does it test the named function?", flag_on = "no"}]
+    "#;
+
+    #[test]
+    fn the_file_declares_verifiers_and_command_gates() {
+        let c = OperatorConfig::parse(FILE, &env).unwrap();
+        assert_eq!(c.verifiers.len(), 2);
+        let alpha = &c.verifiers[0];
+        assert_eq!((alpha.name.as_str(), alpha.max_concurrency), ("alpha", 2));
+        assert_eq!(alpha.timeout, Duration::from_millis(1500));
+        let VerifierBackend::OpenAi {
+            base_url, api_key, ..
+        } = &alpha.backend
+        else {
+            panic!("openai")
+        };
+        assert_eq!(base_url, "http://127.0.0.1:9001/v1");
+        assert_eq!(api_key.as_ref().unwrap().expose(), "sk-alpha-secret");
+        let VerifierBackend::Command { process, model } = &c.verifiers[1].backend else {
+            panic!("command")
+        };
+        assert_eq!(model, "/usr/local/bin/judge");
+        assert_eq!(
+            process.env,
+            vec![("PATH".to_owned(), "/usr/bin:/bin".to_owned())]
+        );
+        assert_eq!(
+            c.verifiers[1].timeout,
+            Duration::from_secs(20),
+            "the default"
+        );
+        let gate = &c.gates[0];
+        assert_eq!(gate.name, "coverage");
+        assert_eq!(gate.result_fields, ["test_file"]);
+        assert_eq!(gate.questions[1].flag_on, crate::domain::verify::FlagOn::No);
+        assert!(gate.process.env.is_empty(), "the environment is cleared");
+    }
+
+    #[test]
+    fn secrets_never_show_in_debug_output() {
+        let c = OperatorConfig::parse(FILE, &env).unwrap();
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("sk-alpha-secret") && shown.contains("<redacted>"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn unusable_files_are_refused_with_the_table_named() {
+        for (text, at) in [
+            (
+                "[verifiers.a]\nkind = \"openai\"\nbase_url = \"http://h/v1\"\nmodel = \"m\"\napi_key_env = \"NOPE\"",
+                "verifiers.a",
+            ),
+            (
+                "[verifiers.a]\nkind = \"openai\"\nbase_url = \"ftp://h\"\nmodel = \"m\"",
+                "verifiers.a",
+            ),
+            (
+                "[verifiers.\"a b\"]\nkind = \"command\"\nargv = [\"x\"]",
+                "verifiers.a b",
+            ),
+            ("[gates.c]\nkind = \"command\"\nargv = []", "gates.c"),
+            (
+                "[gates.c]\nkind = \"command\"\nargv = [\"x\"]\ntimeout_ms = 0",
+                "gates.c",
+            ),
+            (
+                "[verifiers.a]\nkind = \"command\"\nargv = [\"x\"]\nmax_concurrency = 0",
+                "verifiers.a",
+            ),
+        ] {
+            assert_eq!(
+                OperatorConfig::parse(text, &env).unwrap_err().at,
+                at,
+                "{text}"
+            );
+        }
+        for text in [
+            "[verifiers.a]\nkind = \"openai\"\nbase_url = \"http://h\"\nmodel = \"m\"\napi_key = \"inline\"",
+            "[gates.c]\nkind = \"shell\"\nargv = [\"x\"]",
+            "[other]\nx = 1",
+        ] {
+            assert_eq!(
+                OperatorConfig::parse(text, &env).unwrap_err().at,
+                "toml",
+                "{text}"
+            );
+        }
     }
 }

@@ -2,15 +2,18 @@
 //!
 //! The map, inside out:
 //! - [`domain`]: pure rules: quest states and their one transition function, facts, receipts, prompts, tables.
-//! - [`gates`]: the deterministic checkers, behind the [`gates::Gate`] trait and a registry.
+//! - [`gates`]: the deterministic checkers, behind the [`gates::Gate`] trait and a registry
+//!   (built-in gates and the operator's `command` gates).
+//! - [`verifiers`]: the AI verifier backends (L2) behind the [`verifiers::Verifier`] trait.
+//! - [`process`]: running operator programs (no shell, cleared environment, timeouts, caps).
 //! - [`store`]: durable state behind the [`store::Store`] trait; all SQL lives there.
-//! - [`workers`]: the gate runner and the lease sweeper.
+//! - [`workers`]: the gate runner, the L2 verifier runner and the lease sweeper.
 //! - [`service`]: the use cases the HTTP API exposes.
 //! - [`export`]: CSV, JSONL and XLSX exports.
 //! - [`api`]: wire types shared by the server and the OpenAPI document.
 //! - [`http`]: router, extractors, the error body; thin handlers.
 //! - [`cli`]: the client verbs of the binary (the agent loop and operator verbs).
-//! - [`config`] and [`app`]: one configuration, and the wiring that runs it.
+//! - [`config`] and [`app`]: one configuration (flags, env, the operator's file), and the wiring that runs it.
 //! - [`testing`]: fakes for tests (a hand-moved clock).
 
 pub mod api;
@@ -21,7 +24,9 @@ pub mod domain;
 pub mod export;
 pub mod gates;
 pub mod http;
+pub mod process;
 pub mod service;
 pub mod store;
 pub mod testing;
+pub mod verifiers;
 pub mod workers;

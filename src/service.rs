@@ -18,13 +18,15 @@ use crate::domain::prompt::{self, PromptParts};
 use crate::domain::receipt::digest;
 use crate::domain::session::{ConfigError, SessionConfig};
 use crate::domain::table::{self, Format, Table, TableError};
+use crate::domain::verify::VerifyConfig;
 use crate::domain::{Decision, EventKind, QuestEvent, Role, SubmissionVerdict, token_hash};
 use crate::export::{self, ExportFormat, Plan};
-use crate::gates::{GateConfigError, GateRegistry};
+use crate::gates::{Gate, GateConfigError, GateRegistry};
 use crate::store::{
     LeaseOutcome, LeaseRow, NewSession, NewSubmission, QuestRow, SessionRow, Store, StoreError,
     SubmissionView, SubmitOutcome, TokenRow,
 };
+use crate::verifiers::VerifierRegistry;
 use crate::workers::GateRunner;
 use tokio_util::sync::CancellationToken;
 
@@ -80,6 +82,7 @@ pub const REVIEW_CLAIM_SECONDS: u32 = 900;
 pub struct Service {
     store: Arc<dyn Store>,
     gates: Arc<GateRegistry>,
+    verifiers: Arc<VerifierRegistry>,
     runner: GateRunner,
     events: broadcast::Sender<QuestEvent>,
     /// Fires when the server stops: waits and event streams end early.
@@ -93,6 +96,7 @@ impl Service {
     pub fn new(
         store: Arc<dyn Store>,
         gates: Arc<GateRegistry>,
+        verifiers: Arc<VerifierRegistry>,
         runner: GateRunner,
         events: broadcast::Sender<QuestEvent>,
         shutdown: CancellationToken,
@@ -100,6 +104,7 @@ impl Service {
         Service {
             store,
             gates,
+            verifiers,
             runner,
             events,
             shutdown,
@@ -250,8 +255,11 @@ impl Service {
         config: Value,
         upload: Upload,
     ) -> Result<Session, ServiceError> {
-        let config = SessionConfig::parse(config)?;
-        self.gates.build(&config.gate)?;
+        let mut config = SessionConfig::parse(config)?;
+        let gate = self.gates.build(&config.gate)?;
+        if let Some(verify) = &mut config.verify {
+            self.check_verifiers(verify, gate.as_ref())?;
+        }
         prompt::check_template(&config.prompt.instructions)
             .map_err(|e| invalid("invalid_config", e.to_string()))?;
         let sheet = config.sheet.clone();
@@ -310,6 +318,53 @@ impl Service {
         let row = self.store.create_session(session).await?;
         let status = self.store.session_status(row.id).await?;
         Ok(Session::new(row, &status))
+    }
+
+    /// Checks a session's verifiers against this server and fills in the gate's
+    /// default questions, so that the stored config says exactly what is asked.
+    fn check_verifiers(
+        &self,
+        verify: &mut VerifyConfig,
+        gate: &dyn Gate,
+    ) -> Result<(), ConfigError> {
+        let refuse = |field, message: String| Err(ConfigError { field, message });
+        let known = self.verifiers.names();
+        for (i, name) in verify.verifiers.iter().enumerate() {
+            if !known.contains(&name.as_str()) {
+                let declared = if known.is_empty() {
+                    "this server declares no verifiers (the operator adds [verifiers.NAME] to its --config file)".to_owned()
+                } else {
+                    format!("this server declares: {}", known.join(", "))
+                };
+                return refuse(
+                    "config.verify.verifiers",
+                    format!("[{i}]: unknown verifier `{name}`; {declared}"),
+                );
+            }
+        }
+        if gate.declared_fields().is_empty() {
+            return refuse(
+                "config.verify",
+                format!(
+                    "the `{}` gate as configured declares no result fields, and verifiers see only declared fields; \
+                     declare them (for `schema`: list the fields under the schema's `properties`)",
+                    gate.name()
+                ),
+            );
+        }
+        if verify.questions.is_empty() {
+            verify.questions = gate.default_questions();
+            if verify.questions.is_empty() {
+                return refuse(
+                    "config.verify.questions",
+                    format!(
+                        "the `{}` gate has no default questions; ask at least one",
+                        gate.name()
+                    ),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Leases the agent's next quest and renders its prompt.
@@ -489,26 +544,36 @@ impl Service {
     pub async fn quest(&self, id: Uuid) -> Result<api::Quest, ServiceError> {
         let quest = self.store.get_quest(id).await?;
         let (submissions, reviews) = self.store.quest_history(id).await?;
-        Ok(api::Quest::new(quest, submissions, reviews))
+        let l2 = self.store.l2_answers(id).await?;
+        Ok(api::Quest::new(quest, submissions, reviews, l2))
     }
 
-    /// Quests in REVIEW, oldest first, with their history.
+    /// Quests in REVIEW, oldest first, with their history and L2 answers,
+    /// optionally only those a given check raised a doubt about.
     pub async fn review_queue(
         &self,
         session: Option<Uuid>,
+        check: Option<&str>,
         limit: u32,
     ) -> Result<Vec<api::Quest>, ServiceError> {
+        if check.is_some_and(|c| c.is_empty() || c.len() > 200) {
+            return Err(invalid(
+                "invalid_check",
+                "check names a fact check, e.g. `l2:alpha` or `l2:*`",
+            ));
+        }
         if let Some(id) = session {
             self.session(id).await?;
         }
         let mut out = Vec::new();
         for quest in self
             .store
-            .review_queue(session, limit.clamp(1, 500))
+            .review_queue(session, check, limit.clamp(1, 500))
             .await?
         {
             let (submissions, reviews) = self.store.quest_history(quest.id).await?;
-            out.push(api::Quest::new(quest, submissions, reviews));
+            let l2 = self.store.l2_answers(quest.id).await?;
+            out.push(api::Quest::new(quest, submissions, reviews, l2));
         }
         Ok(out)
     }

@@ -8,9 +8,11 @@ use utoipa::ToSchema;
 use uuid::Uuid;
 
 use crate::domain::session::SessionConfig;
+use crate::domain::verify::{Answer, FlagOn};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict};
 use crate::store::{
-    Counts, QuestRow, ReviewDecisionRow, SessionRow, SessionStatus, SubmissionRow, TokenRow,
+    Counts, L2AnswerRow, PairStats, QuestRow, ReviewDecisionRow, SessionRow, SessionStatus,
+    SubmissionRow, TokenRow, VerifierStats,
 };
 
 /// The body of every refusal.
@@ -54,7 +56,7 @@ pub struct Session {
 }
 
 /// Counts and progress of one session. `pass + review + done + remaining = total`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Status {
     pub session_id: Uuid,
     pub total: u64,
@@ -74,6 +76,78 @@ pub struct Status {
     pub rate_per_minute: f64,
     /// Time to finish at the current rate; null when nothing finished lately.
     pub eta_seconds: Option<u64>,
+    /// Figures of each AI verifier (L2) that answered in this session, by name.
+    #[serde(default)]
+    pub verifiers: Vec<VerifierStatus>,
+    /// How often each pair of AI verifiers gave the same answer to the same question.
+    #[serde(default)]
+    pub agreement: Vec<VerifierAgreement>,
+}
+
+/// One AI verifier's figures in one session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct VerifierStatus {
+    pub verifier: String,
+    /// The model of its latest answer.
+    pub model: String,
+    /// Questions it was asked (answered or not).
+    pub calls: u64,
+    /// Clean YES or NO answers.
+    pub answers: u64,
+    pub yes: u64,
+    pub no: u64,
+    /// Answers in the flagging direction.
+    pub flags: u64,
+    /// Calls with no valid answer (timeout, error, or a reply that was not YES or NO).
+    pub no_answers: u64,
+    /// `flags / answers`; null before the first answer.
+    pub flag_rate: Option<f64>,
+    /// Mean time per call, retries included.
+    pub mean_latency_ms: Option<f64>,
+    pub max_latency_ms: u64,
+}
+
+impl From<&VerifierStats> for VerifierStatus {
+    fn from(v: &VerifierStats) -> Self {
+        let calls = v.answers + v.no_answers;
+        VerifierStatus {
+            verifier: v.verifier.clone(),
+            model: v.model.clone(),
+            calls,
+            answers: v.answers,
+            yes: v.yes,
+            no: v.no,
+            flags: v.flags,
+            no_answers: v.no_answers,
+            flag_rate: (v.answers > 0).then(|| v.flags as f64 / v.answers as f64),
+            mean_latency_ms: (calls > 0).then(|| v.latency_ms_sum as f64 / calls as f64),
+            max_latency_ms: v.latency_ms_max,
+        }
+    }
+}
+
+/// Agreement of two AI verifiers on the questions both answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct VerifierAgreement {
+    /// The two verifiers, by name order.
+    pub verifiers: [String; 2],
+    /// Questions both answered validly.
+    pub compared: u64,
+    /// Of those, the ones they answered alike.
+    pub agreed: u64,
+    /// `agreed / compared`; null before the first comparison.
+    pub rate: Option<f64>,
+}
+
+impl From<&PairStats> for VerifierAgreement {
+    fn from(p: &PairStats) -> Self {
+        VerifierAgreement {
+            verifiers: [p.a.clone(), p.b.clone()],
+            compared: p.compared,
+            agreed: p.agreed,
+            rate: (p.compared > 0).then(|| p.agreed as f64 / p.compared as f64),
+        }
+    }
 }
 
 impl Status {
@@ -108,6 +182,8 @@ impl Status {
             agents_active: s.agents_active,
             rate_per_minute: s.rate_per_minute,
             eta_seconds,
+            verifiers: s.verifiers.iter().map(VerifierStatus::from).collect(),
+            agreement: s.agreement.iter().map(VerifierAgreement::from).collect(),
         }
     }
 }
@@ -335,6 +411,54 @@ pub struct Quest {
     pub updated_at: DateTime<Utc>,
     pub submissions: Vec<Submission>,
     pub reviews: Vec<ReviewDecision>,
+    /// Every AI verifier answer about this quest; the doubts among them are
+    /// also in `last_facts`, with `check` = `l2:<verifier>`.
+    #[serde(default)]
+    pub l2_answers: Vec<L2Answer>,
+}
+
+/// One AI verifier's answer to one question about an accepted submission.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct L2Answer {
+    pub submission_id: Uuid,
+    pub verifier: String,
+    pub model: String,
+    /// 0-based position of the question in the session's `verify.questions`.
+    pub question_index: u32,
+    pub question: String,
+    /// The answer that raises the doubt.
+    pub flag_on: FlagOn,
+    /// The reply as received; null when none came.
+    pub raw_reply: Option<String>,
+    /// The clean answer; null is no answer.
+    pub answer: Option<Answer>,
+    /// The reason given, or why there is no answer.
+    pub detail: String,
+    /// Whether this answer raised the doubt.
+    pub flagged: bool,
+    pub attempts: u32,
+    pub latency_ms: u64,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<L2AnswerRow> for L2Answer {
+    fn from(a: L2AnswerRow) -> Self {
+        L2Answer {
+            submission_id: a.submission_id,
+            verifier: a.verifier,
+            model: a.model,
+            question_index: a.question_index,
+            question: a.question,
+            flag_on: a.flag_on,
+            raw_reply: a.raw_reply,
+            answer: a.answer,
+            detail: a.detail,
+            flagged: a.flagged,
+            attempts: a.attempts,
+            latency_ms: a.latency_ms,
+            created_at: a.created_at,
+        }
+    }
 }
 
 impl Quest {
@@ -343,6 +467,7 @@ impl Quest {
         q: QuestRow,
         submissions: Vec<SubmissionRow>,
         reviews: Vec<ReviewDecisionRow>,
+        l2_answers: Vec<L2AnswerRow>,
     ) -> Quest {
         Quest {
             id: q.id,
@@ -363,6 +488,7 @@ impl Quest {
             updated_at: q.updated_at,
             submissions: submissions.into_iter().map(Submission::from).collect(),
             reviews: reviews.into_iter().map(ReviewDecision::from).collect(),
+            l2_answers: l2_answers.into_iter().map(L2Answer::from).collect(),
         }
     }
 }
@@ -373,6 +499,11 @@ impl Quest {
 pub struct ReviewQuery {
     /// Only quests of this session.
     pub session: Option<Uuid>,
+    /// Only quests with a fact of this check among their last facts, i.e. the
+    /// check that raised the doubt: `l2:alpha` (an AI verifier), `l2` (no quorum
+    /// or the flag threshold), or an L1 check such as `review_when`. A trailing
+    /// `*` matches a prefix: `l2:*` is any AI verifier.
+    pub check: Option<String>,
     /// At most this many quests (1 to 500; default 100).
     pub limit: Option<u32>,
 }

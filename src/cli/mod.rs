@@ -531,7 +531,12 @@ async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, CliError> {
     loop {
         let sessions: Vec<Session> = ctx.client.get("/v1/sessions").await?;
         if ctx.args.json {
-            print_json(&sessions.iter().map(|s| s.status).collect::<Vec<_>>());
+            print_json(
+                &sessions
+                    .iter()
+                    .map(|s| s.status.clone())
+                    .collect::<Vec<_>>(),
+            );
         } else {
             if args.watch {
                 print!("\x1b[2J\x1b[H");
@@ -828,6 +833,8 @@ mod tests {
             agents_active: 0,
             rate_per_minute: 0.0,
             eta_seconds: None,
+            verifiers: Vec::new(),
+            agreement: Vec::new(),
         };
         assert_eq!(bar(&s, 10), "[####?x....]");
     }

@@ -1,5 +1,6 @@
 //! The pure core: quest states and their one transition function, verdicts,
-//! facts, roles, events, receipts, prompts and the parsing of uploaded tables.
+//! facts, roles, events, receipts, prompts, the rules of the AI verifiers (L2)
+//! and the parsing of uploaded tables.
 //!
 //! Nothing here performs I/O or knows about HTTP, SQL or gates' outside world.
 
@@ -7,6 +8,7 @@ pub mod prompt;
 pub mod receipt;
 pub mod session;
 pub mod table;
+pub mod verify;
 
 use std::fmt;
 use std::str::FromStr;
@@ -355,6 +357,8 @@ pub enum EventKind {
     Lapsed,
     Submitted,
     Decided,
+    /// The AI verifiers finished: the quest left `verifying` for PASS or REVIEW.
+    Verified,
     Reviewed,
 }
 

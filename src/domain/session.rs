@@ -5,6 +5,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::verify::VerifyConfig;
+
 /// The configuration a session is created with (the `config` part of a scan).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -32,10 +34,9 @@ pub struct SessionConfig {
     /// What the agent is told.
     #[serde(default)]
     pub prompt: PromptConfig,
-    /// AI verifiers (L2). Not available on this server yet.
+    /// AI verifiers (L2) that look at every L1 PASS and may only raise doubt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(value_type = Option<Object>)]
-    pub verify: Option<Value>,
+    pub verify: Option<VerifyConfig>,
 }
 
 /// The gate of a session: its kind and that kind's own parameters.
@@ -91,7 +92,7 @@ impl SessionConfig {
     /// Parses and checks a configuration value.
     pub fn parse(value: Value) -> Result<SessionConfig, ConfigError> {
         // The path names the offending field: `config.max_tries: invalid type ...`.
-        let config: SessionConfig =
+        let mut config: SessionConfig =
             serde_path_to_error::deserialize(value).map_err(|e| ConfigError {
                 field: "config",
                 message: match e.path().to_string().as_str() {
@@ -117,12 +118,7 @@ impl SessionConfig {
         if config.gate.kind.trim().is_empty() {
             return bad("config.gate.kind", "name a gate, e.g. \"schema\"");
         }
-        if config.verify.as_ref().is_some_and(|v| !v.is_null()) {
-            return bad(
-                "config.verify",
-                "AI verifiers are not configured on this server; remove `verify`",
-            );
-        }
+        config.verify = config.verify.map(VerifyConfig::check).transpose()?;
         Ok(config)
     }
 }
@@ -152,8 +148,8 @@ mod tests {
             ),
             (json!({"gate": {"kind": ""}}), "config.gate.kind"),
             (
-                json!({"gate": {"kind": "schema"}, "verify": {"verifiers": ["a"]}}),
-                "config.verify",
+                json!({"gate": {"kind": "schema"}, "verify": {"verifiers": []}}),
+                "config.verify.verifiers",
             ),
         ] {
             assert_eq!(SessionConfig::parse(config).unwrap_err().field, field);

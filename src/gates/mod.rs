@@ -4,7 +4,12 @@
 //!
 //! Gates never touch the store; what they ask the outside world goes through
 //! injected traits so that tests can run them offline.
+//!
+//! Each gate also says which result fields it *declares* (the only ones AI
+//! verifiers may see, so that free text an agent adds never reaches them) and
+//! may ship default questions for those verifiers.
 
+pub mod command;
 pub mod schema;
 
 use std::collections::HashMap;
@@ -13,8 +18,11 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
+use crate::config::CommandGateConfig;
 use crate::domain::session::{Example, GateConfig};
+use crate::domain::verify::Question;
 use crate::domain::{Fact, Verdict};
+use crate::process::ProcessRunner;
 
 /// What a gate decided about one submission.
 #[derive(Debug, Clone, PartialEq)]
@@ -67,6 +75,34 @@ pub trait Gate: Send + Sync {
     fn version(&self) -> &'static str;
     /// Checks one result for one quest input. Runs every check, so the agent gets all facts at once.
     async fn check(&self, input: &Value, result: &Value) -> GateOutcome;
+
+    /// The top-level result fields this gate declares. Only these reach AI
+    /// verifiers; a gate that declares none cannot be verified.
+    fn declared_fields(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The part of an accepted `result` an AI verifier may see: its declared
+    /// fields and nothing else, whatever else the agent sent.
+    fn artifact(&self, result: &Value) -> Value {
+        let declared = self.declared_fields();
+        let kept = result
+            .as_object()
+            .map(|fields| {
+                fields
+                    .iter()
+                    .filter(|(k, _)| declared.contains(k))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Value::Object(kept)
+    }
+
+    /// Questions asked by AI verifiers when a session names verifiers but no questions.
+    fn default_questions(&self) -> Vec<Question> {
+        Vec::new()
+    }
 }
 
 /// A gate configuration that cannot be built.
@@ -96,7 +132,7 @@ pub struct GateRegistry {
 }
 
 impl GateRegistry {
-    /// A registry with every gate this build ships.
+    /// A registry with every gate this build ships (and no command gates).
     pub fn with_builtin_gates() -> Self {
         let mut registry = GateRegistry {
             factories: HashMap::new(),
@@ -104,7 +140,36 @@ impl GateRegistry {
         registry.register(schema::KIND, |params| {
             Ok(Arc::new(schema::SchemaGate::from_params(params)?))
         });
+        registry.register_command_gates(&[], Arc::new(crate::process::SystemProcessRunner));
         registry
+    }
+
+    /// The built-in gates plus the command gates the operator's configuration
+    /// declares; sessions pick one with `{"kind": "command", "name": ...}`.
+    pub fn with_operator_gates(
+        gates: &[CommandGateConfig],
+        runner: Arc<dyn ProcessRunner>,
+    ) -> Self {
+        let mut registry = GateRegistry::with_builtin_gates();
+        registry.register_command_gates(gates, runner);
+        registry
+    }
+
+    fn register_command_gates(
+        &mut self,
+        gates: &[CommandGateConfig],
+        runner: Arc<dyn ProcessRunner>,
+    ) {
+        let built: HashMap<String, Arc<command::CommandGate>> = gates
+            .iter()
+            .map(|g| {
+                (
+                    g.name.clone(),
+                    Arc::new(command::CommandGate::new(g.clone(), runner.clone())),
+                )
+            })
+            .collect();
+        self.register(command::KIND, move |params| command::pick(&built, params));
     }
 
     /// Adds (or replaces) the factory for `kind`.
@@ -157,6 +222,16 @@ mod tests {
         let err = registry.build(&config).err().unwrap();
         assert_eq!(err.field, "kind");
         assert!(err.to_string().contains("schema"), "{err}");
+    }
+
+    #[test]
+    fn a_command_gate_must_be_one_the_server_declares() {
+        let registry = GateRegistry::with_builtin_gates();
+        let config: GateConfig =
+            serde_json::from_value(json!({"kind": "command", "name": "coverage"})).unwrap();
+        let err = registry.build(&config).err().unwrap();
+        assert_eq!(err.field, "name");
+        assert!(err.message.contains("declares no command gates"), "{err}");
     }
 
     #[test]

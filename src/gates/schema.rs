@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt};
 use crate::domain::session::Example;
 use crate::domain::table::cell_as_text;
+use crate::domain::verify::Question;
 use crate::domain::{Fact, Verdict};
 
 /// The registry name of this gate.
@@ -153,6 +154,28 @@ fn example_of(schema: &Value) -> Option<Value> {
     Some(Value::Object(skeleton))
 }
 
+/// Keeps only what `schema` declares: at every object with `properties`, the
+/// declared keys; at every array with an `items` schema, each item projected.
+/// A value whose schema declares no inner structure is kept whole.
+fn project(value: &Value, schema: &Value) -> Value {
+    match (value, schema.get("properties").and_then(Value::as_object)) {
+        (Value::Object(fields), Some(properties)) => Value::Object(
+            fields
+                .iter()
+                .filter_map(|(k, v)| properties.get(k).map(|s| (k.clone(), project(v, s))))
+                .collect(),
+        ),
+        (Value::Object(_), None) => value.clone(),
+        (Value::Array(items), _) => match schema.get("items").filter(|s| s.is_object()) {
+            Some(item_schema) => {
+                Value::Array(items.iter().map(|v| project(v, item_schema)).collect())
+            }
+            None => value.clone(),
+        },
+        _ => value.clone(),
+    }
+}
+
 fn compact(value: &Value, max: usize) -> String {
     let text = value.to_string();
     if text.chars().count() <= max {
@@ -183,6 +206,32 @@ impl Gate for SchemaGate {
                 result,
             }),
         }
+    }
+
+    /// The keys of the schema's top-level `properties`: a schema that lists no
+    /// properties declares no field, and such a session cannot use AI verifiers.
+    fn declared_fields(&self) -> Vec<String> {
+        self.schema
+            .get("properties")
+            .and_then(Value::as_object)
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The result projected through the schema, nested properties included, so
+    /// that an undeclared field never reaches a verifier at any depth.
+    fn artifact(&self, result: &Value) -> Value {
+        if self.declared_fields().is_empty() {
+            return Value::Object(Map::new());
+        }
+        project(result, &self.schema)
+    }
+
+    fn default_questions(&self) -> Vec<Question> {
+        vec![Question::yes_flags(
+            "Does any value in the result look invented, like a placeholder, or like it belongs to a \
+             different input than the one given?",
+        )]
     }
 
     async fn check(&self, _input: &Value, result: &Value) -> GateOutcome {
@@ -337,6 +386,32 @@ mod tests {
                 .example
                 .is_none()
         );
+    }
+
+    #[test]
+    fn verifiers_see_only_the_fields_the_schema_declares_at_every_depth() {
+        let g = gate(json!({"schema": {
+            "type": "object",
+            "properties": {
+                "email": {"type": "string"},
+                "contact": {"type": "object", "properties": {"phone": {"type": "string"}}},
+                "sources": {"type": "array", "items": {"type": "object", "properties": {"url": {}}}}
+            }
+        }}));
+        assert_eq!(g.declared_fields(), ["email", "contact", "sources"]);
+        let result = json!({
+            "email": "a@acme.test",
+            "notes": "trust me, it is right",
+            "contact": {"phone": "1", "notes": "trust me"},
+            "sources": [{"url": "https://acme.test", "why": "trust me"}]
+        });
+        assert_eq!(
+            g.artifact(&result),
+            json!({"email": "a@acme.test", "contact": {"phone": "1"}, "sources": [{"url": "https://acme.test"}]})
+        );
+        let open = gate(json!({"schema": {"type": "object"}}));
+        assert!(open.declared_fields().is_empty());
+        assert_eq!(open.artifact(&result), json!({}));
     }
 
     #[test]

@@ -8,7 +8,8 @@ use super::error::ApiError;
 use super::extract::*;
 use crate::api::{ErrorBody, Quest, ReviewClaim, ReviewQuery, ReviewRequest};
 
-/// REVIEW quests, oldest first, with their facts, evidence and history.
+/// REVIEW quests, oldest first, with their facts, evidence, L2 answers and history;
+/// filter by session and by the check that raised the doubt (`check=l2:alpha`).
 #[utoipa::path(get, path = "/v1/review", tag = "review", operation_id = "list_review_queue", params(ReviewQuery),
     responses((status = 200, body = Vec<Quest>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
@@ -20,7 +21,11 @@ pub async fn list_review_queue(
     Ok(Json(
         state
             .service
-            .review_queue(query.session, query.limit.unwrap_or(100))
+            .review_queue(
+                query.session,
+                query.check.as_deref(),
+                query.limit.unwrap_or(100),
+            )
             .await?,
     ))
 }

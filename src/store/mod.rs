@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::domain::session::SessionConfig;
+use crate::domain::verify::{Answer, FlagOn, VerifierRequest};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict, Verdict};
 
 pub use sqlite::SqliteStore;
@@ -181,6 +182,9 @@ pub struct GateDecision {
     pub gate: String,
     pub gate_version: String,
     pub receipt: String,
+    /// What the session's AI verifiers may see, when it has verifiers. Needed to
+    /// apply a PASS to such a session: the L2 jobs are written with the verdict.
+    pub verify: Option<VerifierRequest>,
 }
 
 /// A submission the gate runner must decide.
@@ -196,6 +200,95 @@ pub struct GateJob {
 pub struct Decided {
     pub submission: SubmissionRow,
     pub quest: QuestRow,
+    /// L2 jobs written with an L1 PASS that awaits the AI verifiers.
+    pub l2_jobs: Vec<Uuid>,
+}
+
+/// One question for one verifier about one accepted submission.
+#[derive(Debug, Clone, PartialEq)]
+pub struct L2Job {
+    pub id: Uuid,
+    pub submission_id: Uuid,
+    pub quest_id: Uuid,
+    pub session_id: Uuid,
+    pub verifier: String,
+    pub question_index: u32,
+    pub question: String,
+    pub flag_on: FlagOn,
+    /// Exactly what the verifier sees besides the question.
+    pub request: VerifierRequest,
+    pub answered: bool,
+}
+
+/// A verifier's outcome on one job, ready to be recorded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewL2Answer {
+    pub job_id: Uuid,
+    pub model: String,
+    /// The reply as received; `None` when there was none.
+    pub raw_reply: Option<String>,
+    /// The clean answer; `None` is no answer.
+    pub answer: Option<Answer>,
+    /// The reason given, or why there is no answer.
+    pub detail: String,
+    pub attempts: u32,
+    pub latency_ms: u64,
+}
+
+/// One recorded L2 answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct L2AnswerRow {
+    pub job_id: Uuid,
+    pub submission_id: Uuid,
+    pub quest_id: Uuid,
+    pub verifier: String,
+    pub model: String,
+    pub question_index: u32,
+    pub question: String,
+    pub flag_on: FlagOn,
+    pub raw_reply: Option<String>,
+    pub answer: Option<Answer>,
+    pub detail: String,
+    pub flagged: bool,
+    pub attempts: u32,
+    pub latency_ms: u64,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What recording an answer did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct L2Recorded {
+    pub answer: L2AnswerRow,
+    /// `(a, b, agreed)` for every other verifier (a < b) that had validly
+    /// answered the same question of the same submission.
+    pub compared: Vec<(String, String, bool)>,
+    /// The quest, when this answer was the last one and the decision was applied.
+    pub verified: Option<QuestRow>,
+}
+
+/// Running figures of one verifier in one session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerifierStats {
+    pub verifier: String,
+    pub model: String,
+    /// Valid answers.
+    pub answers: u64,
+    pub yes: u64,
+    pub no: u64,
+    pub flags: u64,
+    pub no_answers: u64,
+    /// Over every call, answered or not.
+    pub latency_ms_sum: u64,
+    pub latency_ms_max: u64,
+}
+
+/// How often two verifiers gave the same answer to the same question.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PairStats {
+    pub a: String,
+    pub b: String,
+    pub compared: u64,
+    pub agreed: u64,
 }
 
 /// A submission with what its submitter needs to know next, read in one snapshot.
@@ -231,12 +324,16 @@ impl Counts {
 }
 
 /// Progress of one session.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SessionStatus {
     pub counts: Counts,
     pub agents_active: u64,
     /// Quests that reached a terminal state per minute, over the last five minutes.
     pub rate_per_minute: f64,
+    /// Per AI verifier, by name.
+    pub verifiers: Vec<VerifierStats>,
+    /// Per pair of AI verifiers, by names.
+    pub agreement: Vec<PairStats>,
 }
 
 /// A reviewer's decision on a quest.
@@ -326,6 +423,16 @@ pub trait Store: Send + Sync + 'static {
     /// A submission, its quest, the session's limit, `remaining` and the live lease.
     async fn submission_view(&self, id: Uuid) -> Result<SubmissionView, StoreError>;
 
+    /// L2 jobs not answered yet, oldest first (re-run after a restart).
+    async fn pending_l2_jobs(&self) -> Result<Vec<Uuid>, StoreError>;
+    async fn l2_job(&self, id: Uuid) -> Result<L2Job, StoreError>;
+    /// Records a verifier's outcome. When it is the submission's last, applies the
+    /// decision (PASS or REVIEW, never tries) in the same transaction. Recording
+    /// an already answered job changes nothing and returns its answer.
+    async fn record_l2_answer(&self, answer: NewL2Answer) -> Result<L2Recorded, StoreError>;
+    /// Every L2 answer about a quest, oldest first.
+    async fn l2_answers(&self, quest_id: Uuid) -> Result<Vec<L2AnswerRow>, StoreError>;
+
     async fn get_quest(&self, id: Uuid) -> Result<QuestRow, StoreError>;
     /// A quest's submissions (oldest first) and review decisions.
     async fn quest_history(
@@ -333,10 +440,13 @@ pub trait Store: Send + Sync + 'static {
         id: Uuid,
     ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError>;
 
-    /// Quests in REVIEW, oldest first, optionally of one session.
+    /// Quests in REVIEW, oldest first, optionally of one session, optionally
+    /// only those whose last facts include a fact of `check` (a trailing `*`
+    /// matches a prefix, e.g. `l2:*`).
     async fn review_queue(
         &self,
         session_id: Option<Uuid>,
+        check: Option<&str>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError>;
     /// Gives a reviewer a time-limited claim on a quest in REVIEW.

@@ -26,6 +26,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use uuid::Uuid;
 
 use super::*;
+use crate::domain::verify::{self, Question};
 use crate::domain::{Clock, DecidedBy, EventKind, QuestEvent, QuestStatus, Transition};
 
 /// The most jobs one commit carries.
@@ -607,6 +608,12 @@ async fn held_lease(
             ),
         ));
     }
+    if quest.phase == Some(Phase::Verifying) {
+        return Err(StoreError::conflict(
+            "quest_verifying",
+            "the gate passed this quest and AI verifiers are checking it; it is no longer yours: call next for another quest",
+        ));
+    }
     let row = sqlx::query("SELECT id, quest_id, agent, expires_at, end_reason FROM leases WHERE id = ? AND quest_id = ?")
         .bind(lease_id.to_string())
         .bind(quest.id.to_string())
@@ -740,7 +747,11 @@ async fn apply_verdict(
     let submission = fetch_submission(&mut ctx.conn, submission_id).await?;
     let quest = fetch_quest(&mut ctx.conn, submission.quest_id).await?;
     if submission.verdict != SubmissionVerdict::Pending {
-        return Ok(Decided { submission, quest });
+        return Ok(Decided {
+            submission,
+            quest,
+            l2_jobs: Vec::new(),
+        });
     }
     if quest.lease_id != Some(submission.lease_id) || quest.phase != Some(Phase::Checking) {
         return Err(StoreError::Corrupt(format!(
@@ -748,12 +759,18 @@ async fn apply_verdict(
         )));
     }
     let session = fetch_session(&mut ctx.conn, quest.session_id).await?;
+    // Only an L1 PASS goes on to the verifiers; FAIL and REVIEW never reach them.
+    let verify = session
+        .config
+        .verify
+        .as_ref()
+        .filter(|_| d.verdict == Verdict::Pass);
     let next = transition(
         &quest,
         Transition::Decide {
             verdict: d.verdict,
             max_tries: session.config.max_tries,
-            verify: false,
+            verify: verify.is_some(),
         },
     )?;
     sqlx::query(
@@ -773,16 +790,19 @@ async fn apply_verdict(
     .execute(&mut ctx.conn)
     .await?;
 
-    let keeps_lease = next.state == State::Todo;
-    let (result, receipt, decided_by) = match next.state {
-        State::Pass => (
+    let keeps_lease = next.phase == Some(Phase::Leased);
+    let (result, receipt, decided_by) = match (next.state, next.phase) {
+        (State::Pass, _) => (
             Some(json(&submission.result)),
             Some(d.receipt.clone()),
             Some(DecidedBy::Gate.to_string()),
         ),
-        State::Review => (Some(json(&submission.result)), None, None),
-        State::Done => (None, None, Some(DecidedBy::Limit.to_string())),
-        State::Todo => (None, None, None),
+        // REVIEW, or verifying: the result under review is kept, not yet accepted.
+        (State::Review, _) | (State::Todo, Some(Phase::Verifying)) => {
+            (Some(json(&submission.result)), None, None)
+        }
+        (State::Done, _) => (None, None, Some(DecidedBy::Limit.to_string())),
+        (State::Todo, _) => (None, None, None),
     };
     // Terminal fields first, while the quest is still TODO: the triggers freeze them after.
     sqlx::query("UPDATE quests SET last_facts = ?, result = ?, submission_id = ?, receipt = ?, decided_by = ? WHERE id = ?")
@@ -809,12 +829,290 @@ async fn apply_verdict(
             .execute(&mut ctx.conn)
             .await?;
     } else {
+        // Verifying too: the agent's part is over and the quest is no longer its own.
         end_lease(ctx, submission.lease_id, "decided").await?;
+    }
+    let mut l2_jobs = Vec::new();
+    if let (Some(verify), Some(Phase::Verifying)) = (verify, next.phase) {
+        let request = d.verify.as_ref().ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "the PASS of submission {submission_id} came without what its verifiers may see"
+            ))
+        })?;
+        let request = json(request);
+        for verifier in &verify.verifiers {
+            for (index, question) in verify.questions.iter().enumerate() {
+                let id = Uuid::now_v7();
+                sqlx::query(
+                    "INSERT INTO l2_jobs (id, submission_id, quest_id, session_id, verifier, question_index, question, flag_on, request, created_at)
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(id.to_string())
+                .bind(submission_id.to_string())
+                .bind(quest.id.to_string())
+                .bind(quest.session_id.to_string())
+                .bind(verifier)
+                .bind(index as i64)
+                .bind(&question.text)
+                .bind(question.flag_on.as_str())
+                .bind(&request)
+                .bind(ts(ctx.now))
+                .execute(&mut ctx.conn)
+                .await?;
+                l2_jobs.push(id);
+            }
+        }
     }
     let submission = fetch_submission(&mut ctx.conn, submission_id).await?;
     let quest = fetch_quest(&mut ctx.conn, quest.id).await?;
     ctx.event(EventKind::Decided, &quest, next, Some(&submission));
-    Ok(Decided { submission, quest })
+    Ok(Decided {
+        submission,
+        quest,
+        l2_jobs,
+    })
+}
+
+fn l2_job_row(r: &SqliteRow) -> Result<L2Job, StoreError> {
+    Ok(L2Job {
+        id: uuid(&r.str("id")?)?,
+        submission_id: uuid(&r.str("submission_id")?)?,
+        quest_id: uuid(&r.str("quest_id")?)?,
+        session_id: uuid(&r.str("session_id")?)?,
+        verifier: r.str("verifier")?,
+        question_index: r.int("question_index")? as u32,
+        question: r.str("question")?,
+        flag_on: flag_on(&r.str("flag_on")?)?,
+        request: from_json(&r.str("request")?)?,
+        answered: r.str("status")? == "answered",
+    })
+}
+
+fn flag_on(s: &str) -> Result<verify::FlagOn, StoreError> {
+    verify::FlagOn::parse(s).ok_or_else(|| StoreError::Corrupt(format!("flag_on `{s}`")))
+}
+
+fn l2_answer_row(r: &SqliteRow) -> Result<L2AnswerRow, StoreError> {
+    Ok(L2AnswerRow {
+        job_id: uuid(&r.str("job_id")?)?,
+        submission_id: uuid(&r.str("submission_id")?)?,
+        quest_id: uuid(&r.str("quest_id")?)?,
+        verifier: r.str("verifier")?,
+        model: r.str("model")?,
+        question_index: r.int("question_index")? as u32,
+        question: r.str("question")?,
+        flag_on: flag_on(&r.str("flag_on")?)?,
+        raw_reply: r.opt_str("raw_reply")?,
+        answer: opt(r.opt_str("answer")?, |a| {
+            verify::Answer::parse(a).ok_or_else(|| StoreError::Corrupt(format!("answer `{a}`")))
+        })?,
+        detail: r.str("detail")?,
+        flagged: r.int("flagged")? != 0,
+        attempts: r.int("attempts")? as u32,
+        latency_ms: r.int("latency_ms")? as u64,
+        created_at: parse_ts(&r.str("created_at")?)?,
+    })
+}
+
+async fn fetch_l2_job(conn: &mut SqliteConnection, id: Uuid) -> Result<L2Job, StoreError> {
+    let row = sqlx::query("SELECT * FROM l2_jobs WHERE id = ?")
+        .bind(id.to_string())
+        .fetch_optional(conn)
+        .await?
+        .ok_or(StoreError::NotFound("L2 job"))?;
+    l2_job_row(&row)
+}
+
+async fn fetch_l2_answer(
+    conn: &mut SqliteConnection,
+    job_id: Uuid,
+) -> Result<L2AnswerRow, StoreError> {
+    let row = sqlx::query("SELECT * FROM l2_answers WHERE job_id = ?")
+        .bind(job_id.to_string())
+        .fetch_optional(conn)
+        .await?
+        .ok_or(StoreError::NotFound("L2 answer"))?;
+    l2_answer_row(&row)
+}
+
+async fn record_l2_answer(ctx: &mut WriteCtx, new: NewL2Answer) -> Result<L2Recorded, StoreError> {
+    let job = fetch_l2_job(&mut ctx.conn, new.job_id).await?;
+    if job.answered {
+        return Ok(L2Recorded {
+            answer: fetch_l2_answer(&mut ctx.conn, job.id).await?,
+            compared: Vec::new(),
+            verified: None,
+        });
+    }
+    let quest = fetch_quest(&mut ctx.conn, job.quest_id).await?;
+    if quest.phase != Some(Phase::Verifying) || quest.submission_id != Some(job.submission_id) {
+        return Err(StoreError::conflict(
+            "not_verifying",
+            format!("quest {} is not being verified for this job", quest.id),
+        ));
+    }
+    let mut compared = Vec::new();
+    if let Some(mine) = new.answer {
+        let others = sqlx::query(
+            "SELECT verifier, answer FROM l2_answers
+             WHERE submission_id = ? AND question_index = ? AND verifier <> ? AND answer IS NOT NULL",
+        )
+        .bind(job.submission_id.to_string())
+        .bind(job.question_index as i64)
+        .bind(&job.verifier)
+        .fetch_all(&mut ctx.conn)
+        .await?;
+        for row in others {
+            let other = row.str("verifier")?;
+            let agreed = row.str("answer")? == mine.as_str();
+            let (a, b) = if other < job.verifier {
+                (other, job.verifier.clone())
+            } else {
+                (job.verifier.clone(), other)
+            };
+            compared.push((a, b, agreed));
+        }
+    }
+    let flagged = new.answer.is_some_and(|a| a.flags(job.flag_on));
+    sqlx::query(
+        "INSERT INTO l2_answers (job_id, submission_id, quest_id, session_id, verifier, model, question_index, question,
+         flag_on, raw_reply, answer, detail, flagged, attempts, latency_ms, created_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(job.id.to_string())
+    .bind(job.submission_id.to_string())
+    .bind(job.quest_id.to_string())
+    .bind(job.session_id.to_string())
+    .bind(&job.verifier)
+    .bind(&new.model)
+    .bind(job.question_index as i64)
+    .bind(&job.question)
+    .bind(job.flag_on.as_str())
+    .bind(&new.raw_reply)
+    .bind(new.answer.map(|a| a.as_str()))
+    .bind(&new.detail)
+    .bind(flagged as i64)
+    .bind(new.attempts as i64)
+    .bind(new.latency_ms.min(i64::MAX as u64) as i64)
+    .bind(ts(ctx.now))
+    .execute(&mut ctx.conn)
+    .await?;
+    sqlx::query("UPDATE l2_jobs SET status = 'answered', answered_at = ? WHERE id = ?")
+        .bind(ts(ctx.now))
+        .bind(job.id.to_string())
+        .execute(&mut ctx.conn)
+        .await?;
+    let queued: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM l2_jobs WHERE submission_id = ? AND status = 'queued'",
+    )
+    .bind(job.submission_id.to_string())
+    .fetch_one(&mut ctx.conn)
+    .await?;
+    let verified = if queued == 0 {
+        Some(finish_verification(ctx, &quest, job.submission_id).await?)
+    } else {
+        None
+    };
+    Ok(L2Recorded {
+        answer: fetch_l2_answer(&mut ctx.conn, job.id).await?,
+        compared,
+        verified,
+    })
+}
+
+/// Every verifier has answered (or given up): apply the decision. L2 may only
+/// pass the quest on or send it to REVIEW; tries and the result stay as they are.
+async fn finish_verification(
+    ctx: &mut WriteCtx,
+    quest: &QuestRow,
+    submission_id: Uuid,
+) -> Result<QuestRow, StoreError> {
+    let session = fetch_session(&mut ctx.conn, quest.session_id).await?;
+    let verify = session
+        .config
+        .verify
+        .ok_or_else(|| StoreError::Corrupt(format!("session {} has no verifiers", session.id)))?;
+    // The questions as they were asked, from the jobs themselves.
+    let asked = sqlx::query(
+        "SELECT question_index, question, flag_on FROM l2_jobs WHERE submission_id = ?
+         GROUP BY question_index ORDER BY question_index",
+    )
+    .bind(submission_id.to_string())
+    .fetch_all(&mut ctx.conn)
+    .await?;
+    let mut questions = Vec::with_capacity(asked.len());
+    for row in &asked {
+        if row.int("question_index")? as usize != questions.len() {
+            return Err(StoreError::Corrupt(format!(
+                "the L2 questions of submission {submission_id} have a gap"
+            )));
+        }
+        questions.push(Question {
+            text: row.str("question")?,
+            flag_on: flag_on(&row.str("flag_on")?)?,
+        });
+    }
+    let outcomes = sqlx::query(
+        "SELECT * FROM l2_answers WHERE submission_id = ? ORDER BY question_index, verifier",
+    )
+    .bind(submission_id.to_string())
+    .fetch_all(&mut ctx.conn)
+    .await?
+    .iter()
+    .map(|r| {
+        let a = l2_answer_row(r)?;
+        Ok(verify::Outcome {
+            verifier: a.verifier,
+            question_index: a.question_index as usize,
+            answer: a.answer,
+            reason: a.detail,
+        })
+    })
+    .collect::<Result<Vec<_>, StoreError>>()?;
+    let decision = verify::decide(
+        &questions,
+        &outcomes,
+        verify.flag_threshold,
+        verify.quorum(),
+    );
+    let next = transition(
+        quest,
+        Transition::Verified {
+            flagged: decision.flagged,
+        },
+    )?;
+    let submission = fetch_submission(&mut ctx.conn, submission_id).await?;
+    sqlx::query(
+        "INSERT INTO l2_decisions (submission_id, quest_id, session_id, state_after, facts, decided_at)
+         VALUES (?, ?, ?, ?, ?, ?)",
+    )
+    .bind(submission_id.to_string())
+    .bind(quest.id.to_string())
+    .bind(quest.session_id.to_string())
+    .bind(next.state.as_str())
+    .bind(json(&decision.facts))
+    .bind(ts(ctx.now))
+    .execute(&mut ctx.conn)
+    .await?;
+    let mut facts = submission.facts.clone();
+    facts.extend(decision.facts);
+    let (receipt, decided_by) = match next.state {
+        State::Pass => (
+            submission.receipt.clone(),
+            Some(DecidedBy::Gate.to_string()),
+        ),
+        _ => (None, None),
+    };
+    sqlx::query("UPDATE quests SET last_facts = ?, receipt = ?, decided_by = ? WHERE id = ?")
+        .bind(json(&facts))
+        .bind(receipt)
+        .bind(decided_by)
+        .bind(quest.id.to_string())
+        .execute(&mut ctx.conn)
+        .await?;
+    save_status(ctx, quest.id, next, None).await?;
+    ctx.event(EventKind::Verified, quest, next, Some(&submission));
+    fetch_quest(&mut ctx.conn, quest.id).await
 }
 
 async fn claim_review(
@@ -1058,18 +1356,58 @@ impl Store for SqliteStore {
         .fetch_one(&mut *tx)
         .await?;
         let window_minutes = 5;
+        // Quests finished by their gate, plus those the AI verifiers finished.
         let finished: i64 = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM submissions WHERE session_id = ? AND decided_at > ? AND state_after <> 'TODO'",
+            "SELECT (SELECT COUNT(*) FROM submissions WHERE session_id = ?1 AND decided_at > ?2 AND state_after <> 'TODO')
+                  + (SELECT COUNT(*) FROM l2_decisions WHERE session_id = ?1 AND decided_at > ?2)",
         )
         .bind(id.to_string())
         .bind(ts(now - chrono::Duration::minutes(window_minutes)))
         .fetch_one(&mut *tx)
         .await?;
+        let verifiers =
+            sqlx::query("SELECT * FROM l2_verifier_stats WHERE session_id = ? ORDER BY verifier")
+                .bind(id.to_string())
+                .fetch_all(&mut *tx)
+                .await?
+                .iter()
+                .map(|r| {
+                    Ok(VerifierStats {
+                        verifier: r.str("verifier")?,
+                        model: r.str("model")?,
+                        answers: r.int("answers")? as u64,
+                        yes: r.int("yes")? as u64,
+                        no: r.int("no")? as u64,
+                        flags: r.int("flags")? as u64,
+                        no_answers: r.int("no_answers")? as u64,
+                        latency_ms_sum: r.int("latency_ms_sum")? as u64,
+                        latency_ms_max: r.int("latency_ms_max")? as u64,
+                    })
+                })
+                .collect::<Result<Vec<_>, StoreError>>()?;
+        let agreement = sqlx::query(
+            "SELECT * FROM l2_pair_stats WHERE session_id = ? ORDER BY verifier_a, verifier_b",
+        )
+        .bind(id.to_string())
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|r| {
+            Ok(PairStats {
+                a: r.str("verifier_a")?,
+                b: r.str("verifier_b")?,
+                compared: r.int("compared")? as u64,
+                agreed: r.int("agreed")? as u64,
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
         tx.commit().await?;
         Ok(SessionStatus {
             counts,
             agents_active: agents_active as u64,
             rate_per_minute: finished as f64 / window_minutes as f64,
+            verifiers,
+            agreement,
         })
     }
 
@@ -1170,6 +1508,35 @@ impl Store for SqliteStore {
         })
     }
 
+    async fn pending_l2_jobs(&self) -> Result<Vec<Uuid>, StoreError> {
+        let ids: Vec<String> = sqlx::query_scalar(
+            "SELECT id FROM l2_jobs WHERE status = 'queued' ORDER BY created_at, id",
+        )
+        .fetch_all(&self.read)
+        .await?;
+        ids.iter().map(|s| uuid(s)).collect()
+    }
+
+    async fn l2_job(&self, id: Uuid) -> Result<L2Job, StoreError> {
+        fetch_l2_job(&mut *self.read.acquire().await?, id).await
+    }
+
+    async fn record_l2_answer(&self, answer: NewL2Answer) -> Result<L2Recorded, StoreError> {
+        write!(self, |ctx| record_l2_answer(ctx, answer).await)
+    }
+
+    async fn l2_answers(&self, quest_id: Uuid) -> Result<Vec<L2AnswerRow>, StoreError> {
+        sqlx::query(
+            "SELECT * FROM l2_answers WHERE quest_id = ? ORDER BY created_at, question_index, verifier",
+        )
+        .bind(quest_id.to_string())
+        .fetch_all(&self.read)
+        .await?
+        .iter()
+        .map(l2_answer_row)
+        .collect()
+    }
+
     async fn get_quest(&self, id: Uuid) -> Result<QuestRow, StoreError> {
         fetch_quest(&mut *self.read.acquire().await?, id).await
     }
@@ -1210,14 +1577,28 @@ impl Store for SqliteStore {
     async fn review_queue(
         &self,
         session_id: Option<Uuid>,
+        check: Option<&str>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError> {
+        let (exact, prefix) = match check {
+            Some(c) => match c.strip_suffix('*') {
+                Some(prefix) => (None, Some(prefix)),
+                None => (Some(c), None),
+            },
+            None => (None, None),
+        };
         let rows = sqlx::query(
-            "SELECT * FROM quests WHERE state = 'REVIEW' AND (?1 IS NULL OR session_id = ?1)
+            "SELECT * FROM quests q WHERE state = 'REVIEW' AND (?1 IS NULL OR session_id = ?1)
+             AND ((?3 IS NULL AND ?4 IS NULL) OR EXISTS (
+                 SELECT 1 FROM json_each(q.last_facts) f
+                 WHERE json_extract(f.value, '$.check') = ?3
+                    OR substr(json_extract(f.value, '$.check'), 1, length(?4)) = ?4))
              ORDER BY updated_at, row_index LIMIT ?2",
         )
         .bind(session_id.map(|s| s.to_string()))
         .bind(limit as i64)
+        .bind(exact)
+        .bind(prefix)
         .fetch_all(&self.read)
         .await?;
         rows.iter().map(quest_row).collect()

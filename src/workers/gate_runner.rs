@@ -4,6 +4,10 @@
 //! A submission is durable (PENDING) before it is queued, so a crash loses no
 //! work: at start-up every PENDING submission is queued again, and because
 //! gates are deterministic the re-run decides what the first run would have.
+//!
+//! For a session with AI verifiers, the runner also cuts out what they may see
+//! (the contract and the gate's artifact); an L1 PASS is stored together with
+//! its L2 jobs, which are then handed to the [`VerifierRunner`].
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,9 +22,11 @@ use uuid::Uuid;
 
 use crate::domain::receipt::ReceiptParts;
 use crate::domain::session::GateConfig;
+use crate::domain::verify::{Artifact, Contract, VerifierRequest};
 use crate::domain::{Fact, Verdict};
 use crate::gates::{Gate, GateOutcome, GateRegistry};
 use crate::store::{Decided, GateDecision, Store, StoreError};
+use crate::workers::VerifierRunner;
 
 /// Runs gates for queued submissions.
 #[derive(Clone)]
@@ -32,16 +38,19 @@ pub struct GateRunner {
 struct Inner {
     store: Arc<dyn Store>,
     registry: Arc<GateRegistry>,
+    verifiers: VerifierRunner,
     timeout: Duration,
     /// Built gates by session: a session's gate config never changes.
     gates: Mutex<HashMap<Uuid, Arc<dyn Gate>>>,
 }
 
 impl GateRunner {
-    /// Starts a runner with at most `workers` checks at once; it stops when `shutdown` fires.
+    /// Starts a runner with at most `workers` checks at once; L1 PASSes that
+    /// await AI verifiers go on to `verifiers`. It stops when `shutdown` fires.
     pub fn start(
         store: Arc<dyn Store>,
         registry: Arc<GateRegistry>,
+        verifiers: VerifierRunner,
         workers: usize,
         timeout: Duration,
         shutdown: CancellationToken,
@@ -50,6 +59,7 @@ impl GateRunner {
         let inner = Arc::new(Inner {
             store,
             registry,
+            verifiers,
             timeout,
             gates: Mutex::new(HashMap::new()),
         });
@@ -181,6 +191,20 @@ impl Inner {
             .record(started.elapsed().as_secs_f64());
         metrics::counter!("quest_verdicts_total", "verdict" => outcome.verdict.as_str())
             .increment(1);
+        // Only the contract and the artifact: never the agent's other fields or earlier attempts.
+        let verify = match (&job.config.verify, &gate) {
+            (Some(_), Ok(gate)) => Some(VerifierRequest {
+                contract: Contract {
+                    task: job.config.prompt.instructions.clone(),
+                    input: job.input.clone(),
+                },
+                artifact: Artifact {
+                    result: gate.artifact(&job.submission.result),
+                    evidence: outcome.evidence.clone(),
+                },
+            }),
+            _ => None,
+        };
         let gate_config = serde_json::to_value(&job.config.gate).unwrap_or_default();
         let receipt = ReceiptParts {
             input: &job.input,
@@ -199,8 +223,11 @@ impl Inner {
             gate: name,
             gate_version: version,
             receipt,
+            verify,
         };
-        self.store.apply_verdict(submission_id, decision).await
+        let decided = self.store.apply_verdict(submission_id, decision).await?;
+        self.verifiers.enqueue(decided.l2_jobs.iter().copied());
+        Ok(decided)
     }
 
     fn gate(&self, session_id: Uuid, config: &GateConfig) -> Result<Arc<dyn Gate>, String> {

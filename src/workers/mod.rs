@@ -1,8 +1,11 @@
-//! Background work: the gate runner (decides PENDING submissions) and the lease
+//! Background work: the gate runner (decides PENDING submissions), the L2
+//! verifier runner (asks the AI verifiers about L1 PASSes) and the lease
 //! sweeper. Each exposes one idempotent step that tests drive directly; a thin
 //! loop around it runs until shutdown.
 
 pub mod gate_runner;
 pub mod sweeper;
+pub mod verifier_runner;
 
 pub use gate_runner::GateRunner;
+pub use verifier_runner::VerifierRunner;

@@ -74,7 +74,24 @@ pub async fn spawn_app() -> TestApp {
 
 /// Starts a server on an existing data dir (a restart).
 pub async fn spawn_app_in(data_dir: TempDir) -> TestApp {
+    spawn_app_in_with(data_dir, None).await
+}
+
+/// Starts a server on a fresh data dir with an operator configuration file (TOML).
+pub async fn spawn_app_with(config_toml: &str) -> TestApp {
+    let data_dir = tempfile::tempdir().expect("a temp dir");
+    spawn_app_in_with(data_dir, Some(config_toml)).await
+}
+
+/// Starts a server on an existing data dir, with an operator configuration
+/// file when given (written into the data dir as `quest.toml`).
+pub async fn spawn_app_in_with(data_dir: TempDir, config_toml: Option<&str>) -> TestApp {
     let mut config = Config::with_data_dir(data_dir.path());
+    if let Some(toml) = config_toml {
+        let path = data_dir.path().join("quest.toml");
+        std::fs::write(&path, toml).expect("the config file is written");
+        config.config_file = Some(path);
+    }
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.admin_token = Some("test-admin-token".into());
     let clock = Arc::new(ManualClock::new());
@@ -228,6 +245,18 @@ impl TestApp {
         self.get(&format!("/v1/quests/{quest}"), &self.admin)
             .await
             .expect(200)
+    }
+
+    /// Polls a quest until it leaves TODO (e.g. once its AI verifiers are done).
+    pub async fn settled(&self, quest: &str) -> Value {
+        for _ in 0..1500 {
+            let view = self.quest(quest).await;
+            if view["state"] != "TODO" {
+                return view;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("quest {quest} never left TODO: {}", self.quest(quest).await);
     }
 
     /// Raw bytes of a GET.

@@ -3,7 +3,9 @@
 mod auth;
 mod bad_input;
 mod cli;
+mod command_gate;
 mod concurrency;
+mod fake_llm;
 mod helpers;
 mod lifecycle;
 mod openapi;
@@ -11,3 +13,4 @@ mod ratchet;
 mod restart;
 mod sessions;
 mod store;
+mod verifiers;

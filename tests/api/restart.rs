@@ -113,13 +113,21 @@ async fn poll_verdict(app: &TestApp, submission: &str) -> Value {
 }
 
 /// The real binary, started on a data dir; killed with SIGKILL on drop.
-struct Server {
+pub(crate) struct Server {
     child: Child,
-    base: String,
+    pub(crate) base: String,
 }
 
 impl Server {
     async fn start(dir: &std::path::Path) -> Server {
+        Server::start_with(dir, None).await
+    }
+
+    /// Starts the binary, with `--config FILE` when given.
+    pub(crate) async fn start_with(
+        dir: &std::path::Path,
+        config: Option<&std::path::Path>,
+    ) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -133,6 +141,12 @@ impl Server {
                 "--data-dir",
             ])
             .arg(dir)
+            .args(
+                config
+                    .map(|c| ["--config".as_ref(), c.as_os_str()])
+                    .into_iter()
+                    .flatten(),
+            )
             .env("QUEST_ADMIN_TOKEN", "crash-admin")
             .env("QUEST_LOG", "warn")
             .stdout(Stdio::null())
@@ -155,7 +169,7 @@ impl Server {
         panic!("the server did not become ready");
     }
 
-    fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill(); // SIGKILL: no graceful anything
         let _ = self.child.wait();
     }
@@ -167,7 +181,7 @@ impl Drop for Server {
     }
 }
 
-async fn call(
+pub(crate) async fn call(
     client: &reqwest::Client,
     base: &str,
     path: &str,

@@ -1,0 +1,651 @@
+//! The verification cascade's pure rules (L2): a session's `verify` config, the
+//! prompt a verifier sees, how its reply is read, and how the answers of all
+//! verifiers become one decision.
+//!
+//! Isolation is decided here: a [`VerifierRequest`] holds only the contract (the
+//! session's task text and the quest's input) and the artifact (the result's
+//! declared fields and the gate's evidence). Nothing else can reach a prompt.
+//!
+//! L2 can only raise doubt: [`decide`] answers "flagged or not", and a flag
+//! sends the quest to REVIEW; there is no way to express FAIL here.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::Fact;
+use super::session::ConfigError;
+
+/// The most verifiers one session may ask.
+pub const MAX_VERIFIERS: usize = 16;
+/// The most questions one session may ask.
+pub const MAX_QUESTIONS: usize = 20;
+/// The longest question, in characters.
+pub const MAX_QUESTION_CHARS: usize = 2000;
+/// The longest reply that can still be a clean answer, in characters.
+pub const MAX_REPLY_CHARS: usize = 1000;
+
+/// Which answer raises the doubt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FlagOn {
+    #[default]
+    Yes,
+    No,
+}
+
+/// A verifier's clean answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Answer {
+    Yes,
+    No,
+}
+
+impl Answer {
+    /// `yes` or `no`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Answer::Yes => "yes",
+            Answer::No => "no",
+        }
+    }
+
+    /// Parses `yes` or `no`.
+    pub fn parse(s: &str) -> Option<Answer> {
+        match s {
+            "yes" => Some(Answer::Yes),
+            "no" => Some(Answer::No),
+            _ => None,
+        }
+    }
+
+    /// Whether this answer raises the doubt for a question that flags on `flag_on`.
+    pub fn flags(self, flag_on: FlagOn) -> bool {
+        matches!(
+            (self, flag_on),
+            (Answer::Yes, FlagOn::Yes) | (Answer::No, FlagOn::No)
+        )
+    }
+}
+
+impl FlagOn {
+    /// `yes` or `no`, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FlagOn::Yes => "yes",
+            FlagOn::No => "no",
+        }
+    }
+
+    /// Parses `yes` or `no`.
+    pub fn parse(s: &str) -> Option<FlagOn> {
+        match s {
+            "yes" => Some(FlagOn::Yes),
+            "no" => Some(FlagOn::No),
+            _ => None,
+        }
+    }
+
+    /// The answer that does not raise the doubt.
+    pub fn clear_answer(self) -> &'static str {
+        match self {
+            FlagOn::Yes => "NO",
+            FlagOn::No => "YES",
+        }
+    }
+}
+
+/// One narrow yes/no question.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+pub struct Question {
+    pub text: String,
+    /// The answer that flags the quest (default `yes`).
+    #[serde(default)]
+    pub flag_on: FlagOn,
+}
+
+impl Question {
+    /// A question that flags on YES.
+    pub fn yes_flags(text: impl Into<String>) -> Question {
+        Question {
+            text: text.into(),
+            flag_on: FlagOn::Yes,
+        }
+    }
+}
+
+/// A question is written either as a plain string (flags on YES) or as
+/// `{"text": ..., "flag_on": "yes" | "no"}`.
+impl<'de> Deserialize<'de> for Question {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Full {
+            text: String,
+            #[serde(default)]
+            flag_on: FlagOn,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Text(String),
+            Full(Full),
+        }
+        match Form::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "a question is a string or {\"text\": \"...\", \"flag_on\": \"yes\" | \"no\"}",
+            )
+        })? {
+            Form::Text(text) => Ok(Question::yes_flags(text)),
+            Form::Full(Full { text, flag_on }) => Ok(Question { text, flag_on }),
+        }
+    }
+}
+
+/// A session's AI verifiers (the `verify` part of its config).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyConfig {
+    /// Names of verifiers declared in the server's configuration file.
+    pub verifiers: Vec<String>,
+    /// The questions every verifier answers, each a string (flags on YES) or
+    /// `{"text": ..., "flag_on": "yes" | "no"}`. When empty, the gate's default
+    /// questions are used (the scan stores them here).
+    #[serde(default)]
+    pub questions: Vec<Question>,
+    /// Flags on one question that send the quest to REVIEW (default 1: a minority veto).
+    #[serde(default = "default_flag_threshold")]
+    pub flag_threshold: u32,
+    /// Valid answers each question needs, else REVIEW (default: a majority of the verifiers).
+    #[serde(default)]
+    pub quorum: Option<u32>,
+}
+
+fn default_flag_threshold() -> u32 {
+    1
+}
+
+impl VerifyConfig {
+    /// Checks the numbers and names; fills the default quorum. Whether the names
+    /// exist on this server is checked by the caller, which knows the server.
+    pub fn check(mut self) -> Result<VerifyConfig, ConfigError> {
+        let bad = |field, message: String| Err(ConfigError { field, message });
+        let n = self.verifiers.len();
+        if n == 0 || n > MAX_VERIFIERS {
+            return bad(
+                "config.verify.verifiers",
+                format!("name 1 to {MAX_VERIFIERS} verifiers declared on this server"),
+            );
+        }
+        for (i, name) in self.verifiers.iter().enumerate() {
+            if self.verifiers[..i].contains(name) {
+                return bad(
+                    "config.verify.verifiers",
+                    format!("`{name}` is named twice; each verifier counts once"),
+                );
+            }
+        }
+        if self.questions.len() > MAX_QUESTIONS {
+            return bad(
+                "config.verify.questions",
+                format!("at most {MAX_QUESTIONS} questions"),
+            );
+        }
+        for q in &self.questions {
+            let chars = q.text.trim().chars().count();
+            if chars == 0 || chars > MAX_QUESTION_CHARS {
+                return bad(
+                    "config.verify.questions",
+                    format!("each question has 1 to {MAX_QUESTION_CHARS} characters"),
+                );
+            }
+        }
+        if self.flag_threshold == 0 || self.flag_threshold as usize > n {
+            return bad(
+                "config.verify.flag_threshold",
+                format!("must be between 1 and the number of verifiers ({n})"),
+            );
+        }
+        let quorum = self.quorum.unwrap_or(n as u32 / 2 + 1);
+        if quorum == 0 || quorum as usize > n {
+            return bad(
+                "config.verify.quorum",
+                format!("must be between 1 and the number of verifiers ({n})"),
+            );
+        }
+        self.quorum = Some(quorum);
+        Ok(self)
+    }
+
+    /// The quorum, after [`VerifyConfig::check`] filled it.
+    pub fn quorum(&self) -> u32 {
+        self.quorum.unwrap_or(self.verifiers.len() as u32 / 2 + 1)
+    }
+}
+
+/// Everything a verifier may see about one accepted submission, and nothing more.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct VerifierRequest {
+    /// The contract: the session's task text and the quest's input.
+    pub contract: Contract,
+    /// The artifact: the result's declared fields and the gate's evidence.
+    pub artifact: Artifact,
+}
+
+/// The contract the work was done under.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Contract {
+    pub task: String,
+    #[schema(value_type = Object)]
+    pub input: Value,
+}
+
+/// What the work produced, as the gate declares and observed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Artifact {
+    /// Only the result fields the gate declares.
+    #[schema(value_type = Object)]
+    pub result: Value,
+    #[schema(value_type = Vec<Object>)]
+    pub evidence: Vec<Value>,
+}
+
+/// The system message of every verifier call.
+pub const SYSTEM_PROMPT: &str = "You are an independent verifier. A machine check has already accepted \
+the work below; your task is to look for a reason to doubt it. You see the contract the work was done \
+under and the artifact it produced, nothing else. Answer the question with exactly YES or NO, then a \
+one-line reason, as `YES: <reason>` or `NO: <reason>`.";
+
+impl VerifierRequest {
+    /// The user message for one question.
+    pub fn prompt(&self, question: &str) -> String {
+        let mut out = String::new();
+        let task = self.contract.task.trim();
+        out.push_str("# Contract\n\n## Task\n");
+        out.push_str(if task.is_empty() {
+            "(no task text)"
+        } else {
+            task
+        });
+        let _ = write!(
+            out,
+            "\n\n## Input\n{}\n\n# Artifact\n\n## Result (the fields the contract declares)\n{}\n\n## Evidence (what the machine check observed)\n",
+            pretty(&self.contract.input),
+            pretty(&self.artifact.result)
+        );
+        if self.artifact.evidence.is_empty() {
+            out.push_str("(none)\n");
+        } else {
+            let _ = writeln!(
+                out,
+                "{}",
+                pretty(&Value::Array(self.artifact.evidence.clone()))
+            );
+        }
+        let _ = write!(
+            out,
+            "\n# Question\n{}\n\nAnswer with exactly YES or NO, then a one-line reason: `YES: <reason>` or `NO: <reason>`.\n",
+            question.trim()
+        );
+        out
+    }
+}
+
+fn pretty(value: &Value) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+}
+
+/// Why a reply is no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NotAnAnswer(pub String);
+
+/// Reads a reply: `YES` or `NO` (any case) as the first word, then at most a
+/// one-line reason (on the same line or the next). Anything else is no answer.
+pub fn parse_reply(raw: &str) -> Result<(Answer, String), NotAnAnswer> {
+    let text = raw.trim();
+    if text.is_empty() {
+        return Err(NotAnAnswer("an empty reply".into()));
+    }
+    if text.chars().count() > MAX_REPLY_CHARS {
+        return Err(NotAnAnswer(format!(
+            "a reply longer than {MAX_REPLY_CHARS} characters"
+        )));
+    }
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.len() > 2 {
+        return Err(NotAnAnswer(
+            "more than YES or NO and a one-line reason".into(),
+        ));
+    }
+    let first = lines[0].trim_start_matches(['*', '_', '`']);
+    let end = first
+        .find(|c: char| c.is_whitespace() || ":,.;!-*_`".contains(c))
+        .unwrap_or(first.len());
+    let answer = match first[..end].to_ascii_uppercase().as_str() {
+        "YES" => Answer::Yes,
+        "NO" => Answer::No,
+        _ => {
+            return Err(NotAnAnswer(format!(
+                "a reply that does not start with YES or NO: {}",
+                cut(text, 120)
+            )));
+        }
+    };
+    let separators: &[char] = &[':', ',', '.', ';', '!', '-', '*', '_', '`', ' ', '\t'];
+    let mut reason = first[end..]
+        .trim_start_matches(separators)
+        .trim()
+        .to_owned();
+    if let Some(second) = lines.get(1) {
+        if !reason.is_empty() {
+            return Err(NotAnAnswer(
+                "more than YES or NO and a one-line reason".into(),
+            ));
+        }
+        reason = second.trim_matches(separators).trim().to_owned();
+    }
+    Ok((answer, reason))
+}
+
+/// Cuts `text` to `max` characters, marking the cut.
+pub fn cut(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let head: String = text.chars().take(max).collect();
+    format!("{head}…")
+}
+
+/// One verifier's outcome on one question, as the decision needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub verifier: String,
+    pub question_index: usize,
+    /// `None`: no valid answer (timeout, error, or a reply that was not YES/NO).
+    pub answer: Option<Answer>,
+    /// The reason given, or why there is no answer.
+    pub reason: String,
+}
+
+/// What the verifiers decided together.
+#[derive(Debug, Clone, PartialEq)]
+pub struct L2Decision {
+    /// True sends the quest to REVIEW; false locks it PASS.
+    pub flagged: bool,
+    /// The doubts, for the reviewer: every flag, every missing answer, and every
+    /// question that lacked a quorum or reached the threshold.
+    pub facts: Vec<Fact>,
+}
+
+/// The fact check name of one verifier's doubts.
+pub fn check_name(verifier: &str) -> String {
+    format!("l2:{verifier}")
+}
+
+/// Applies the rule of §5 to every question: fewer than `quorum` valid answers,
+/// or `flag_threshold` flags or more, sends the quest to REVIEW.
+pub fn decide(
+    questions: &[Question],
+    outcomes: &[Outcome],
+    flag_threshold: u32,
+    quorum: u32,
+) -> L2Decision {
+    let mut facts = Vec::new();
+    let mut flagged = false;
+    for (index, question) in questions.iter().enumerate() {
+        let field = format!("question {}", index + 1);
+        let asked = cut(question.text.trim(), 200);
+        let mine: Vec<&Outcome> = outcomes
+            .iter()
+            .filter(|o| o.question_index == index)
+            .collect();
+        let mut valid = 0;
+        let mut flags = 0;
+        for o in &mine {
+            match o.answer {
+                Some(answer) => {
+                    valid += 1;
+                    if answer.flags(question.flag_on) {
+                        flags += 1;
+                        facts.push(Fact::new(
+                            check_name(&o.verifier),
+                            &field,
+                            format!("{} to: {asked}", question.flag_on.clear_answer()),
+                            format!("{}: {}", answer.as_str().to_uppercase(), o.reason),
+                            "an AI verifier doubts this result; a person should check it",
+                        ));
+                    }
+                }
+                None => facts.push(Fact::new(
+                    check_name(&o.verifier),
+                    &field,
+                    format!("YES or NO to: {asked}"),
+                    format!("no answer: {}", o.reason),
+                    "the verifier could not answer; it counts against the quorum",
+                )),
+            }
+        }
+        if valid < quorum {
+            flagged = true;
+            facts.push(Fact::new(
+                "l2",
+                &field,
+                format!("at least {quorum} valid answers"),
+                format!("{valid} of {}", mine.len()),
+                "too few verifiers answered, so nobody vouched for this result; a person decides",
+            ));
+        }
+        if flags >= flag_threshold {
+            flagged = true;
+            facts.push(Fact::new(
+                "l2",
+                &field,
+                format!("fewer than {flag_threshold} flags"),
+                format!("{flags} of {} verifiers flagged it", mine.len()),
+                "enough verifiers doubt this result that a person decides",
+            ));
+        }
+    }
+    L2Decision { flagged, facts }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config(value: Value) -> Result<VerifyConfig, ConfigError> {
+        serde_json::from_value::<VerifyConfig>(value)
+            .map_err(|e| ConfigError {
+                field: "config.verify",
+                message: e.to_string(),
+            })?
+            .check()
+    }
+
+    #[test]
+    fn questions_are_strings_or_objects_and_the_quorum_defaults_to_a_majority() {
+        let c = config(json!({
+            "verifiers": ["a", "b", "c"],
+            "questions": ["Is it personal?", {"text": "Is it the company's own?", "flag_on": "no"}]
+        }))
+        .unwrap();
+        assert_eq!(c.questions[0], Question::yes_flags("Is it personal?"));
+        assert_eq!(c.questions[1].flag_on, FlagOn::No);
+        assert_eq!((c.flag_threshold, c.quorum), (1, Some(2)));
+    }
+
+    #[test]
+    fn impossible_verify_configs_are_refused_with_the_field_named() {
+        for (value, field) in [
+            (json!({"verifiers": []}), "config.verify.verifiers"),
+            (json!({"verifiers": ["a", "a"]}), "config.verify.verifiers"),
+            (
+                json!({"verifiers": ["a"], "flag_threshold": 2}),
+                "config.verify.flag_threshold",
+            ),
+            (
+                json!({"verifiers": ["a"], "quorum": 0}),
+                "config.verify.quorum",
+            ),
+            (
+                json!({"verifiers": ["a"], "questions": ["  "]}),
+                "config.verify.questions",
+            ),
+        ] {
+            assert_eq!(config(value.clone()).unwrap_err().field, field, "{value}");
+        }
+        assert!(config(json!({"verifiers": ["a"], "threshold": 1})).is_err());
+        assert!(
+            config(json!({"verifiers": ["a"], "questions": [{"text": "x", "flag_on": "maybe"}]}))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn only_a_clean_yes_or_no_is_an_answer() {
+        for (raw, answer, reason) in [
+            (
+                "YES: the address is a personal one",
+                Answer::Yes,
+                "the address is a personal one",
+            ),
+            ("no - it is on the page", Answer::No, "it is on the page"),
+            ("No.", Answer::No, ""),
+            (
+                "**YES** it belongs to another company",
+                Answer::Yes,
+                "it belongs to another company",
+            ),
+            (
+                "NO\nthe snippet names the company",
+                Answer::No,
+                "the snippet names the company",
+            ),
+            ("  yes, gmail.com  \n", Answer::Yes, "gmail.com"),
+        ] {
+            assert_eq!(
+                parse_reply(raw).unwrap(),
+                (answer, reason.to_owned()),
+                "{raw:?}"
+            );
+        }
+        for raw in [
+            "",
+            "Maybe",
+            "I think YES",
+            "YESTERDAY it was",
+            "NO/YES",
+            "YES: one\nand a second line",
+            "YES\nreason\nmore",
+            &"YES ".repeat(400),
+        ] {
+            assert!(parse_reply(raw).is_err(), "{raw:?} must be no answer");
+        }
+    }
+
+    fn outcome(verifier: &str, q: usize, answer: Option<Answer>) -> Outcome {
+        Outcome {
+            verifier: verifier.into(),
+            question_index: q,
+            answer,
+            reason: "r".into(),
+        }
+    }
+
+    #[test]
+    fn the_decision_follows_threshold_and_quorum_per_question() {
+        use Answer::*;
+        let qs = [
+            Question::yes_flags("q1"),
+            Question {
+                text: "q2".into(),
+                flag_on: FlagOn::No,
+            },
+        ];
+        let all_clear = [
+            outcome("a", 0, Some(No)),
+            outcome("b", 0, Some(No)),
+            outcome("c", 0, Some(No)),
+            outcome("a", 1, Some(Yes)),
+            outcome("b", 1, Some(Yes)),
+            outcome("c", 1, Some(Yes)),
+        ];
+        let d = decide(&qs, &all_clear, 2, 2);
+        assert!(!d.flagged && d.facts.is_empty(), "{d:?}");
+
+        let mut one_flag = all_clear.clone();
+        one_flag[4].answer = Some(No); // flags q2, which flags on NO
+        let d = decide(&qs, &one_flag, 2, 2);
+        assert!(!d.flagged, "one flag is under the threshold of 2");
+        assert_eq!(d.facts.len(), 1);
+        assert_eq!(
+            (d.facts[0].check.as_str(), d.facts[0].field.as_str()),
+            ("l2:b", "question 2")
+        );
+
+        let mut two_flags = one_flag.clone();
+        two_flags[5].answer = Some(No);
+        let d = decide(&qs, &two_flags, 2, 2);
+        assert!(d.flagged);
+        assert!(
+            d.facts
+                .iter()
+                .any(|f| f.check == "l2" && f.expected == "fewer than 2 flags")
+        );
+
+        let mut two_down = all_clear.clone();
+        two_down[0].answer = None;
+        two_down[1].answer = None;
+        let d = decide(&qs, &two_down, 2, 2);
+        assert!(
+            d.flagged,
+            "question 1 has one valid answer of a quorum of 2"
+        );
+        assert!(
+            d.facts
+                .iter()
+                .any(|f| f.check == "l2" && f.actual == "1 of 3")
+        );
+        assert_eq!(
+            d.facts
+                .iter()
+                .filter(|f| f.actual.starts_with("no answer"))
+                .count(),
+            2
+        );
+    }
+
+    #[test]
+    fn the_prompt_holds_the_contract_the_artifact_and_the_question() {
+        let request = VerifierRequest {
+            contract: Contract {
+                task: "Find the contact email.".into(),
+                input: json!({"company": "Acme"}),
+            },
+            artifact: Artifact {
+                result: json!({"email": "info@acme.test"}),
+                evidence: vec![json!({"url": "https://acme.test/contact"})],
+            },
+        };
+        let text = request.prompt("Is the address a personal one?");
+        for needle in [
+            "Find the contact email.",
+            "\"company\": \"Acme\"",
+            "\"email\": \"info@acme.test\"",
+            "https://acme.test/contact",
+            "Is the address a personal one?",
+            "exactly YES or NO",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,235 @@
+//! Running the operator's own programs (command gates and command verifiers)
+//! behind one small trait, [`ProcessRunner`], so that tests can use a fake.
+//!
+//! The real runner never uses a shell: `argv` is executed as given, in its own
+//! process group, with a cleared environment plus the allow-listed variables
+//! the configuration resolved at start-up. Input goes to stdin; stdout is kept
+//! up to [`MAX_STDOUT`] bytes (the rest is read and dropped, so the program is
+//! never blocked on a full pipe) and the tail of stderr is kept for facts. Past
+//! its timeout the whole process group is killed.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+/// The most stdout bytes kept; anything beyond is cut.
+pub const MAX_STDOUT: usize = 1024 * 1024;
+/// How many trailing stderr bytes are kept.
+pub const STDERR_TAIL: usize = 8 * 1024;
+
+/// A program to run, fully resolved (no environment is read when it runs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessSpec {
+    /// The program and its arguments; never passed through a shell.
+    pub argv: Vec<String>,
+    /// The working directory; the server's own when unset.
+    pub workdir: Option<PathBuf>,
+    /// The child's whole environment.
+    pub env: Vec<(String, String)>,
+    /// Past this, the process group is killed.
+    pub timeout: Duration,
+}
+
+/// What a program did before it exited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcessOutput {
+    /// The exit code; `None` when a signal ended it.
+    pub code: Option<i32>,
+    /// At most [`MAX_STDOUT`] bytes.
+    pub stdout: Vec<u8>,
+    /// True when stdout was longer than [`MAX_STDOUT`] and was cut.
+    pub stdout_cut: bool,
+    /// The last [`STDERR_TAIL`] bytes of stderr.
+    pub stderr_tail: Vec<u8>,
+}
+
+impl ProcessOutput {
+    /// The tail of stderr as text, at most `max` characters.
+    pub fn stderr_text(&self, max: usize) -> String {
+        let text = String::from_utf8_lossy(&self.stderr_tail);
+        let text = text.trim();
+        let count = text.chars().count();
+        if count <= max {
+            return text.to_owned();
+        }
+        let tail: String = text.chars().skip(count - max).collect();
+        format!("…{tail}")
+    }
+}
+
+/// Why a program gave no output to read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProcessError {
+    /// It could not be started.
+    #[error("cannot start `{program}`: {message}")]
+    Spawn { program: String, message: String },
+    /// It ran past its timeout and was killed.
+    #[error("killed after {} ms", .0.as_millis())]
+    TimedOut(Duration),
+    /// Reading its output failed.
+    #[error("i/o error while running it: {0}")]
+    Io(String),
+}
+
+/// Runs programs.
+#[async_trait]
+pub trait ProcessRunner: Send + Sync {
+    /// Runs `spec` with `stdin` as its standard input and waits for it to exit.
+    async fn run(&self, spec: &ProcessSpec, stdin: Vec<u8>) -> Result<ProcessOutput, ProcessError>;
+}
+
+/// The real runner: child processes of the server.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemProcessRunner;
+
+/// Kills a process group when dropped, unless disarmed: a timed-out (or
+/// abandoned) program takes its children with it.
+struct GroupKill(Option<u32>);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(pgid) = self
+            .0
+            .and_then(|id| rustix::process::Pid::from_raw(id as i32))
+        {
+            // ESRCH (already gone) is the normal case and not an error.
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+#[async_trait]
+impl ProcessRunner for SystemProcessRunner {
+    async fn run(&self, spec: &ProcessSpec, stdin: Vec<u8>) -> Result<ProcessOutput, ProcessError> {
+        let program = spec.argv.first().cloned().unwrap_or_default();
+        let spawn_error = |message: String| ProcessError::Spawn {
+            program: program.clone(),
+            message,
+        };
+        if program.is_empty() {
+            return Err(spawn_error("argv is empty".into()));
+        }
+        let mut command = tokio::process::Command::new(&program);
+        command
+            .args(&spec.argv[1..])
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        if let Some(dir) = &spec.workdir {
+            command.current_dir(dir);
+        }
+        #[cfg(unix)]
+        command.process_group(0);
+        let mut child = command.spawn().map_err(|e| spawn_error(e.to_string()))?;
+        let mut group = GroupKill(child.id());
+        let (input, output, errors) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take());
+        let write = async move {
+            if let Some(mut pipe) = input {
+                // A program that does not read its input is not an error.
+                let _ = pipe.write_all(&stdin).await;
+                let _ = pipe.shutdown().await;
+            }
+        };
+        let work = async {
+            let (_, out, err, status) = tokio::join!(
+                write,
+                read_capped(output, MAX_STDOUT),
+                read_tail(errors, STDERR_TAIL),
+                child.wait()
+            );
+            (out, err, status)
+        };
+        let Ok((out, err, status)) = tokio::time::timeout(spec.timeout, work).await else {
+            drop(group); // kills the group
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(ProcessError::TimedOut(spec.timeout));
+        };
+        // The leader exited and its pipes closed: nothing of it is left to kill.
+        group.0 = None;
+        let status = status.map_err(|e| ProcessError::Io(e.to_string()))?;
+        let (stdout, stdout_cut) = out.map_err(|e| ProcessError::Io(e.to_string()))?;
+        Ok(ProcessOutput {
+            code: status.code(),
+            stdout,
+            stdout_cut,
+            stderr_tail: err.map_err(|e| ProcessError::Io(e.to_string()))?,
+        })
+    }
+}
+
+/// Reads to the end, keeping the first `cap` bytes; says whether more came.
+async fn read_capped(
+    pipe: Option<impl AsyncRead + Unpin>,
+    cap: usize,
+) -> std::io::Result<(Vec<u8>, bool)> {
+    let Some(mut pipe) = pipe else {
+        return Ok((Vec::new(), false));
+    };
+    let (mut kept, mut cut) = (Vec::new(), false);
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = pipe.read(&mut buf).await?;
+        if n == 0 {
+            return Ok((kept, cut));
+        }
+        let room = cap.saturating_sub(kept.len());
+        kept.extend_from_slice(&buf[..n.min(room)]);
+        cut |= n > room;
+    }
+}
+
+/// Reads to the end, keeping the last `keep` bytes.
+async fn read_tail(pipe: Option<impl AsyncRead + Unpin>, keep: usize) -> std::io::Result<Vec<u8>> {
+    let Some(mut pipe) = pipe else {
+        return Ok(Vec::new());
+    };
+    let mut tail = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        let n = pipe.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(tail);
+        }
+        tail.extend_from_slice(&buf[..n]);
+        if tail.len() > keep {
+            tail.drain(..tail.len() - keep);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn capped_reads_keep_the_head_of_stdout_and_the_tail_of_stderr() {
+        let data = [b'x'; 100];
+        let (kept, cut) = read_capped(Some(&data[..]), 10).await.unwrap();
+        assert_eq!((kept.len(), cut), (10, true));
+        let (kept, cut) = read_capped(Some(&data[..]), 100).await.unwrap();
+        assert_eq!((kept.len(), cut), (100, false));
+        let tail = read_tail(Some(&b"0123456789"[..]), 4).await.unwrap();
+        assert_eq!(tail, b"6789");
+    }
+
+    #[test]
+    fn the_stderr_text_is_its_tail() {
+        let out = ProcessOutput {
+            code: Some(1),
+            stdout: vec![],
+            stdout_cut: false,
+            stderr_tail: b"  first line\nlast line\n".to_vec(),
+        };
+        assert_eq!(out.stderr_text(9), "…last line");
+        assert_eq!(out.stderr_text(100), "first line\nlast line");
+    }
+}

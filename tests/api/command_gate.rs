@@ -1,0 +1,284 @@
+//! The `command` gate with real programs: small shell scripts written by each
+//! test into a temp dir and declared in the server's configuration file. They
+//! run as `/bin/sh script` (the server itself never uses a shell), so no test
+//! executes a file that another test thread may still hold open for writing.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tempfile::TempDir;
+
+use crate::helpers::*;
+
+/// Writes `script` as `check.sh` in a fresh dir and declares it as gate `check`.
+fn gate_toml(dir: &TempDir, script: &str, timeout_ms: u64, extra: &str) -> String {
+    std::fs::write(dir.path().join("check.sh"), script).unwrap();
+    format!(
+        "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./check.sh\"]\nworkdir = \"{}\"\n\
+         timeout_ms = {timeout_ms}\n{extra}\n",
+        dir.path().display()
+    )
+}
+
+fn command_config() -> Value {
+    json!({
+        "key_column": "company",
+        "max_tries": 3,
+        "gate": {"kind": "command", "name": "check"},
+        "prompt": {"instructions": "Write a test for the function."}
+    })
+}
+
+/// Starts an app with the script as gate `check`, scans `n` companies and submits `result`.
+async fn run_once(
+    script: &str,
+    timeout_ms: u64,
+    extra: &str,
+    result: Value,
+) -> (TestApp, TempDir, Value) {
+    let dir = tempfile::tempdir().unwrap();
+    let app = spawn_app_with(&gate_toml(&dir, script, timeout_ms, extra)).await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(command_config(), companies(1)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let answer = app.submit(&agent, &quest, &lease, result).await.expect(200);
+    (app, dir, answer)
+}
+
+#[tokio::test]
+async fn a_program_that_prints_a_verdict_decides_with_its_facts_and_gets_input_and_result_on_stdin()
+{
+    let script = r#"cat > stdin.json
+case "$(cat stdin.json)" in
+  *covers_error_branch*) echo '{"verdict": "PASS", "evidence": [{"coverage": 92}]}' ;;
+  *) echo "running the tests"
+     echo '{"verdict": "FAIL", "facts": [{"field": "/test", "expected": "coverage >= 80", "actual": 41, "hint": "cover the error branch"}]}' ;;
+esac
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let app = spawn_app_with(&gate_toml(&dir, script, 10_000, "env = [\"PATH\"]")).await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(command_config(), companies(1)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+
+    let failed = app
+        .submit(&agent, &quest, &lease, json!({"test": "fn t() {}"}))
+        .await
+        .expect(200);
+    assert_eq!(
+        (failed["verdict"].as_str(), failed["tries"].as_u64()),
+        (Some("FAIL"), Some(1))
+    );
+    assert_eq!(
+        failed["facts"],
+        json!([{"check": "check", "field": "/test", "expected": "coverage >= 80", "actual": "41", "hint": "cover the error branch"}])
+    );
+    let stdin: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("stdin.json")).unwrap()).unwrap();
+    assert_eq!(
+        stdin,
+        json!({"input": {"company": "Company 0000", "city": "Seoul"}, "result": {"test": "fn t() {}"}})
+    );
+
+    let passed = app
+        .submit(
+            &agent,
+            &quest,
+            &lease,
+            json!({"test": "fn covers_error_branch() {}"}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(passed["state"], "PASS");
+    let view = app.quest(&quest).await;
+    let submission = &view["submissions"][1];
+    assert_eq!(submission["gate"], "command");
+    assert!(
+        submission["gate_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("1+")
+    );
+    assert_eq!(submission["evidence"], json!([{"coverage": 92}]));
+}
+
+#[tokio::test]
+async fn without_a_verdict_exit_zero_is_pass() {
+    let (_app, _dir, answer) = run_once(
+        "echo all tests passed\nexit 0\n",
+        10_000,
+        "",
+        json!({"test": "t"}),
+    )
+    .await;
+    assert_eq!(
+        (answer["verdict"].as_str(), answer["state"].as_str()),
+        (Some("PASS"), Some("PASS"))
+    );
+    assert_eq!(answer["facts"], json!([]));
+}
+
+#[tokio::test]
+async fn without_a_verdict_a_failing_exit_is_fail_with_the_tail_of_stderr() {
+    let script = "echo 'compiling' >&2\necho 'coverage 41% is below 80%' >&2\nexit 2\n";
+    let (_app, _dir, answer) = run_once(script, 10_000, "", json!({"test": "t"})).await;
+    assert_eq!(
+        (answer["verdict"].as_str(), answer["state"].as_str()),
+        (Some("FAIL"), Some("TODO"))
+    );
+    let fact = &answer["facts"][0];
+    assert_eq!(
+        (fact["check"].as_str(), fact["expected"].as_str()),
+        (Some("check"), Some("exit status 0"))
+    );
+    let actual = fact["actual"].as_str().unwrap();
+    assert!(
+        actual.starts_with("exit status 2: ") && actual.ends_with("coverage 41% is below 80%"),
+        "{actual}"
+    );
+}
+
+#[tokio::test]
+async fn a_program_past_its_timeout_is_killed_with_its_children_and_the_quest_goes_to_review() {
+    let script = "/bin/sleep 60 &\necho $! > child.pid\nwait\n";
+    let (app, dir, answer) = run_once(script, 300, "", json!({"test": "t"})).await;
+    assert_eq!(
+        (answer["verdict"].as_str(), answer["state"].as_str()),
+        (Some("REVIEW"), Some("REVIEW"))
+    );
+    assert_eq!(answer["facts"][0]["expected"], "a verdict within 300 ms");
+    assert_eq!(answer["tries"], 0, "an unconfirmable result costs no try");
+    let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
+    let proc = format!("/proc/{}", pid.trim());
+    for _ in 0..250 {
+        if !Path::new(&proc).exists() || is_zombie(&proc) {
+            drop(app);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the program's child {} survived the timeout", pid.trim());
+}
+
+/// A killed process that its (also killed) parent never reaped.
+fn is_zombie(proc: &str) -> bool {
+    std::fs::read_to_string(format!("{proc}/stat"))
+        .map(|s| {
+            s.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(true)
+}
+
+#[tokio::test]
+async fn the_program_sees_a_cleared_environment_plus_the_allow_list() {
+    let script = "/usr/bin/env >&2\nexit 1\n";
+    let (_app, _dir, answer) = run_once(
+        script,
+        10_000,
+        "env = [\"PATH\", \"QUEST_NOT_SET_ANYWHERE\"]",
+        json!({}),
+    )
+    .await;
+    let seen = answer["facts"][0]["actual"].as_str().unwrap();
+    assert!(seen.contains("PATH="), "{seen}");
+    for never in ["HOME=", "CARGO", "QUEST_", "USER="] {
+        assert!(
+            !seen.contains(never),
+            "{never} leaked into the program's environment: {seen}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn output_beyond_one_mebibyte_is_cut_and_the_exit_status_decides() {
+    // 2 MiB of a verdict-looking line: cut, so it is not read as a verdict.
+    let script = "i=0\nwhile [ $i -lt 2100 ]; do\n  printf '%01000d\\n' 0\n  i=$((i+1))\ndone\necho '{\"verdict\": \"FAIL\"}'\nexit 0\n";
+    let (_app, _dir, answer) = run_once(script, 20_000, "", json!({})).await;
+    assert_eq!(answer["verdict"], "PASS", "{answer}");
+    assert!(
+        answer["facts"][0]["actual"]
+            .as_str()
+            .unwrap()
+            .contains("cut"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn sessions_may_only_name_a_declared_command_gate() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = spawn_app_with(&gate_toml(&dir, "exit 0\n", 1_000, "")).await;
+    let scan = |gate: Value| {
+        let app = &app;
+        let mut config = command_config();
+        config["gate"] = gate;
+        async move {
+            app.post(
+                "/v1/sessions",
+                &app.admin,
+                json!({"config": config, "items": companies(1)}),
+            )
+            .await
+        }
+    };
+    let unknown = scan(json!({"kind": "command", "name": "rm-rf"})).await;
+    unknown.refused(422, "invalid_config");
+    assert!(
+        unknown.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("this server declares: check")
+    );
+    scan(json!({"kind": "command", "name": "check", "argv": ["/bin/sh", "-c", "id"]}))
+        .await
+        .refused(422, "invalid_config");
+    scan(json!({"kind": "command", "name": "check"}))
+        .await
+        .expect(201);
+}
+
+#[tokio::test]
+async fn a_command_gate_declares_the_fields_its_verifiers_may_see() {
+    use crate::fake_llm::{Behaviour, FakeLlm};
+    let fake = FakeLlm::start("judge", Behaviour::says("NO: it asserts")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        "{}\n[verifiers.alpha]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"judge\"\n",
+        gate_toml(
+            &dir,
+            "echo '{\"verdict\": \"PASS\", \"evidence\": [{\"coverage\": 88}]}'\n",
+            10_000,
+            "result_fields = [\"test\"]\nquestions = [\"Does the test assert nothing?\"]"
+        ),
+        fake.base_url
+    );
+    let app = spawn_app_with(&toml).await;
+    let mut config = command_config();
+    config["verify"] = json!({"verifiers": ["alpha"]});
+    let session = app.scan(config, companies(1)).await;
+    let agent = app.token("agent", "bot").await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let result =
+        json!({"test": "assert_eq!(parse(\"1\"), 1)", "explanation": "trust me, it is right"});
+    app.submit(&agent, &quest, &lease, result).await.expect(200);
+    assert_eq!(app.settled(&quest).await["state"], "PASS");
+    let prompt = fake.requests()[0]["messages"][1]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        prompt.contains("assert_eq!") && prompt.contains("\"coverage\": 88"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("Does the test assert nothing?"),
+        "the gate's default question: {prompt}"
+    );
+    assert!(
+        !prompt.contains("trust me") && !prompt.contains("explanation"),
+        "{prompt}"
+    );
+}
