@@ -10,6 +10,7 @@
 //! - [`api`]: wire types shared by the server and the OpenAPI document.
 //! - [`http`]: router, extractors, the error body; thin handlers.
 //! - [`config`] and [`app`]: one configuration, and the wiring that runs it.
+//! - [`testing`]: fakes of the outside world and a local DNS server, for tests only.
 
 pub mod api;
 pub mod app;
@@ -20,4 +21,5 @@ pub mod gates;
 pub mod http;
 pub mod service;
 pub mod store;
+pub mod testing;
 pub mod workers;

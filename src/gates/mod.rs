@@ -3,8 +3,11 @@
 //! `config.gate` by kind; each gate kind lives in its own file.
 //!
 //! Gates never touch the store; what they ask the outside world goes through
-//! injected traits so that tests can run them offline.
+//! injected traits ([`fetch::Fetcher`], [`dns::Resolver`]) so that tests can
+//! run them offline.
 
+pub mod dns;
+pub mod fetch;
 pub mod schema;
 
 use std::collections::HashMap;
