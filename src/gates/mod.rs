@@ -7,6 +7,7 @@
 //! run them offline.
 
 pub mod dns;
+pub mod email;
 pub mod fetch;
 pub mod schema;
 
@@ -84,13 +85,17 @@ pub struct GateRegistry {
 }
 
 impl GateRegistry {
-    /// A registry with every gate this build ships.
-    pub fn with_builtin_gates() -> Self {
+    /// A registry with every gate this build ships; the email gate reaches
+    /// the web and DNS through `world`.
+    pub fn with_builtin_gates(world: email::EmailWorld) -> Self {
         let mut registry = GateRegistry {
             factories: HashMap::new(),
         };
         registry.register(schema::KIND, |params| {
             Ok(Arc::new(schema::SchemaGate::from_params(params)?))
+        });
+        registry.register(email::KIND, move |params| {
+            Ok(Arc::new(email::EmailGate::from_params(params, &world)?))
         });
         registry
     }
@@ -138,13 +143,37 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn offline_registry() -> GateRegistry {
+        GateRegistry::with_builtin_gates(email::EmailWorld {
+            fetcher: Arc::new(crate::testing::FakeFetcher::new()),
+            resolver: Arc::new(crate::testing::FakeResolver::new()),
+        })
+    }
+
     #[test]
     fn an_unknown_kind_lists_the_known_ones() {
-        let registry = GateRegistry::with_builtin_gates();
         let config: GateConfig = serde_json::from_value(json!({"kind": "nope"})).unwrap();
-        let err = registry.build(&config).err().unwrap();
+        let err = offline_registry().build(&config).err().unwrap();
         assert_eq!(err.field, "kind");
-        assert!(err.to_string().contains("schema"), "{err}");
+        assert!(err.to_string().contains("email, schema"), "{err}");
+    }
+
+    #[test]
+    fn the_email_gate_is_built_from_its_parameters() {
+        let build = |gate: Value| {
+            let config: GateConfig = serde_json::from_value(gate).unwrap();
+            offline_registry().build(&config)
+        };
+        let gate = build(json!({"kind": "email", "freemail": ["mailbox.test"]})).unwrap();
+        assert_eq!((gate.name(), gate.version()), ("email", "1"));
+        let err = build(json!({"kind": "email", "blacklist": ["a b"]}))
+            .err()
+            .unwrap();
+        assert_eq!(err.field, "blacklist[0]");
+        let err = build(json!({"kind": "email", "freemails": []}))
+            .err()
+            .unwrap();
+        assert!(err.message.contains("freemail"), "{err}");
     }
 
     #[test]
