@@ -72,7 +72,7 @@ impl Plan {
         let mut h = self.columns.clone();
         h.extend(["quest_state", "quest_decided_by", "quest_tries"].map(String::from));
         h.extend(self.result_fields.iter().map(|f| format!("result_{f}")));
-        h.extend(["quest_facts", "quest_receipt"].map(String::from));
+        h.extend(["quest_facts", "quest_evidence", "quest_receipt"].map(String::from));
         h
     }
 
@@ -104,6 +104,11 @@ impl Plan {
             Value::Null
         } else {
             Value::String(serde_json::to_string(&row.last_facts).unwrap_or_default())
+        });
+        v.push(if row.last_evidence.is_empty() {
+            Value::Null
+        } else {
+            Value::String(serde_json::to_string(&row.last_evidence).unwrap_or_default())
         });
         v.push(row.receipt.clone().map_or(Value::Null, Value::String));
         v
