@@ -9,7 +9,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolveHosts, ResolverConfig};
+use hickory_resolver::config::{
+    ConnectionConfig, LookupIpStrategy, NameServerConfig, ResolveHosts, ResolverConfig,
+};
 use hickory_resolver::net::NetError;
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::RData;
@@ -100,6 +102,10 @@ impl HickoryResolver {
         // make 15 s. One retry at half the budget keeps the whole inside `timeout`.
         options.timeout = (timeout / 2).max(Duration::from_millis(1));
         options.attempts = 1;
+        // Ask for A first and for AAAA only when there is no A: hickory's default
+        // asks both at once and waits for the slower, so one silent AAAA
+        // upstream would make a host with a perfectly good A record unreachable.
+        options.ip_strategy = LookupIpStrategy::Ipv4thenIpv6;
         Ok(HickoryResolver {
             inner: builder.build()?,
             timeout,
