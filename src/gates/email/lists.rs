@@ -198,6 +198,8 @@ mod tests {
             "163.com",
             "daum.net",
             "hanmail.net",
+            "mailinator.com",
+            "guerrillamail.com",
         ] {
             assert!(l.is_freemail(d), "{d}");
         }

@@ -30,6 +30,10 @@ static ADDRESS: LazyLock<Regex> = LazyLock::new(|| {
         .unwrap()
 });
 static WHITESPACE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\s+").unwrap());
+/// Characters a browser does not show: zero-width spaces and joiners, the
+/// word joiner, the byte order mark and the soft hyphen.
+static INVISIBLE: LazyLock<Regex> =
+    LazyLock::new(|| Regex::new("[\u{200B}-\u{200D}\u{2060}\u{FEFF}\u{00AD}]").unwrap());
 
 /// Endings that make an `x@y.png` token a file name, not an address.
 const FILE_ENDINGS: &[&str] = &[
@@ -81,7 +85,7 @@ impl PageText {
         let raw = String::from_utf8_lossy(body);
         let comments: Vec<&str> = COMMENT.find_iter(&raw).map(|m| m.as_str()).collect();
         let without_comments = COMMENT.replace_all(&raw, " ");
-        let mut main = html_escape::decode_html_entities(&without_comments).into_owned();
+        let mut main = visible(&without_comments);
         let mut extra = String::new();
         for link in MAILTO.captures_iter(&main) {
             extra.push('\n');
@@ -94,12 +98,10 @@ impl PageText {
             }
         }
         main.push_str(&extra);
-        let stripped =
-            html_escape::decode_html_entities(&TAG.replace_all(&without_comments, "")).into_owned();
         PageText {
             main,
-            comments: html_escape::decode_html_entities(&comments.join("\n")).into_owned(),
-            stripped,
+            comments: visible(&comments.join("\n")),
+            stripped: visible(&TAG.replace_all(&without_comments, "")),
         }
     }
 
@@ -235,6 +237,12 @@ fn obfuscation_pattern(email: &Email) -> Regex {
     Regex::new(&pattern).expect("an escaped address makes a valid pattern")
 }
 
+/// HTML text as a reader sees its characters: entities decoded, invisible characters gone.
+fn visible(html: &str) -> String {
+    let decoded = html_escape::decode_html_entities(html);
+    INVISIBLE.replace_all(&decoded, "").into_owned()
+}
+
 /// Cloudflare's email protection: the first byte is a key XORed into the rest.
 fn decode_cfemail(hex_text: &str) -> Option<String> {
     let bytes = hex::decode(hex_text).ok()?;
@@ -332,6 +340,15 @@ mod tests {
         )));
         assert_eq!(decode_cfemail("zz"), None);
         assert_eq!(decode_cfemail(""), None);
+    }
+
+    #[test]
+    fn invisible_characters_inside_an_address_are_ignored_as_a_browser_does() {
+        assert!(is_exact(&find(
+            "info\u{200B}@acme&shy;.test",
+            "info@acme.test"
+        )));
+        assert!(is_exact(&find("in&#8203;fo@acme.test", "info@acme.test")));
     }
 
     #[test]
