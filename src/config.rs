@@ -33,12 +33,16 @@ pub struct Config {
     pub log_format: String,
     /// DNS servers the gates ask, comma-separated `ip:port` (port 53 when left
     /// out); the system's resolver when unset. Page fetches resolve through them too.
-    #[arg(long, env = "QUEST_DNS_SERVERS", value_delimiter = ',', value_parser = parse_dns_server)]
-    pub dns_servers: Vec<SocketAddr>,
+    #[arg(long, env = "QUEST_DNS_SERVERS", default_value = "", hide_default_value = true,
+          value_parser = |text: &str| parse_list(text, parse_dns_server))]
+    // The full path keeps clap from reading a Vec as "repeat the flag": the
+    // whole comma-separated value is one, and an empty one means none.
+    pub dns_servers: ::std::vec::Vec<SocketAddr>,
     /// Comma-separated CIDR ranges the page fetcher may reach although they are
     /// not public (loopback, private, ...). Empty by default: for tests and private deployments.
-    #[arg(long, env = "QUEST_FETCH_ALLOW", value_delimiter = ',', value_parser = parse_cidr)]
-    pub fetch_allow: Vec<IpNet>,
+    #[arg(long, env = "QUEST_FETCH_ALLOW", default_value = "", hide_default_value = true,
+          value_parser = |text: &str| parse_list(text, parse_cidr))]
+    pub fetch_allow: ::std::vec::Vec<IpNet>,
     /// Longest one page fetch may take, body included, in milliseconds.
     #[arg(long, env = "QUEST_FETCH_TIMEOUT_MS", default_value_t = 15_000,
           value_parser = clap::value_parser!(u64).range(1..=600_000))]
@@ -47,6 +51,15 @@ pub struct Config {
     #[arg(long, env = "QUEST_DNS_TIMEOUT_MS", default_value_t = 5_000,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub dns_timeout_ms: u64,
+}
+
+/// A comma-separated list; empty entries (and an empty value) are skipped.
+fn parse_list<T>(text: &str, item: fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(item)
+        .collect()
 }
 
 /// `ip:port`, or a bare IP meaning port 53.
@@ -168,6 +181,12 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_list_means_none() {
+        let c = parse(&["--dns-servers", "", "--fetch-allow", " , "]).unwrap();
+        assert!(c.dns_servers.is_empty() && c.fetch_allow.is_empty());
+    }
+
+    #[test]
     fn bad_gate_settings_are_refused_with_a_clear_message() {
         for (args, says) in [
             (
@@ -175,7 +194,10 @@ mod tests {
                 "not a DNS server address",
             ),
             (["--fetch-allow", "10.0.0.0/33"], "not a CIDR range"),
-            (["--fetch-allow", "127.0.0.0/8,"], "not a CIDR range"),
+            (
+                ["--fetch-allow", "127.0.0.0/8,bogus"],
+                "`bogus` is not a CIDR range",
+            ),
             (["--fetch-timeout-ms", "0"], "fetch-timeout-ms"),
             (["--dns-timeout-ms", "soon"], "dns-timeout-ms"),
         ] {
