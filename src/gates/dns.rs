@@ -321,6 +321,7 @@ mod tests {
                 "--dns-rr=nullmx.test,15,000000".into(),
                 "--host-record=addronly.test,127.0.0.1".into(),
                 "--txt-record=nothing.test,\"no mail here\"".into(),
+                "--cname=alias.test,acme.test".into(),
             ],
         )
         .await
@@ -332,7 +333,19 @@ mod tests {
             r.mail_hosts("acme.test").await,
             MailAnswer::Mx(vec![mx(10, "mail.acme.test"), mx(20, "backup.acme.test")])
         );
+        assert_eq!(
+            r.mail_hosts("alias.test").await,
+            MailAnswer::Mx(vec![mx(10, "mail.acme.test"), mx(20, "backup.acme.test")]),
+            "the CNAME in the answer is skipped"
+        );
         assert_eq!(r.mail_hosts("nullmx.test").await, MailAnswer::NullMx);
+        // dnsmasq has no upstream, so a name outside .test is REFUSED: unavailable, not missing.
+        match r.mail_hosts("outside.example").await {
+            MailAnswer::Unavailable(reason) => {
+                assert!(reason.to_lowercase().contains("refused"), "{reason}")
+            }
+            other => panic!("expected unavailable, got {other:?}"),
+        }
         assert_eq!(
             r.mail_hosts("addronly.test").await,
             MailAnswer::AddressOnly(vec!["127.0.0.1".parse().unwrap()])

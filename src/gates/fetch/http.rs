@@ -66,14 +66,6 @@ pub struct HttpFetcher {
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
-impl std::fmt::Debug for HttpFetcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpFetcher")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
 impl HttpFetcher {
     /// A fetcher whose names resolve through `resolver`.
     pub fn new(
@@ -301,6 +293,19 @@ mod tests {
             )
             .route("/big", get(|| async { "x".repeat(5000) }))
             .route("/slow", get(std::future::pending::<&'static str>))
+            .route(
+                "/stall",
+                get(|| async {
+                    // The head and a first chunk, then nothing: the body never ends.
+                    let first = futures_util::stream::once(async {
+                        Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"<p>info@"))
+                    });
+                    axum::body::Body::from_stream(futures_util::StreamExt::chain(
+                        first,
+                        futures_util::stream::pending(),
+                    ))
+                }),
+            )
             .route("/held/{i}", get(held))
             .route(
                 "/away",
@@ -430,6 +435,11 @@ mod tests {
         let f = HttpFetcher::new(settings, Arc::new(loopback_world())).unwrap();
         assert_eq!(
             f.fetch(&format!("http://acme.test:{port}/slow")).await,
+            Err(FetchError::Timeout(300))
+        );
+        // The limit covers the body too: a server that stalls mid-body times out.
+        assert_eq!(
+            f.fetch(&format!("http://acme.test:{port}/stall")).await,
             Err(FetchError::Timeout(300))
         );
     }
