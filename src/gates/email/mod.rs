@@ -201,14 +201,14 @@ impl Gate for EmailGate {
         let mut findings = Findings::default();
         // 1. format
         for bad in [
-            &claim.email.as_ref().err(),
-            &claim.site.as_ref().err(),
-            &claim.source.as_ref().err(),
+            claim.email.as_ref().err(),
+            claim.site.as_ref().err(),
+            claim.source.as_ref().err(),
         ]
         .into_iter()
         .flatten()
         {
-            findings.fail((*bad).clone());
+            findings.fail(bad.clone());
         }
         if let Some(e) = email.filter(|e| e.unicode_domain.is_some()) {
             findings.review(Fact::new(
