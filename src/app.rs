@@ -18,6 +18,9 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::domain::{Clock, Role, SystemClock, token_hash};
 use crate::gates::GateRegistry;
+use crate::gates::dns::{HickoryResolver, Resolver, UnavailableResolver};
+use crate::gates::email::EmailWorld;
+use crate::gates::fetch::{FetchSettings, HttpFetcher};
 use crate::http::{self, AppState};
 use crate::process::{ProcessRunner, SystemProcessRunner};
 use crate::service::{Service, new_secret};
@@ -85,6 +88,7 @@ impl App {
         let shutdown = CancellationToken::new();
         let processes: Arc<dyn ProcessRunner> = Arc::new(SystemProcessRunner);
         let registry = Arc::new(GateRegistry::with_operator_gates(
+            email_world(&config)?,
             &operator.gates,
             processes.clone(),
         ));
@@ -188,6 +192,34 @@ impl App {
         shutdown.cancel();
         result.context("the server failed")
     }
+}
+
+/// The real web and DNS for the email gate: one resolver for MX lookups and
+/// for the fetcher's names, so that `QUEST_DNS_SERVERS` points the whole gate
+/// at one DNS server.
+fn email_world(config: &Config) -> anyhow::Result<EmailWorld> {
+    let dns_timeout = Duration::from_millis(config.dns_timeout_ms);
+    let resolver: Arc<dyn Resolver> = match HickoryResolver::new(&config.dns_servers, dns_timeout) {
+        Ok(resolver) => Arc::new(resolver),
+        Err(e) if config.dns_servers.is_empty() => {
+            // The server still serves every other gate; email checks go to REVIEW.
+            tracing::warn!(error = %e, "cannot read the system's DNS configuration; set QUEST_DNS_SERVERS. Email checks will go to review");
+            Arc::new(UnavailableResolver {
+                reason: format!("the server has no DNS configuration: {e}"),
+            })
+        }
+        Err(e) => return Err(e).context("cannot build the DNS resolver for QUEST_DNS_SERVERS"),
+    };
+    let settings = FetchSettings::new(
+        Duration::from_millis(config.fetch_timeout_ms),
+        config.fetch_allow.clone(),
+    );
+    let fetcher = HttpFetcher::new(settings, resolver.clone())
+        .context("cannot build the HTTP client for the email gate")?;
+    Ok(EmailWorld {
+        fetcher: Arc::new(fetcher),
+        resolver,
+    })
 }
 
 /// The admin token: from the config, else from `<data-dir>/admin.token`, else a

@@ -9,7 +9,7 @@
 //! here, at start-up, and the key is redacted wherever it could be printed.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -17,6 +17,8 @@ use serde::Deserialize;
 
 use crate::domain::verify::Question;
 use crate::process::ProcessSpec;
+
+use ipnet::IpNet;
 
 /// Everything `quest serve` needs to run.
 #[derive(Clone, clap::Args)]
@@ -45,6 +47,51 @@ pub struct Config {
     /// The operator's configuration file (TOML): `[verifiers.NAME]` and `[gates.NAME]` tables.
     #[arg(long = "config", env = "QUEST_CONFIG")]
     pub config_file: Option<PathBuf>,
+    /// DNS servers the gates ask, comma-separated `ip:port` (port 53 when left
+    /// out); the system's resolver when unset. Page fetches resolve through them too.
+    #[arg(long, env = "QUEST_DNS_SERVERS", default_value = "", hide_default_value = true,
+          value_parser = |text: &str| parse_list(text, parse_dns_server))]
+    // The full path keeps clap from reading a Vec as "repeat the flag": the
+    // whole comma-separated value is one, and an empty one means none.
+    pub dns_servers: ::std::vec::Vec<SocketAddr>,
+    /// Comma-separated CIDR ranges the page fetcher may reach although they are
+    /// not public (loopback, private, ...). Empty by default: for tests and private deployments.
+    #[arg(long, env = "QUEST_FETCH_ALLOW", default_value = "", hide_default_value = true,
+          value_parser = |text: &str| parse_list(text, parse_cidr))]
+    pub fetch_allow: ::std::vec::Vec<IpNet>,
+    /// Longest one page fetch may take, body included, in milliseconds.
+    #[arg(long, env = "QUEST_FETCH_TIMEOUT_MS", default_value_t = 15_000,
+          value_parser = clap::value_parser!(u64).range(1..=600_000))]
+    pub fetch_timeout_ms: u64,
+    /// Longest one DNS question may take, retries included, in milliseconds.
+    #[arg(long, env = "QUEST_DNS_TIMEOUT_MS", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub dns_timeout_ms: u64,
+}
+
+/// A comma-separated list; empty entries (and an empty value) are skipped.
+fn parse_list<T>(text: &str, item: fn(&str) -> Result<T, String>) -> Result<Vec<T>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(item)
+        .collect()
+}
+
+/// `ip:port`, or a bare IP meaning port 53.
+fn parse_dns_server(text: &str) -> Result<SocketAddr, String> {
+    let text = text.trim();
+    text.parse::<SocketAddr>()
+        .or_else(|_| text.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 53)))
+        .map_err(|_| format!("`{text}` is not a DNS server address; write ip:port, e.g. 127.0.0.1:53 or [::1]:5353"))
+}
+
+/// A CIDR range, or a bare IP meaning that one address.
+fn parse_cidr(text: &str) -> Result<IpNet, String> {
+    let text = text.trim();
+    text.parse::<IpNet>()
+        .or_else(|_| text.parse::<IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("`{text}` is not a CIDR range; write e.g. 127.0.0.0/8 or ::1/128"))
 }
 
 impl Config {
@@ -59,6 +106,10 @@ impl Config {
             sweep_seconds: 5,
             log_format: "text".into(),
             config_file: None,
+            dns_servers: Vec::new(),
+            fetch_allow: Vec::new(),
+            fetch_timeout_ms: 15_000,
+            dns_timeout_ms: 5_000,
         }
     }
 
@@ -103,6 +154,10 @@ impl std::fmt::Debug for Config {
             .field("sweep_seconds", &self.sweep_seconds)
             .field("log_format", &self.log_format)
             .field("config_file", &self.config_file)
+            .field("dns_servers", &self.dns_servers)
+            .field("fetch_allow", &self.fetch_allow)
+            .field("fetch_timeout_ms", &self.fetch_timeout_ms)
+            .field("dns_timeout_ms", &self.dns_timeout_ms)
             .finish()
     }
 }
@@ -432,6 +487,80 @@ fn process_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        config: Config,
+    }
+
+    fn parse(args: &[&str]) -> Result<Config, clap::Error> {
+        Cli::try_parse_from(std::iter::once("quest").chain(args.iter().copied())).map(|c| c.config)
+    }
+
+    #[test]
+    fn the_gate_settings_default_to_the_system_resolver_and_no_exemptions() {
+        let c = parse(&[]).unwrap();
+        let d = Config::with_data_dir("./quest-data");
+        assert!(c.dns_servers.is_empty() && c.fetch_allow.is_empty());
+        assert_eq!((c.fetch_timeout_ms, c.dns_timeout_ms), (15_000, 5_000));
+        assert_eq!(
+            format!("{c:?}"),
+            format!("{d:?}"),
+            "with_data_dir holds the same defaults"
+        );
+    }
+
+    #[test]
+    fn dns_servers_and_allowed_ranges_are_comma_separated() {
+        let c = parse(&[
+            "--dns-servers",
+            "127.0.0.1:5353, [::1]:53,10.0.0.2",
+            "--fetch-allow",
+            "127.0.0.0/8,::1",
+            "--fetch-timeout-ms",
+            "2000",
+            "--dns-timeout-ms",
+            "700",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.dns_servers,
+            ["127.0.0.1:5353", "[::1]:53", "10.0.0.2:53"].map(|s| s.parse::<SocketAddr>().unwrap())
+        );
+        assert_eq!(
+            c.fetch_allow,
+            ["127.0.0.0/8", "::1/128"].map(|s| s.parse::<IpNet>().unwrap())
+        );
+        assert_eq!((c.fetch_timeout_ms, c.dns_timeout_ms), (2000, 700));
+    }
+
+    #[test]
+    fn an_empty_list_means_none() {
+        let c = parse(&["--dns-servers", "", "--fetch-allow", " , "]).unwrap();
+        assert!(c.dns_servers.is_empty() && c.fetch_allow.is_empty());
+    }
+
+    #[test]
+    fn bad_gate_settings_are_refused_with_a_clear_message() {
+        for (args, says) in [
+            (
+                ["--dns-servers", "localhost:53"],
+                "not a DNS server address",
+            ),
+            (["--fetch-allow", "10.0.0.0/33"], "not a CIDR range"),
+            (
+                ["--fetch-allow", "127.0.0.0/8,bogus"],
+                "`bogus` is not a CIDR range",
+            ),
+            (["--fetch-timeout-ms", "0"], "fetch-timeout-ms"),
+            (["--dns-timeout-ms", "soon"], "dns-timeout-ms"),
+        ] {
+            let err = parse(&args).err().unwrap().to_string();
+            assert!(err.contains(says), "{args:?}: {err}");
+        }
+    }
 
     #[test]
     fn debug_output_redacts_the_admin_token() {

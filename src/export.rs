@@ -79,7 +79,7 @@ impl Plan {
             .map(String::from)
             .to_vec();
         added.extend(result_fields.iter().map(|f| format!("result_{f}")));
-        added.extend(["quest_facts", "quest_receipt"].map(String::from));
+        added.extend(["quest_facts", "quest_evidence", "quest_receipt"].map(String::from));
         // An added column never hides an original one: a clash gets a numbered suffix.
         let mut header = columns.clone();
         for name in added {
@@ -132,6 +132,11 @@ impl Plan {
             Value::Null
         } else {
             Value::String(serde_json::to_string(&row.last_facts).unwrap_or_default())
+        });
+        v.push(if row.last_evidence.is_empty() {
+            Value::Null
+        } else {
+            Value::String(serde_json::to_string(&row.last_evidence).unwrap_or_default())
         });
         v.push(row.receipt.clone().map_or(Value::Null, Value::String));
         v
@@ -246,6 +251,7 @@ mod tests {
                 "quest_tries",
                 "result_email_2",
                 "quest_facts",
+                "quest_evidence",
                 "quest_receipt"
             ]
         );

@@ -14,7 +14,7 @@
 //! - [`http`]: router, extractors, the error body; thin handlers.
 //! - [`cli`]: the client verbs of the binary (the agent loop and operator verbs).
 //! - [`config`] and [`app`]: one configuration (flags, env, the operator's file), and the wiring that runs it.
-//! - [`testing`]: fakes for tests (a hand-moved clock).
+//! - [`testing`]: fakes of the outside world, a hand-moved clock and a local DNS server, for tests only.
 
 pub mod api;
 pub mod app;

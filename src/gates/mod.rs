@@ -3,13 +3,17 @@
 //! `config.gate` by kind; each gate kind lives in its own file.
 //!
 //! Gates never touch the store; what they ask the outside world goes through
-//! injected traits so that tests can run them offline.
+//! injected traits ([`fetch::Fetcher`], [`dns::Resolver`]) so that tests can
+//! run them offline.
 //!
 //! Each gate also says which result fields it *declares* (the only ones AI
 //! verifiers may see, so that free text an agent adds never reaches them) and
 //! may ship default questions for those verifiers.
 
 pub mod command;
+pub mod dns;
+pub mod email;
+pub mod fetch;
 pub mod schema;
 
 use std::collections::HashMap;
@@ -132,13 +136,17 @@ pub struct GateRegistry {
 }
 
 impl GateRegistry {
-    /// A registry with every gate this build ships (and no command gates).
-    pub fn with_builtin_gates() -> Self {
+    /// A registry with every gate this build ships; the email gate reaches
+    /// the web and DNS through `world`.
+    pub fn with_builtin_gates(world: email::EmailWorld) -> Self {
         let mut registry = GateRegistry {
             factories: HashMap::new(),
         };
         registry.register(schema::KIND, |params| {
             Ok(Arc::new(schema::SchemaGate::from_params(params)?))
+        });
+        registry.register(email::KIND, move |params| {
+            Ok(Arc::new(email::EmailGate::from_params(params, &world)?))
         });
         registry.register_command_gates(&[], Arc::new(crate::process::SystemProcessRunner));
         registry
@@ -147,10 +155,11 @@ impl GateRegistry {
     /// The built-in gates plus the command gates the operator's configuration
     /// declares; sessions pick one with `{"kind": "command", "name": ...}`.
     pub fn with_operator_gates(
+        world: email::EmailWorld,
         gates: &[CommandGateConfig],
         runner: Arc<dyn ProcessRunner>,
     ) -> Self {
-        let mut registry = GateRegistry::with_builtin_gates();
+        let mut registry = GateRegistry::with_builtin_gates(world);
         registry.register_command_gates(gates, runner);
         registry
     }
@@ -215,18 +224,42 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn offline_registry() -> GateRegistry {
+        GateRegistry::with_builtin_gates(email::EmailWorld {
+            fetcher: Arc::new(crate::testing::FakeFetcher::new()),
+            resolver: Arc::new(crate::testing::FakeResolver::new()),
+        })
+    }
+
     #[test]
     fn an_unknown_kind_lists_the_known_ones() {
-        let registry = GateRegistry::with_builtin_gates();
         let config: GateConfig = serde_json::from_value(json!({"kind": "nope"})).unwrap();
-        let err = registry.build(&config).err().unwrap();
+        let err = offline_registry().build(&config).err().unwrap();
         assert_eq!(err.field, "kind");
-        assert!(err.to_string().contains("schema"), "{err}");
+        assert!(err.to_string().contains("email, schema"), "{err}");
+    }
+
+    #[test]
+    fn the_email_gate_is_built_from_its_parameters() {
+        let build = |gate: Value| {
+            let config: GateConfig = serde_json::from_value(gate).unwrap();
+            offline_registry().build(&config)
+        };
+        let gate = build(json!({"kind": "email", "freemail": ["mailbox.test"]})).unwrap();
+        assert_eq!((gate.name(), gate.version()), ("email", "1"));
+        let err = build(json!({"kind": "email", "blacklist": ["a b"]}))
+            .err()
+            .unwrap();
+        assert_eq!(err.field, "blacklist[0]");
+        let err = build(json!({"kind": "email", "freemails": []}))
+            .err()
+            .unwrap();
+        assert!(err.message.contains("freemail"), "{err}");
     }
 
     #[test]
     fn a_command_gate_must_be_one_the_server_declares() {
-        let registry = GateRegistry::with_builtin_gates();
+        let registry = offline_registry();
         let config: GateConfig =
             serde_json::from_value(json!({"kind": "command", "name": "coverage"})).unwrap();
         let err = registry.build(&config).err().unwrap();

@@ -367,6 +367,8 @@ pub struct ExportRow {
     pub tries: u32,
     pub result: Option<Map<String, Value>>,
     pub last_facts: Vec<Fact>,
+    /// The evidence of the last decided submission (the one `last_facts` came from).
+    pub last_evidence: Vec<Value>,
     pub receipt: Option<String>,
 }
 

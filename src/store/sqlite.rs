@@ -1650,8 +1650,10 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> Result<Vec<ExportRow>, StoreError> {
         let rows = sqlx::query(
-            "SELECT row_index, input, state, decided_by, tries, result, last_facts, receipt FROM quests
-             WHERE session_id = ? AND row_index > ? ORDER BY row_index LIMIT ?",
+            "SELECT q.row_index, q.input, q.state, q.decided_by, q.tries, q.result, q.last_facts, q.receipt,
+                    s.evidence
+             FROM quests q LEFT JOIN submissions s ON s.id = q.submission_id
+             WHERE q.session_id = ? AND q.row_index > ? ORDER BY q.row_index LIMIT ?",
         )
         .bind(session_id.to_string())
         .bind(after_row.map_or(-1, |r| r as i64))
@@ -1673,6 +1675,7 @@ impl Store for SqliteStore {
                     tries: r.int("tries")? as u32,
                     result,
                     last_facts: from_json(&r.str("last_facts")?)?,
+                    last_evidence: opt(r.opt_str("evidence")?, from_json)?.unwrap_or_default(),
                     receipt: r.opt_str("receipt")?,
                 })
             })

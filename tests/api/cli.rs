@@ -249,7 +249,7 @@ async fn errors_are_one_line_with_their_own_exit_status() {
     let bot = Shell::new(&app, &agent, Some(&session), "bot");
     exits(&bot.run(&["submit", "--field", "email=a@b.test"]).await, 64);
     exits(&bot.run(&["next"]).await, 0);
-    app.clock.advance(chrono::Duration::seconds(301));
+    app.clock.advance(std::time::Duration::from_secs(301));
     exits(
         &Shell::new(&app, &agent, Some(&session), "thief")
             .run(&["next"])

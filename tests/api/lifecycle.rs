@@ -1,6 +1,5 @@
 //! The whole quest lifecycle over HTTP: every verdict path and every 409.
 
-use chrono::Duration;
 use reqwest::Method;
 use serde_json::json;
 
@@ -257,7 +256,7 @@ async fn a_stale_or_foreign_lease_is_refused_and_changes_nothing() {
     assert!(view["submissions"].as_array().unwrap().is_empty());
 
     // After expiry and a new lease by someone else, the old holder's lease is gone.
-    app.clock.advance(Duration::seconds(301));
+    app.clock.advance(std::time::Duration::from_secs(301));
     app.submit(&agent, &q1, &l1, json!({"email": "a@b.test"}))
         .await
         .refused(409, "lease_expired");
@@ -283,7 +282,7 @@ async fn heartbeat_extends_and_release_returns_the_quest_without_a_try() {
     let next = app.next(&agent, &session, "a").await;
     let (quest, lease) = assigned(&next);
 
-    app.clock.advance(Duration::seconds(200));
+    app.clock.advance(std::time::Duration::from_secs(200));
     let beat = app
         .post(
             &format!("/v1/quests/{quest}/heartbeat"),
@@ -293,7 +292,7 @@ async fn heartbeat_extends_and_release_returns_the_quest_without_a_try() {
         .await
         .expect(200);
     assert!(beat["expires_at"].as_str().unwrap() > next["lease"]["expires_at"].as_str().unwrap());
-    app.clock.advance(Duration::seconds(200));
+    app.clock.advance(std::time::Duration::from_secs(200));
     assert_eq!(
         app.next(&agent, &session, "a").await["lease"]["id"],
         lease,
@@ -340,7 +339,7 @@ async fn a_quest_abandoned_max_lapses_times_ends_in_done_with_a_fact() {
     let session = app.scan(config, companies(1)).await;
     for lapse in 1..=2 {
         let (quest, _) = assigned(&app.next(&agent, &session, &format!("a{lapse}")).await);
-        app.clock.advance(Duration::seconds(11));
+        app.clock.advance(std::time::Duration::from_secs(11));
         if lapse == 2 {
             assert_eq!(
                 app.next(&agent, &session, "late").await["status"],
@@ -366,7 +365,7 @@ async fn the_sweeper_step_returns_expired_leases_so_status_stays_honest() {
     app.next(&agent, &session, "b").await;
     assert_eq!(app.status(&session).await["leased"], 2);
     assert_eq!(app.status(&session).await["agents_active"], 2);
-    app.clock.advance(Duration::seconds(301));
+    app.clock.advance(std::time::Duration::from_secs(301));
     let mut config = quest::config::Config::with_data_dir(app.data_dir.path());
     config.bind = "127.0.0.1:0".parse().unwrap();
     // The sweeper's step, driven directly through a second handle on the same database.

@@ -60,7 +60,7 @@ async fn a_submission_still_being_checked_is_decided_after_a_restart() {
     let db = dir.path().join("quest.db");
     let store = SqliteStore::open(
         &db,
-        Arc::new(quest::domain::SystemClock),
+        Arc::new(quest::testing::ManualClock::new()),
         tokio::sync::broadcast::channel(8).0,
     )
     .await

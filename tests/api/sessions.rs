@@ -154,6 +154,7 @@ async fn the_csv_export_keeps_original_rows_and_adds_the_quest_columns() {
             "result_confidence",
             "result_phone",
             "quest_facts",
+            "quest_evidence",
             "quest_receipt"
         ]
     );
@@ -175,7 +176,7 @@ async fn the_csv_export_keeps_original_rows_and_adds_the_quest_columns() {
             "high"
         ]
     );
-    assert!(rows[0][10].starts_with("sha256:"));
+    assert!(rows[0][11].starts_with("sha256:"));
     assert_eq!(
         &rows[1][..3],
         ["Beta", "Busan, Korea", "3"],

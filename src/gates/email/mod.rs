@@ -1,0 +1,634 @@
+//! The `email` gate (SPEC §4.1): a company's contact email is accepted only
+//! when the machine re-derives it. Six checks, in order:
+//!
+//! 1. **format**: the email is a plain address; `site` and `source` are
+//!    absolute http(s) URLs. Internationalised domains go to REVIEW (homoglyphs).
+//! 2. **blacklist**: placeholder domains, addresses and mailboxes FAIL.
+//! 3. **freemail**: free mail providers go to REVIEW and skip the domain match.
+//! 4. **domain**: the email's domain is the site's registrable domain or a
+//!    subdomain of it, else FAIL; a source page (or its redirect) off the site is REVIEW.
+//! 5. **source**: the cited page is fetched and the address must be written on
+//!    it; not there is FAIL with the addresses that are; an unanswering world is REVIEW.
+//! 6. **mx**: the email's domain accepts mail.
+//!
+//! The web and DNS are reached only through [`EmailWorld`]; the gate keeps a
+//! per-session page cache in front of the fetcher.
+
+pub mod address;
+pub mod lists;
+pub mod page;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use url::Url;
+
+use self::address::{Email, has_idn_host, is_within, parse_email, parse_web_url, registrable};
+use self::lists::Lists;
+use self::page::{Found, PageText};
+use super::dns::{MailAnswer, Resolver};
+use super::fetch::{CachedFetcher, FetchError, Fetcher, Page};
+use super::{Gate, GateConfigError, GateOutcome};
+use crate::domain::{Fact, Verdict};
+
+/// The registry name of this gate.
+pub const KIND: &str = "email";
+
+/// How many of a page's addresses a fact's hint and the evidence list.
+const LISTED_ADDRESSES: usize = 20;
+
+/// The outside world the email gate asks: the web and DNS.
+#[derive(Clone)]
+pub struct EmailWorld {
+    pub fetcher: Arc<dyn Fetcher>,
+    pub resolver: Arc<dyn Resolver>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Params {
+    #[serde(default)]
+    freemail: Vec<String>,
+    #[serde(default)]
+    blacklist: Vec<String>,
+}
+
+/// The email gate of one session.
+pub struct EmailGate {
+    fetcher: Arc<dyn Fetcher>,
+    resolver: Arc<dyn Resolver>,
+    lists: Lists,
+}
+
+impl EmailGate {
+    /// Builds the gate from `config.gate`'s parameters (`freemail` and
+    /// `blacklist`, both lists of strings), with a page cache of its own.
+    pub fn from_params(
+        params: &Map<String, Value>,
+        world: &EmailWorld,
+    ) -> Result<EmailGate, GateConfigError> {
+        let params: Params =
+            serde_json::from_value(Value::Object(params.clone())).map_err(|e| {
+                GateConfigError::new(
+                    "",
+                    format!(
+                        "{e}; the email gate takes `freemail` and `blacklist`, lists of strings"
+                    ),
+                )
+            })?;
+        let lists = Lists::new(&params.freemail, &params.blacklist)
+            .map_err(|bad| GateConfigError::new(bad.field, bad.message))?;
+        Ok(EmailGate {
+            fetcher: Arc::new(CachedFetcher::new(world.fetcher.clone())),
+            resolver: world.resolver.clone(),
+            lists,
+        })
+    }
+}
+
+/// What the agent claimed, each field parsed or turned into a format fact.
+struct Claim {
+    email: Result<Email, Fact>,
+    site: Result<Url, Fact>,
+    source: Result<Url, Fact>,
+}
+
+impl Claim {
+    fn read(result: &Value) -> Claim {
+        Claim {
+            email: field(
+                result,
+                "email",
+                "an email address, e.g. info@acme.co.kr",
+                parse_email,
+            ),
+            site: field(
+                result,
+                "site",
+                "the company's website as an absolute http(s) URL, e.g. https://acme.co.kr",
+                parse_web_url,
+            ),
+            source: field(
+                result,
+                "source",
+                "the page that shows the address, as an absolute http(s) URL, e.g. https://acme.co.kr/contact",
+                parse_web_url,
+            ),
+        }
+    }
+}
+
+fn field<T>(
+    result: &Value,
+    name: &str,
+    expected: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<T, Fact> {
+    let fact = |actual: String, hint: String| {
+        Fact::new("format", format!("/{name}"), expected, actual, hint)
+    };
+    match result.get(name) {
+        None | Some(Value::Null) => Err(fact(
+            "missing".into(),
+            format!("add `{name}` to the result"),
+        )),
+        Some(Value::String(text)) => parse(text).map_err(|why| fact(text.clone(), why)),
+        Some(other) => Err(fact(
+            other.to_string(),
+            format!("`{name}` must be a string"),
+        )),
+    }
+}
+
+/// The facts of one submission, each with its verdict, in check order.
+#[derive(Default)]
+struct Findings(Vec<(Verdict, Fact)>);
+
+impl Findings {
+    fn fail(&mut self, fact: Fact) {
+        self.0.push((Verdict::Fail, fact));
+    }
+    fn review(&mut self, fact: Fact) {
+        self.0.push((Verdict::Review, fact));
+    }
+}
+
+#[async_trait]
+impl Gate for EmailGate {
+    fn name(&self) -> &'static str {
+        KIND
+    }
+
+    fn version(&self) -> &'static str {
+        "1"
+    }
+
+    async fn check(&self, _input: &Value, result: &Value) -> GateOutcome {
+        let claim = Claim::read(result);
+        let email = claim.email.as_ref().ok();
+        let site = claim.site.as_ref().ok();
+        let source = claim.source.as_ref().ok();
+        let email_blacklisted = email.and_then(|e| self.lists.blacklisted_email(e));
+        let host_blacklisted =
+            |url: Option<&Url>| url.and_then(|u| self.lists.blacklisted_host(u.host_str()?));
+        let (site_blacklisted, source_blacklisted) =
+            (host_blacklisted(site), host_blacklisted(source));
+        let freemail = email.is_some_and(|e| self.lists.is_freemail(&e.domain));
+
+        // The world is asked once, both questions at the same time; a check
+        // that is meaningless after an earlier failure does not ask.
+        let fetch = async {
+            match source {
+                Some(url) if source_blacklisted.is_none() => {
+                    Some(self.fetcher.fetch(url.as_str()).await)
+                }
+                _ => None,
+            }
+        };
+        let lookup = async {
+            match email {
+                Some(e) if email_blacklisted.is_none() => {
+                    Some(self.resolver.mail_hosts(&e.domain).await)
+                }
+                _ => None,
+            }
+        };
+        let (fetched, mail) = tokio::join!(fetch, lookup);
+
+        let mut findings = Findings::default();
+        // 1. format
+        for bad in [
+            claim.email.as_ref().err(),
+            claim.site.as_ref().err(),
+            claim.source.as_ref().err(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            findings.fail(bad.clone());
+        }
+        if let Some(e) = email.filter(|e| e.unicode_domain.is_some()) {
+            findings.review(Fact::new(
+                "format",
+                "/email",
+                "a domain in plain ASCII letters",
+                format!("{} (shown as {})", e.domain, e.unicode_domain.as_deref().unwrap_or_default()),
+                "internationalised domain names can imitate others letter for letter; a person will confirm this one",
+            ));
+        }
+        for (name, url) in [("site", site), ("source", source)] {
+            if let Some(url) = url.filter(|u| has_idn_host(u)) {
+                findings.review(Fact::new(
+                    "format",
+                    format!("/{name}"),
+                    "a host name in plain ASCII letters",
+                    url.host_str().unwrap_or_default(),
+                    "internationalised domain names can imitate others letter for letter; a person will confirm this one",
+                ));
+            }
+        }
+        // 2. blacklist
+        if let (Some(e), Some(why)) = (email, &email_blacklisted) {
+            findings.fail(Fact::new(
+                "blacklist",
+                "/email",
+                "a real contact address, not a placeholder",
+                e.address(),
+                format!("{why}; find the address the company itself publishes"),
+            ));
+        }
+        for (name, url, why) in [
+            ("site", site, &site_blacklisted),
+            ("source", source, &source_blacklisted),
+        ] {
+            if let (Some(url), Some(why)) = (url, why) {
+                findings.fail(Fact::new(
+                    "blacklist",
+                    format!("/{name}"),
+                    "the company's real web address, not a placeholder",
+                    url.as_str(),
+                    format!("{why}; find the company's own site"),
+                ));
+            }
+        }
+        // 3. freemail
+        if let Some(e) = email.filter(|_| freemail) {
+            findings.review(Fact::new(
+                "freemail",
+                "/email",
+                "an address at the company's own domain",
+                &e.domain,
+                format!(
+                    "{} is a free mail provider; a person will confirm the company really uses it. \
+                     If the company has an address at its own domain, submit that one instead",
+                    e.domain
+                ),
+            ));
+        }
+        // 4. domain
+        domain_check(
+            &mut findings,
+            email.filter(|_| !freemail),
+            site,
+            source,
+            fetched.as_ref(),
+        );
+        // 5. source
+        let mut evidence = Vec::new();
+        evidence.push(match (source, fetched) {
+            (Some(url), Some(fetched)) => source_check(&mut findings, email, url, fetched),
+            (Some(url), None) => json!({"check": "source", "url": url.as_str(), "skipped": "the source is a placeholder"}),
+            (None, _) => json!({"check": "source", "skipped": "no valid source URL"}),
+        });
+        // 6. mx
+        evidence.push(match (email, mail) {
+            (Some(e), Some(answer)) => mx_check(&mut findings, e, answer),
+            (Some(e), None) => json!({"check": "mx", "domain": e.domain, "skipped": "the address is a placeholder"}),
+            (None, _) => json!({"check": "mx", "skipped": "no valid email address"}),
+        });
+        let mut outcome =
+            GateOutcome::from_checks(findings.0.into_iter().map(|(v, f)| (v, Some(f))));
+        outcome.evidence = evidence;
+        outcome
+    }
+}
+
+/// Check 4: the email at the site's registrable domain; the source page (and
+/// where it redirected to) on that domain too.
+fn domain_check(
+    findings: &mut Findings,
+    email: Option<&Email>,
+    site: Option<&Url>,
+    source: Option<&Url>,
+    fetched: Option<&Result<Page, FetchError>>,
+) {
+    let Some(site) = site else { return };
+    let host = site.host_str().unwrap_or_default();
+    let Some(reg) = registrable(host) else {
+        findings.fail(Fact::new(
+            "domain",
+            "/site",
+            "a site on a registrable domain name, e.g. https://acme.co.kr",
+            host,
+            "use the company's own domain name, not an IP address or a bare public suffix",
+        ));
+        return;
+    };
+    if let Some(e) = email.filter(|e| !is_within(&e.domain, &reg)) {
+        findings.fail(Fact::new(
+            "domain",
+            "/email",
+            format!("an address at {reg} or a subdomain of it"),
+            &e.domain,
+            format!(
+                "the site is {reg}, so the address must be @{reg} (or @x.{reg}); \
+                 submit the company's own address, or correct `site` if the company's site is elsewhere"
+            ),
+        ));
+    }
+    let Some(source) = source else { return };
+    let source_reg = source.host_str().and_then(registrable);
+    if source_reg.as_deref() != Some(reg.as_str()) {
+        findings.review(Fact::new(
+            "domain",
+            "/source",
+            format!("a page on {reg}"),
+            source.host_str().unwrap_or_default(),
+            "a page outside the company's own site is weaker proof, so a person will look; \
+             cite a page on the company's site if it shows the address",
+        ));
+        return;
+    }
+    if let Some(Ok(page)) = fetched {
+        let landed = Url::parse(&page.final_url).ok();
+        let landed_reg = landed
+            .as_ref()
+            .and_then(|u| u.host_str())
+            .and_then(registrable);
+        if landed_reg.as_deref() != Some(reg.as_str()) {
+            findings.review(Fact::new(
+                "domain",
+                "/source",
+                format!("a page on {reg}"),
+                format!("redirected to {}", page.final_url),
+                "the source redirects off the company's site, so a person will look; \
+                 cite the page where the company itself shows the address",
+            ));
+        }
+    }
+}
+
+/// How much of the address the source URL itself carries.
+#[derive(Debug, PartialEq, Eq)]
+enum Carried {
+    Nothing,
+    /// Its local part as a whole token and its domain: a page could assemble it.
+    Parts,
+    Whole,
+}
+
+/// Whether the source URL (path and query; the fragment is never sent)
+/// carries the address, in any percent or entity encoding: a page that echoes
+/// its URL would then "show" whatever the agent put there.
+fn carried_by_url(url: &Url, email: &Email) -> Carried {
+    let mut text = format!("{}?{}", url.path(), url.query().unwrap_or_default());
+    for _ in 0..3 {
+        let decoded = percent_encoding::percent_decode_str(&text)
+            .decode_utf8_lossy()
+            .into_owned();
+        text = html_escape::decode_html_entities(&decoded).into_owned();
+    }
+    let text = text.to_lowercase();
+    let local = email.local.to_lowercase();
+    let domains = std::iter::once(email.domain.as_str()).chain(email.unicode_domain.as_deref());
+    let mut has_domain = false;
+    for domain in domains {
+        if text.contains(&format!("{local}@{domain}")) {
+            return Carried::Whole;
+        }
+        has_domain |= text.contains(domain);
+    }
+    let has_local = text
+        .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-')))
+        .any(|token| token == local);
+    if has_local && has_domain {
+        Carried::Parts
+    } else {
+        Carried::Nothing
+    }
+}
+
+/// Whether a content type is one the gate can search as text.
+fn readable(content_type: Option<&str>) -> bool {
+    content_type.is_none_or(|t| {
+        let t = t.to_ascii_lowercase();
+        t.starts_with("text/") || t.contains("html") || t.contains("xml") || t.contains("json")
+    })
+}
+
+/// Check 5: fetch the source and find the address on it. Returns the evidence.
+fn source_check(
+    findings: &mut Findings,
+    email: Option<&Email>,
+    url: &Url,
+    fetched: Result<Page, FetchError>,
+) -> Value {
+    let fact = |expected: String, actual: String, hint: &str| {
+        Fact::new("source", "/source", expected, actual, hint)
+    };
+    if let Some(e) = email {
+        match carried_by_url(url, e) {
+            Carried::Whole => findings.fail(fact(
+                "a page that does not carry the address in its own URL".into(),
+                url.to_string(),
+                "a page that repeats its URL proves nothing; cite the page where the company publishes the address",
+            )),
+            Carried::Parts => findings.review(fact(
+                "a page that does not carry the address in its own URL".into(),
+                url.to_string(),
+                "the URL holds the parts of the address, which a page could echo back; a person will look",
+            )),
+            Carried::Nothing => {}
+        }
+    }
+    let page = match fetched {
+        Ok(page) => page,
+        Err(error) => {
+            let evidence =
+                json!({"check": "source", "url": url.as_str(), "error": error.to_string()});
+            match error {
+                FetchError::Refused(_) => findings.fail(fact(
+                    "a page on a public web address".into(),
+                    error.to_string(),
+                    "the source must be a public web page; cite the company's public contact page",
+                )),
+                FetchError::NoSuchHost(_) => findings.fail(fact(
+                    "a page that exists".into(),
+                    error.to_string(),
+                    "the host does not exist; check the URL",
+                )),
+                FetchError::TooManyRedirects(_) => findings.fail(fact(
+                    "a page that loads".into(),
+                    error.to_string(),
+                    "open the URL in a browser and cite the page it ends on",
+                )),
+                FetchError::Timeout(_) | FetchError::Unreachable(_) => findings.review(fact(
+                    "a page that answers".into(),
+                    error.to_string(),
+                    "the page could not be checked now; if the URL is right there is nothing to fix, a person will look",
+                )),
+            }
+            return evidence;
+        }
+    };
+    let text = PageText::from_body(&page.body);
+    let addresses = text.addresses(LISTED_ADDRESSES);
+    let mut evidence = json!({
+        "check": "source",
+        "url": page.url,
+        "final_url": page.final_url,
+        "status": page.status,
+        "content_type": page.content_type,
+        "sha256": hex::encode(Sha256::digest(&page.body)),
+        "bytes": page.body.len(),
+        "truncated": page.truncated,
+        "fetched_at": page.fetched_at.to_rfc3339(),
+        "addresses": addresses,
+    });
+    let status = format!("HTTP {}", page.status);
+    match page.status {
+        200..=299 => {}
+        404 | 410 => {
+            findings.fail(fact(
+                "a page that exists (HTTP 200)".into(),
+                status,
+                "the page is gone; cite the page where the address is published now",
+            ));
+            return evidence;
+        }
+        _ => {
+            findings.review(fact(
+                "a page that answers HTTP 200".into(),
+                status,
+                "the page could not be read now; if the URL is right there is nothing to fix, a person will look",
+            ));
+            return evidence;
+        }
+    }
+    let Some(email) = email else { return evidence };
+    let address = email.address();
+    let on_page = format!("{address} written on {}", page.url);
+    let efact =
+        |actual: String, hint: String| Fact::new("source", "/email", on_page.clone(), actual, hint);
+    let (found, snippet) = match text.find(email) {
+        Found::Exact { snippet } => ("exact", Some(snippet)),
+        Found::OtherCase { written, snippet } => {
+            findings.fail(efact(
+                format!("only {written}"),
+                format!("the page writes the address as {written}; submit it exactly so"),
+            ));
+            ("other_case", Some(snippet))
+        }
+        Found::InComment { snippet } => {
+            findings.review(efact(
+                "only inside an HTML comment, which visitors do not see".into(),
+                "a person will confirm it; cite a page that shows the address if there is one"
+                    .into(),
+            ));
+            ("comment", Some(snippet))
+        }
+        Found::BetweenTags { snippet } => {
+            findings.review(efact(
+                "only with HTML tags between its parts".into(),
+                "a person will confirm it".into(),
+            ));
+            ("between_tags", Some(snippet))
+        }
+        Found::Obfuscated { snippet } => {
+            findings.review(efact(
+                format!("only an obfuscated form: {snippet}"),
+                "a person will confirm it; if another page writes the address out, cite that one"
+                    .into(),
+            ));
+            ("obfuscated", Some(snippet))
+        }
+        Found::Absent if page.truncated => {
+            findings.review(efact(
+                format!("not in the first {} bytes of a longer page", page.body.len()),
+                "the page is larger than the gate reads; a person will look, or cite a shorter page".into(),
+            ));
+            ("absent", None)
+        }
+        Found::Absent if !readable(page.content_type.as_deref()) => {
+            findings.review(efact(
+                format!(
+                    "a {} document the gate cannot read as text",
+                    page.content_type.as_deref().unwrap_or_default()
+                ),
+                "a person will look; an HTML page that shows the address is better proof".into(),
+            ));
+            ("absent", None)
+        }
+        Found::Absent => {
+            let hint = if addresses.is_empty() {
+                "the page shows no email address at all; cite the page where the address is published (often a contact or imprint page)".to_owned()
+            } else {
+                format!(
+                    "the page shows these addresses: {}. Submit the company's contact address from them, or cite the page where yours is published",
+                    addresses.join(", ")
+                )
+            };
+            findings.fail(efact("not on the page".into(), hint));
+            ("absent", None)
+        }
+    };
+    evidence["found"] = json!(found);
+    evidence["snippet"] = json!(snippet);
+    evidence
+}
+
+/// Check 6: the email's domain accepts mail. Returns the evidence.
+fn mx_check(findings: &mut Findings, email: &Email, answer: MailAnswer) -> Value {
+    let domain = &email.domain;
+    let expected = format!("{domain} accepts mail (MX records)");
+    let fact =
+        |actual: String, hint: &str| Fact::new("mx", "/email", expected.clone(), actual, hint);
+    let mut evidence = json!({"check": "mx", "domain": domain});
+    match answer {
+        MailAnswer::Mx(hosts) => {
+            evidence["answer"] = json!("mx");
+            evidence["hosts"] = json!(
+                hosts
+                    .iter()
+                    .map(|h| format!("{} {}", h.preference, h.exchange))
+                    .collect::<Vec<_>>()
+            );
+        }
+        MailAnswer::NullMx => {
+            evidence["answer"] = json!("null_mx");
+            findings.fail(fact(
+                format!("{domain} publishes a null MX (RFC 7505): it accepts no mail"),
+                "this address cannot receive mail; find one that can",
+            ));
+        }
+        MailAnswer::NoDomain => {
+            evidence["answer"] = json!("nxdomain");
+            findings.fail(fact(
+                format!("{domain} does not exist (NXDOMAIN)"),
+                "the domain does not exist; check the spelling against the page",
+            ));
+        }
+        MailAnswer::NoMailHost => {
+            evidence["answer"] = json!("no_mail_host");
+            findings.fail(fact(
+                format!("{domain} has neither MX nor address records"),
+                "no mail can be delivered to this domain; find an address that can receive mail",
+            ));
+        }
+        MailAnswer::AddressOnly(ips) => {
+            evidence["answer"] = json!("address_only");
+            evidence["addresses"] = json!(ips.iter().map(ToString::to_string).collect::<Vec<_>>());
+            findings.review(fact(
+                format!(
+                    "no MX records; {domain} has only an address record (implicit MX, RFC 5321)"
+                ),
+                "mail may still arrive; a person will confirm it",
+            ));
+        }
+        MailAnswer::Unavailable(reason) => {
+            evidence["answer"] = json!("unavailable");
+            evidence["error"] = json!(reason);
+            findings.review(fact(
+                format!("no DNS answer: {reason}"),
+                "DNS could not be asked now; if the address is right there is nothing to fix, a person will look",
+            ));
+        }
+    }
+    evidence
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,756 @@
+//! Every branch of every check of the email gate, against a fake web and a fake DNS.
+
+use super::*;
+use crate::gates::dns::MxHost;
+use crate::testing::{FakeFetcher, FakeResolver, page};
+use serde_json::json;
+
+const CONTACT: &str = "https://acme.test/contact";
+
+struct World {
+    fetcher: Arc<FakeFetcher>,
+    resolver: Arc<FakeResolver>,
+    gate: EmailGate,
+}
+
+fn world_with(fetcher: FakeFetcher, resolver: FakeResolver, params: Value) -> World {
+    let fetcher = Arc::new(fetcher);
+    let resolver = Arc::new(resolver);
+    let gate = EmailGate::from_params(
+        params.as_object().unwrap(),
+        &EmailWorld {
+            fetcher: fetcher.clone(),
+            resolver: resolver.clone(),
+        },
+    )
+    .unwrap();
+    World {
+        fetcher,
+        resolver,
+        gate,
+    }
+}
+
+fn world(fetcher: FakeFetcher, resolver: FakeResolver) -> World {
+    world_with(fetcher, resolver, json!({}))
+}
+
+/// Acme's site: a contact page listing info@acme.test, and MX records.
+fn acme() -> World {
+    world(
+        FakeFetcher::new().html(
+            CONTACT,
+            "<html><body><h1>Contact</h1><p>Mail us: info@acme.test</p></body></html>",
+        ),
+        FakeResolver::new().with_mx("acme.test"),
+    )
+}
+
+fn claim(email: &str, site: &str, source: &str) -> Value {
+    json!({"email": email, "site": site, "source": source})
+}
+
+fn honest() -> Value {
+    claim("info@acme.test", "https://acme.test", CONTACT)
+}
+
+async fn check(w: &World, result: Value) -> GateOutcome {
+    w.gate.check(&json!({"company": "Acme"}), &result).await
+}
+
+/// The facts as (check, field) pairs, in order.
+fn where_(o: &GateOutcome) -> Vec<(&str, &str)> {
+    o.facts
+        .iter()
+        .map(|f| (f.check.as_str(), f.field.as_str()))
+        .collect()
+}
+
+fn evidence<'a>(o: &'a GateOutcome, check: &str) -> &'a Value {
+    o.evidence
+        .iter()
+        .find(|e| e["check"] == check)
+        .unwrap_or_else(|| panic!("no {check} evidence in {:?}", o.evidence))
+}
+
+#[tokio::test]
+async fn an_honest_claim_passes_with_evidence_of_the_page_and_the_mx_hosts() {
+    let w = acme();
+    let o = check(&w, honest()).await;
+    assert_eq!(o.verdict, Verdict::Pass, "{:?}", o.facts);
+    assert!(o.facts.is_empty());
+    let body = "<html><body><h1>Contact</h1><p>Mail us: info@acme.test</p></body></html>";
+    assert_eq!(
+        evidence(&o, "source"),
+        &json!({
+            "check": "source",
+            "url": CONTACT,
+            "final_url": CONTACT,
+            "status": 200,
+            "content_type": "text/html; charset=utf-8",
+            "sha256": hex::encode(Sha256::digest(body)),
+            "bytes": body.len(),
+            "truncated": false,
+            "fetched_at": "2026-01-02T03:04:05+00:00",
+            "addresses": ["info@acme.test"],
+            "found": "exact",
+            "snippet": body,
+        })
+    );
+    assert_eq!(
+        evidence(&o, "mx"),
+        &json!({"check": "mx", "domain": "acme.test", "answer": "mx", "hosts": ["10 mx.acme.test"]})
+    );
+    assert_eq!(w.resolver.calls(), ["MX acme.test"]);
+}
+
+#[tokio::test]
+async fn missing_and_malformed_fields_fail_format_and_skip_what_they_would_feed() {
+    let w = acme();
+    let o = check(&w, json!({"site": 7, "source": CONTACT})).await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(where_(&o), [("format", "/email"), ("format", "/site")]);
+    assert_eq!(o.facts[0].actual, "missing");
+    assert_eq!(o.facts[1].actual, "7");
+    assert!(o.facts[1].hint.contains("must be a string"));
+    assert_eq!(
+        w.resolver.calls(),
+        Vec::<String>::new(),
+        "no address, no MX lookup"
+    );
+    assert_eq!(
+        evidence(&o, "mx"),
+        &json!({"check": "mx", "skipped": "no valid email address"})
+    );
+    // The page is still read, so the agent learns which addresses it shows.
+    assert_eq!(
+        evidence(&o, "source")["addresses"],
+        json!(["info@acme.test"])
+    );
+    assert!(evidence(&o, "source").get("found").is_none());
+
+    let o = check(
+        &w,
+        claim(
+            "info at acme.test",
+            "https://acme.test",
+            "acme.test/contact",
+        ),
+    )
+    .await;
+    assert_eq!(where_(&o), [("format", "/email"), ("format", "/source")]);
+    assert!(
+        o.facts[0].hint.contains("exactly one `@`"),
+        "{}",
+        o.facts[0].hint
+    );
+    assert_eq!(
+        w.fetcher.calls(),
+        [CONTACT],
+        "a malformed URL is never fetched"
+    );
+    assert_eq!(
+        evidence(&o, "source"),
+        &json!({"check": "source", "skipped": "no valid source URL"})
+    );
+
+    let o = check(&w, json!("not an object")).await;
+    assert_eq!(o.facts.len(), 3);
+    assert!(
+        o.facts
+            .iter()
+            .all(|f| f.check == "format" && f.actual == "missing")
+    );
+}
+
+#[tokio::test]
+async fn internationalised_domains_go_to_review_as_possible_homoglyphs() {
+    // "аcme.test" with a Cyrillic "а".
+    let lookalike = "\u{430}cme.test";
+    let puny = url::Url::parse(&format!("https://{lookalike}/"))
+        .unwrap()
+        .host_str()
+        .unwrap()
+        .to_owned();
+    let contact = format!("https://{puny}/contact");
+    let w = world(
+        FakeFetcher::new().html(&contact, &format!("info@{lookalike}")),
+        FakeResolver::new().with_mx(&puny),
+    );
+    let o = check(
+        &w,
+        claim(
+            &format!("info@{lookalike}"),
+            &format!("https://{lookalike}"),
+            &format!("https://{lookalike}/contact"),
+        ),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Review, "{:?}", o.facts);
+    assert_eq!(
+        where_(&o),
+        [
+            ("format", "/email"),
+            ("format", "/site"),
+            ("format", "/source")
+        ]
+    );
+    assert!(
+        o.facts[0].actual.contains(lookalike),
+        "{}",
+        o.facts[0].actual
+    );
+}
+
+#[tokio::test]
+async fn placeholders_fail_the_blacklist_and_the_world_is_not_asked_about_them() {
+    let w = acme();
+    let o = check(&w, claim("your@email.com", "https://acme.test", CONTACT)).await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(where_(&o)[0], ("blacklist", "/email"));
+    assert!(o.facts[0].hint.contains("placeholder address"));
+    assert!(w.resolver.calls().is_empty());
+    assert_eq!(
+        evidence(&o, "mx"),
+        &json!({"check": "mx", "domain": "email.com", "skipped": "the address is a placeholder"})
+    );
+
+    let o = check(
+        &w,
+        claim(
+            "info@example.com",
+            "https://www.example.com",
+            "https://example.com/contact",
+        ),
+    )
+    .await;
+    assert_eq!(
+        where_(&o),
+        [
+            ("blacklist", "/email"),
+            ("blacklist", "/site"),
+            ("blacklist", "/source")
+        ]
+    );
+    assert_eq!(
+        w.fetcher.calls(),
+        [CONTACT],
+        "a placeholder page is never fetched"
+    );
+    assert_eq!(
+        evidence(&o, "source")["skipped"],
+        "the source is a placeholder"
+    );
+
+    let o = check(&w, claim("noreply@acme.test", "https://acme.test", CONTACT)).await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert!(o.facts[0].hint.contains("takes no replies"));
+}
+
+#[tokio::test]
+async fn a_session_blacklist_fails_its_own_entries() {
+    let w = world_with(
+        FakeFetcher::new().html(CONTACT, "ceo@acme.test"),
+        FakeResolver::new().with_mx("acme.test"),
+        json!({"blacklist": ["ceo@acme.test"]}),
+    );
+    let o = check(&w, claim("ceo@acme.test", "https://acme.test", CONTACT)).await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(where_(&o), [("blacklist", "/email")]);
+}
+
+#[tokio::test]
+async fn a_freemail_address_goes_to_review_and_skips_the_domain_match() {
+    let w = world(
+        FakeFetcher::new().html(CONTACT, "Contact: acme.shop@gmail.com"),
+        FakeResolver::new().with_mx("gmail.com"),
+    );
+    let o = check(
+        &w,
+        claim("acme.shop@gmail.com", "https://acme.test", CONTACT),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Review, "{:?}", o.facts);
+    assert_eq!(where_(&o), [("freemail", "/email")]);
+    assert_eq!(o.facts[0].actual, "gmail.com");
+
+    // Every other check still applies: not on the page is still a FAIL.
+    let o = check(
+        &w,
+        claim("invented@gmail.com", "https://acme.test", CONTACT),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(where_(&o), [("freemail", "/email"), ("source", "/email")]);
+}
+
+#[tokio::test]
+async fn a_session_freemail_list_adds_providers() {
+    let w = world_with(
+        FakeFetcher::new().html(CONTACT, "acme@mailbox.test"),
+        FakeResolver::new().with_mx("mailbox.test"),
+        json!({"freemail": ["mailbox.test"]}),
+    );
+    let o = check(&w, claim("acme@mailbox.test", "https://acme.test", CONTACT)).await;
+    assert_eq!(o.verdict, Verdict::Review);
+    assert_eq!(where_(&o), [("freemail", "/email")]);
+}
+
+#[tokio::test]
+async fn an_address_at_another_domain_fails_the_domain_match() {
+    for (email, domain) in [
+        ("info@other.test", "other.test"),
+        ("info@acme.test.evil.test", "acme.test.evil.test"),
+        ("info@notacme.test", "notacme.test"),
+    ] {
+        let w = world(
+            FakeFetcher::new().html(CONTACT, email),
+            FakeResolver::new().with_mx(domain),
+        );
+        let o = check(&w, claim(email, "https://www.acme.test", CONTACT)).await;
+        assert_eq!(o.verdict, Verdict::Fail, "{email}");
+        assert_eq!(where_(&o), [("domain", "/email")], "{email}");
+        assert_eq!(
+            o.facts[0].expected,
+            "an address at acme.test or a subdomain of it"
+        );
+        assert_eq!(o.facts[0].actual, domain);
+    }
+}
+
+#[tokio::test]
+async fn an_address_at_a_subdomain_of_the_site_passes() {
+    let w = world(
+        FakeFetcher::new().html("https://www.acme.co.kr/contact", "sales@mail.acme.co.kr"),
+        FakeResolver::new().with_mx("mail.acme.co.kr"),
+    );
+    let o = check(
+        &w,
+        claim(
+            "sales@mail.acme.co.kr",
+            "https://www.acme.co.kr",
+            "https://www.acme.co.kr/contact",
+        ),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Pass, "{:?}", o.facts);
+}
+
+#[tokio::test]
+async fn a_site_that_is_no_registrable_domain_fails() {
+    let w = acme();
+    for site in ["http://203.0.113.5/", "https://co.kr/"] {
+        let o = check(&w, claim("info@acme.test", site, CONTACT)).await;
+        assert_eq!(o.verdict, Verdict::Fail, "{site}");
+        assert_eq!(where_(&o), [("domain", "/site")], "{site}");
+    }
+}
+
+#[tokio::test]
+async fn a_source_off_the_site_goes_to_review() {
+    let w = world(
+        FakeFetcher::new().html("https://directory.test/acme", "Acme: info@acme.test"),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(
+        &w,
+        claim(
+            "info@acme.test",
+            "https://acme.test",
+            "https://directory.test/acme",
+        ),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Review, "{:?}", o.facts);
+    assert_eq!(where_(&o), [("domain", "/source")]);
+    assert_eq!(o.facts[0].actual, "directory.test");
+}
+
+#[tokio::test]
+async fn a_source_that_redirects_off_the_site_goes_to_review() {
+    let mut landed = page(CONTACT, 200, Some("text/html"), "info@acme.test");
+    landed.final_url = "https://evil.test/page".into();
+    let w = world(
+        FakeFetcher::new().answer(CONTACT, Ok(landed)),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, honest()).await;
+    assert_eq!(o.verdict, Verdict::Review);
+    assert_eq!(where_(&o), [("domain", "/source")]);
+    assert_eq!(o.facts[0].actual, "redirected to https://evil.test/page");
+    assert_eq!(
+        evidence(&o, "source")["final_url"],
+        "https://evil.test/page"
+    );
+}
+
+#[tokio::test]
+async fn an_invented_address_fails_and_the_hint_lists_the_addresses_on_the_page() {
+    let w = world(
+        FakeFetcher::new().html(
+            CONTACT,
+            "<a href=\"mailto:sales@acme.test\">Sales</a> press&#64;acme.test",
+        ),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, honest()).await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(where_(&o), [("source", "/email")]);
+    let fact = &o.facts[0];
+    assert_eq!(
+        fact.expected,
+        format!("info@acme.test written on {CONTACT}")
+    );
+    assert_eq!(fact.actual, "not on the page");
+    assert!(
+        fact.hint.contains("sales@acme.test, press@acme.test"),
+        "{}",
+        fact.hint
+    );
+    assert_eq!(evidence(&o, "source")["found"], "absent");
+    assert_eq!(evidence(&o, "source")["snippet"], Value::Null);
+}
+
+#[tokio::test]
+async fn a_page_without_any_address_says_so() {
+    let w = world(
+        FakeFetcher::new().html(CONTACT, "<p>Call us</p>"),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, honest()).await;
+    assert!(
+        o.facts[0].hint.contains("shows no email address at all"),
+        "{}",
+        o.facts[0].hint
+    );
+}
+
+#[tokio::test]
+async fn an_address_in_other_letter_case_fails_with_the_written_form() {
+    let w = acme();
+    let o = check(&w, claim("INFO@ACME.TEST", "https://acme.test", CONTACT)).await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(where_(&o), [("source", "/email")]);
+    assert_eq!(o.facts[0].actual, "only info@acme.test");
+    assert_eq!(evidence(&o, "source")["found"], "other_case");
+    assert_eq!(
+        evidence(&o, "mx")["domain"],
+        "acme.test",
+        "the domain is compared in lower case"
+    );
+}
+
+#[tokio::test]
+async fn hidden_split_or_obfuscated_forms_go_to_review() {
+    for (body, found, says) in [
+        ("<p>x</p><!-- info@acme.test -->", "comment", "HTML comment"),
+        ("<b>info</b>@<b>acme.test</b>", "between_tags", "HTML tags"),
+        (
+            "info [at] acme.test",
+            "obfuscated",
+            "obfuscated form: info [at] acme.test",
+        ),
+        ("info(at)acme.test", "obfuscated", "obfuscated form"),
+    ] {
+        let w = world(
+            FakeFetcher::new().html(CONTACT, body),
+            FakeResolver::new().with_mx("acme.test"),
+        );
+        let o = check(&w, honest()).await;
+        assert_eq!(o.verdict, Verdict::Review, "{body}");
+        assert_eq!(where_(&o), [("source", "/email")], "{body}");
+        assert!(
+            o.facts[0].actual.contains(says),
+            "{body}: {}",
+            o.facts[0].actual
+        );
+        assert_eq!(evidence(&o, "source")["found"], found);
+        assert!(evidence(&o, "source")["snippet"].is_string());
+    }
+}
+
+#[tokio::test]
+async fn a_source_url_that_carries_the_address_proves_nothing() {
+    for (source, verdict) in [
+        ("https://acme.test/search?q=info@acme.test", Verdict::Fail),
+        ("https://acme.test/search?q=info%40acme.test", Verdict::Fail),
+        (
+            "https://acme.test/search?q=info%2540acme.test",
+            Verdict::Fail,
+        ),
+        (
+            "https://acme.test/search?q=info%26%2364%3Bacme.test",
+            Verdict::Fail,
+        ),
+        ("https://acme.test/echo/INFO@ACME.TEST", Verdict::Fail),
+        (
+            "https://acme.test/search?user=info&host=acme.test",
+            Verdict::Review,
+        ),
+    ] {
+        let w = world(
+            FakeFetcher::new().html(source, "info@acme.test"),
+            FakeResolver::new().with_mx("acme.test"),
+        );
+        let o = check(&w, claim("info@acme.test", "https://acme.test", source)).await;
+        assert_eq!(o.verdict, verdict, "{source}");
+        assert_eq!(where_(&o), [("source", "/source")], "{source}");
+    }
+    // The local part alone, or inside a longer word, is no echo.
+    for source in [
+        "https://acme.test/info/contact",
+        "https://acme.test/information?x=acme.test",
+    ] {
+        let w = world(
+            FakeFetcher::new().html(source, "info@acme.test"),
+            FakeResolver::new().with_mx("acme.test"),
+        );
+        let o = check(&w, claim("info@acme.test", "https://acme.test", source)).await;
+        assert_eq!(o.verdict, Verdict::Pass, "{source}: {:?}", o.facts);
+    }
+}
+
+#[tokio::test]
+async fn fetch_failures_fail_when_the_world_contradicts_and_review_when_it_is_silent() {
+    for (error, verdict, expected) in [
+        (
+            FetchError::Refused("http://10.0.0.1/: 10.0.0.1 is a private address".into()),
+            Verdict::Fail,
+            "a page on a public web address",
+        ),
+        (
+            FetchError::NoSuchHost("acme.test".into()),
+            Verdict::Fail,
+            "a page that exists",
+        ),
+        (
+            FetchError::TooManyRedirects(5),
+            Verdict::Fail,
+            "a page that loads",
+        ),
+        (
+            FetchError::Timeout(15000),
+            Verdict::Review,
+            "a page that answers",
+        ),
+        (
+            FetchError::Unreachable("connection refused".into()),
+            Verdict::Review,
+            "a page that answers",
+        ),
+    ] {
+        let w = world(
+            FakeFetcher::new().answer(CONTACT, Err(error.clone())),
+            FakeResolver::new().with_mx("acme.test"),
+        );
+        let o = check(&w, honest()).await;
+        assert_eq!(o.verdict, verdict, "{error}");
+        assert_eq!(where_(&o), [("source", "/source")]);
+        assert_eq!(o.facts[0].expected, expected);
+        assert_eq!(o.facts[0].actual, error.to_string());
+        assert_eq!(
+            evidence(&o, "source"),
+            &json!({"check": "source", "url": CONTACT, "error": error.to_string()})
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_missing_page_fails_and_an_unwell_server_goes_to_review() {
+    for (status, verdict) in [
+        (404, Verdict::Fail),
+        (410, Verdict::Fail),
+        (500, Verdict::Review),
+        (503, Verdict::Review),
+        (403, Verdict::Review),
+        (429, Verdict::Review),
+    ] {
+        let w = world(
+            FakeFetcher::new().answer(
+                CONTACT,
+                Ok(page(CONTACT, status, Some("text/html"), "info@acme.test")),
+            ),
+            FakeResolver::new().with_mx("acme.test"),
+        );
+        let o = check(&w, honest()).await;
+        assert_eq!(o.verdict, verdict, "{status}");
+        assert_eq!(o.facts[0].actual, format!("HTTP {status}"));
+        assert_eq!(evidence(&o, "source")["status"], status);
+        assert!(
+            evidence(&o, "source").get("found").is_none(),
+            "an error page is not searched"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_address_the_gate_could_not_have_seen_goes_to_review() {
+    let mut long = page(CONTACT, 200, Some("text/html"), "sales@acme.test");
+    long.truncated = true;
+    let pdf = page(CONTACT, 200, Some("application/pdf"), "%PDF-1.7 compressed");
+    for (answer, says) in [(long, "first 15 bytes"), (pdf, "application/pdf")] {
+        let w = world(
+            FakeFetcher::new().answer(CONTACT, Ok(answer)),
+            FakeResolver::new().with_mx("acme.test"),
+        );
+        let o = check(&w, honest()).await;
+        assert_eq!(o.verdict, Verdict::Review, "{says}");
+        assert!(o.facts[0].actual.contains(says), "{}", o.facts[0].actual);
+    }
+    // Pages without a content type are read as text.
+    let w = world(
+        FakeFetcher::new().answer(CONTACT, Ok(page(CONTACT, 200, None, "info@acme.test"))),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    assert_eq!(check(&w, honest()).await.verdict, Verdict::Pass);
+}
+
+#[tokio::test]
+async fn every_mx_answer_has_its_verdict_and_evidence() {
+    for (answer, verdict, label, says) in [
+        (
+            MailAnswer::NullMx,
+            Verdict::Fail,
+            "null_mx",
+            "null MX (RFC 7505)",
+        ),
+        (
+            MailAnswer::NoDomain,
+            Verdict::Fail,
+            "nxdomain",
+            "does not exist (NXDOMAIN)",
+        ),
+        (
+            MailAnswer::NoMailHost,
+            Verdict::Fail,
+            "no_mail_host",
+            "neither MX nor address",
+        ),
+        (
+            MailAnswer::AddressOnly(vec!["192.0.2.1".parse().unwrap()]),
+            Verdict::Review,
+            "address_only",
+            "implicit MX",
+        ),
+        (
+            MailAnswer::Unavailable("no answer within 5000 ms".into()),
+            Verdict::Review,
+            "unavailable",
+            "no answer within 5000 ms",
+        ),
+    ] {
+        let w = world(
+            FakeFetcher::new().html(CONTACT, "info@acme.test"),
+            FakeResolver::new().mail("acme.test", answer.clone()),
+        );
+        let o = check(&w, honest()).await;
+        assert_eq!(o.verdict, verdict, "{answer:?}");
+        assert_eq!(where_(&o), [("mx", "/email")]);
+        assert!(o.facts[0].actual.contains(says), "{}", o.facts[0].actual);
+        assert_eq!(evidence(&o, "mx")["answer"], label);
+    }
+    let w = world(
+        FakeFetcher::new().html(CONTACT, "info@acme.test"),
+        FakeResolver::new().mail(
+            "acme.test",
+            MailAnswer::Mx(vec![
+                MxHost {
+                    preference: 5,
+                    exchange: "a.mx.test".into(),
+                },
+                MxHost {
+                    preference: 9,
+                    exchange: "b.mx.test".into(),
+                },
+            ]),
+        ),
+    );
+    let o = check(&w, honest()).await;
+    assert_eq!(
+        evidence(&o, "mx")["hosts"],
+        json!(["5 a.mx.test", "9 b.mx.test"])
+    );
+}
+
+#[tokio::test]
+async fn every_fact_comes_back_at_once_in_check_order() {
+    let w = world(
+        FakeFetcher::new().html("https://directory.test/x", "someone@else.test"),
+        FakeResolver::new(),
+    );
+    let o = check(
+        &w,
+        claim(
+            "info@gone.test",
+            "https://acme.test",
+            "https://directory.test/x",
+        ),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(
+        where_(&o),
+        [
+            ("domain", "/email"),
+            ("domain", "/source"),
+            ("source", "/email"),
+            ("mx", "/email")
+        ]
+    );
+    assert_eq!(o.evidence.len(), 2);
+}
+
+#[tokio::test]
+async fn a_page_cited_by_many_quests_is_fetched_once_per_session() {
+    let w = acme();
+    for _ in 0..5 {
+        assert_eq!(check(&w, honest()).await.verdict, Verdict::Pass);
+    }
+    assert_eq!(w.fetcher.calls(), [CONTACT]);
+    // Another session's gate has its own cache.
+    let other = EmailGate::from_params(
+        &Map::new(),
+        &EmailWorld {
+            fetcher: w.fetcher.clone(),
+            resolver: w.resolver.clone(),
+        },
+    )
+    .unwrap();
+    other.check(&json!({}), &honest()).await;
+    assert_eq!(w.fetcher.calls().len(), 2);
+}
+
+#[tokio::test]
+async fn the_email_domain_is_compared_and_looked_up_in_lower_case() {
+    let w = world(
+        FakeFetcher::new().html(CONTACT, "info@Mail.Acme.test"),
+        FakeResolver::new().with_mx("mail.acme.test"),
+    );
+    let o = check(
+        &w,
+        claim("info@Mail.Acme.test", "https://acme.test", CONTACT),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Pass, "{:?}", o.facts);
+    assert_eq!(w.resolver.calls(), ["MX mail.acme.test"]);
+}
+
+#[test]
+fn bad_parameters_are_refused_with_the_field_named() {
+    let world = EmailWorld {
+        fetcher: Arc::new(FakeFetcher::new()),
+        resolver: Arc::new(FakeResolver::new()),
+    };
+    let err = |p: Value| {
+        EmailGate::from_params(p.as_object().unwrap(), &world)
+            .err()
+            .unwrap()
+    };
+    assert_eq!(err(json!({"freemail": ["nodot"]})).field, "freemail[0]");
+    assert_eq!(
+        err(json!({"blacklist": ["ok.test", "a b"]})).field,
+        "blacklist[1]"
+    );
+    assert_eq!(err(json!({"freemail": "gmail.com"})).field, "");
+    assert_eq!(err(json!({"schema": {}})).field, "");
+}

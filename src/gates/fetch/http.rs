@@ -1,0 +1,612 @@
+//! [`HttpFetcher`]: the real [`Fetcher`] on reqwest, behind the SSRF guard.
+//!
+//! The guard has four parts, because each closes a different door:
+//! 1. names resolve through [`GuardedResolve`], which asks the gates'
+//!    [`Resolver`] and hands the connector only the addresses the
+//!    [`AddressPolicy`] permits (DNS rebinding cannot slip between check and use);
+//! 2. IP-literal URLs never reach a resolver, so they are checked before the
+//!    request and, in the redirect policy, on every hop;
+//! 3. proxies are off, because a proxy would resolve the target itself;
+//! 4. time, redirects and body size are capped.
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::Utc;
+use ipnet::IpNet;
+use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use tokio::sync::Semaphore;
+use url::Url;
+
+use super::{AddressPolicy, FetchError, Fetcher, Page};
+use crate::gates::dns::{LookupError, Resolver};
+
+/// The `User-Agent` every request carries.
+pub const USER_AGENT: &str = concat!("quest/", env!("CARGO_PKG_VERSION"));
+
+/// Limits of the real fetcher.
+#[derive(Debug, Clone)]
+pub struct FetchSettings {
+    /// The longest one fetch may take, body included.
+    pub timeout: Duration,
+    /// The longest establishing a connection may take.
+    pub connect_timeout: Duration,
+    pub max_redirects: usize,
+    /// Body bytes read; the rest is not read.
+    pub max_body: usize,
+    /// Requests in flight to one host at once.
+    pub per_host: usize,
+    /// Ranges exempt from the SSRF guard.
+    pub allow: Vec<IpNet>,
+}
+
+impl FetchSettings {
+    /// The defaults with a total `timeout` and an allow-list.
+    pub fn new(timeout: Duration, allow: Vec<IpNet>) -> FetchSettings {
+        FetchSettings {
+            timeout,
+            connect_timeout: timeout.min(Duration::from_secs(5)),
+            max_redirects: 5,
+            max_body: 2 * 1024 * 1024,
+            per_host: 2,
+            allow,
+        }
+    }
+}
+
+/// Fetches pages over HTTP(S) for the gates, politely and safely.
+pub struct HttpFetcher {
+    client: reqwest::Client,
+    policy: Arc<AddressPolicy>,
+    settings: FetchSettings,
+    hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
+}
+
+impl HttpFetcher {
+    /// A fetcher whose names resolve through `resolver`.
+    pub fn new(
+        settings: FetchSettings,
+        resolver: Arc<dyn Resolver>,
+    ) -> Result<HttpFetcher, reqwest::Error> {
+        let policy = Arc::new(AddressPolicy::new(settings.allow.clone()));
+        let hops = policy.clone();
+        let max_redirects = settings.max_redirects;
+        let redirect = reqwest::redirect::Policy::custom(move |attempt| {
+            // `previous()` holds every URL already asked for, the first one included.
+            if attempt.previous().len() > max_redirects {
+                return attempt.error(FetchError::TooManyRedirects(max_redirects));
+            }
+            match hops.check_url(attempt.url()) {
+                Ok(()) => attempt.follow(),
+                Err(refused) => attempt.error(refused),
+            }
+        });
+        let client = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .no_proxy()
+            .dns_resolver(Arc::new(GuardedResolve {
+                resolver,
+                policy: policy.clone(),
+            }))
+            .redirect(redirect)
+            .connect_timeout(settings.connect_timeout)
+            .timeout(settings.timeout)
+            .build()?;
+        Ok(HttpFetcher {
+            client,
+            policy,
+            settings,
+            hosts: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The semaphore that bounds requests in flight to `host`.
+    fn host_slot(&self, host: &str) -> Arc<Semaphore> {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        if hosts.len() >= 1024 {
+            // Forget idle hosts, so the map does not grow with every host ever seen.
+            hosts.retain(|_, slot| Arc::strong_count(slot) > 1);
+        }
+        hosts
+            .entry(host.to_ascii_lowercase())
+            .or_insert_with(|| Arc::new(Semaphore::new(self.settings.per_host.max(1))))
+            .clone()
+    }
+
+    /// Our own error if the guard or the redirect policy raised it, else a
+    /// timeout or an unreachable server described by the whole error chain.
+    fn classify(&self, error: reqwest::Error) -> FetchError {
+        let mut source: Option<&(dyn StdError + 'static)> = Some(&error);
+        let mut chain: Vec<String> = Vec::new();
+        while let Some(e) = source {
+            if let Some(ours) = e.downcast_ref::<FetchError>() {
+                return ours.clone();
+            }
+            let text = e.to_string();
+            if !chain.iter().any(|seen| seen.contains(&text)) {
+                chain.push(text);
+            }
+            source = e.source();
+        }
+        if error.is_timeout() {
+            return FetchError::Timeout(self.settings.timeout.as_millis());
+        }
+        FetchError::Unreachable(chain.join(": "))
+    }
+}
+
+#[async_trait]
+impl Fetcher for HttpFetcher {
+    async fn fetch(&self, url: &str) -> Result<Page, FetchError> {
+        let parsed =
+            Url::parse(url).map_err(|e| FetchError::Refused(format!("{url} is not a URL: {e}")))?;
+        self.policy.check_url(&parsed)?;
+        let slot = self.host_slot(parsed.host_str().unwrap_or_default());
+        let _permit = slot
+            .acquire_owned()
+            .await
+            .expect("host slots are never closed");
+        let fetched_at = Utc::now();
+        let mut response = self
+            .client
+            .get(parsed)
+            .header(
+                reqwest::header::ACCEPT,
+                "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
+            )
+            .send()
+            .await
+            .map_err(|e| self.classify(e))?;
+        let status = response.status().as_u16();
+        let final_url = response.url().to_string();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let mut body = Vec::new();
+        let mut truncated = false;
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.classify(e))? {
+            let room = self.settings.max_body - body.len();
+            if chunk.len() > room {
+                body.extend_from_slice(&chunk[..room]);
+                truncated = true;
+                break;
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Page {
+            url: url.to_owned(),
+            final_url,
+            status,
+            content_type,
+            body: body.into(),
+            truncated,
+            fetched_at,
+        })
+    }
+}
+
+/// reqwest's resolver: the gates' [`Resolver`], filtered by the [`AddressPolicy`].
+struct GuardedResolve {
+    resolver: Arc<dyn Resolver>,
+    policy: Arc<AddressPolicy>,
+}
+
+impl Resolve for GuardedResolve {
+    fn resolve(&self, name: Name) -> Resolving {
+        let resolver = self.resolver.clone();
+        let policy = self.policy.clone();
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            // `?` boxes a FetchError as itself, so that `classify` can downcast it.
+            let ips = resolver.addresses(&host).await.map_err(|e| match e {
+                LookupError::NoDomain(h) | LookupError::NoRecords(h) => FetchError::NoSuchHost(h),
+                unavailable => FetchError::Unreachable(unavailable.to_string()),
+            })?;
+            let mut refusals = Vec::new();
+            let allowed: Vec<SocketAddr> = ips
+                .into_iter()
+                .filter_map(|ip| match policy.check(ip) {
+                    Ok(()) => Some(SocketAddr::new(ip, 0)),
+                    Err(why) => {
+                        refusals.push(why);
+                        None
+                    }
+                })
+                .collect();
+            if allowed.is_empty() {
+                return Err(FetchError::Refused(format!(
+                    "{host} resolves to {}",
+                    refusals.join(", ")
+                ))
+                .into());
+            }
+            Ok(Box::new(allowed.into_iter()) as Addrs)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::FakeResolver;
+    use axum::Router;
+    use axum::extract::{Path, State};
+    use axum::http::{HeaderMap, StatusCode, header};
+    use axum::response::{IntoResponse, Redirect, Response};
+    use axum::routing::get;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Clone)]
+    struct Site {
+        active: Arc<AtomicUsize>,
+        max_active: Arc<AtomicUsize>,
+        release: Arc<Semaphore>,
+        redirect_to: Arc<Mutex<String>>,
+    }
+
+    impl Default for Site {
+        fn default() -> Self {
+            Site {
+                active: Arc::default(),
+                max_active: Arc::default(),
+                release: Arc::new(Semaphore::new(0)),
+                redirect_to: Arc::default(),
+            }
+        }
+    }
+
+    async fn chain(Path(n): Path<u32>) -> Response {
+        if n == 0 {
+            "end of the chain".into_response()
+        } else {
+            Redirect::to(&format!("/chain/{}", n - 1)).into_response()
+        }
+    }
+
+    async fn held(State(site): State<Site>) -> &'static str {
+        let now = site.active.fetch_add(1, Ordering::SeqCst) + 1;
+        site.max_active.fetch_max(now, Ordering::SeqCst);
+        site.release.acquire().await.unwrap().forget();
+        site.active.fetch_sub(1, Ordering::SeqCst);
+        "held"
+    }
+
+    /// A web server on 127.0.0.1 and its port.
+    async fn serve(site: Site) -> u16 {
+        let app = Router::new()
+            .route(
+                "/ok",
+                get(|| async { "<a href=\"mailto:info@acme.test\">mail</a>" }),
+            )
+            .route("/chain/{n}", get(chain))
+            .route(
+                "/ua",
+                get(|headers: HeaderMap| async move {
+                    headers[header::USER_AGENT].to_str().unwrap().to_owned()
+                }),
+            )
+            .route("/big", get(|| async { "x".repeat(5000) }))
+            .route("/slow", get(std::future::pending::<&'static str>))
+            .route(
+                "/stall",
+                get(|| async {
+                    // The head and a first chunk, then nothing: the body never ends.
+                    let first = futures_util::stream::once(async {
+                        Ok::<_, std::io::Error>(axum::body::Bytes::from_static(b"<p>info@"))
+                    });
+                    axum::body::Body::from_stream(futures_util::StreamExt::chain(
+                        first,
+                        futures_util::stream::pending(),
+                    ))
+                }),
+            )
+            .route("/held/{i}", get(held))
+            .route(
+                "/away",
+                get(|State(site): State<Site>| async move {
+                    Redirect::to(&site.redirect_to.lock().unwrap()).into_response()
+                }),
+            )
+            .route("/gone", get(|| async { (StatusCode::NOT_FOUND, "no") }))
+            .with_state(site);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        port
+    }
+
+    fn fetcher(allow: &[&str], resolver: FakeResolver) -> HttpFetcher {
+        let allow = allow.iter().map(|n| n.parse().unwrap()).collect();
+        HttpFetcher::new(
+            FetchSettings::new(Duration::from_secs(10), allow),
+            Arc::new(resolver),
+        )
+        .unwrap()
+    }
+
+    fn loopback_world() -> FakeResolver {
+        FakeResolver::new().host("acme.test", &["127.0.0.1"])
+    }
+
+    /// A listener that proves no connection reached it: a completed TCP
+    /// handshake waits in the backlog, so a non-blocking accept finds it.
+    struct Tripwire(std::net::TcpListener);
+
+    impl Tripwire {
+        fn bind(addr: &str) -> Option<Tripwire> {
+            let listener = std::net::TcpListener::bind(addr).ok()?;
+            listener.set_nonblocking(true).unwrap();
+            Some(Tripwire(listener))
+        }
+        fn port(&self) -> u16 {
+            self.0.local_addr().unwrap().port()
+        }
+        fn assert_untouched(&self) {
+            match self.0.accept() {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                other => panic!("a connection reached {:?}: {other:?}", self.0.local_addr()),
+            }
+        }
+    }
+
+    fn assert_refused(result: Result<Page, FetchError>, mentions: &str) {
+        match result {
+            Err(FetchError::Refused(why)) => assert!(why.contains(mentions), "{why}"),
+            other => panic!("expected a refusal mentioning {mentions}, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_page_comes_back_with_status_final_url_and_an_honest_user_agent() {
+        let port = serve(Site::default()).await;
+        let f = fetcher(&["127.0.0.0/8"], loopback_world());
+        let page = f
+            .fetch(&format!("http://acme.test:{port}/ok"))
+            .await
+            .unwrap();
+        assert_eq!(page.status, 200);
+        assert_eq!(page.final_url, format!("http://acme.test:{port}/ok"));
+        assert!(page.content_type.unwrap().starts_with("text/plain"));
+        assert!(!page.truncated);
+        assert_eq!(&*page.body, b"<a href=\"mailto:info@acme.test\">mail</a>");
+
+        let ua = f
+            .fetch(&format!("http://acme.test:{port}/ua"))
+            .await
+            .unwrap();
+        assert_eq!(
+            &*ua.body,
+            format!("quest/{}", env!("CARGO_PKG_VERSION")).as_bytes()
+        );
+
+        let gone = f
+            .fetch(&format!("http://acme.test:{port}/gone"))
+            .await
+            .unwrap();
+        assert_eq!(gone.status, 404);
+    }
+
+    #[tokio::test]
+    async fn five_redirects_are_followed_and_a_sixth_is_refused() {
+        let port = serve(Site::default()).await;
+        let f = fetcher(&["127.0.0.0/8"], loopback_world());
+        let page = f
+            .fetch(&format!("http://acme.test:{port}/chain/5"))
+            .await
+            .unwrap();
+        assert_eq!(page.final_url, format!("http://acme.test:{port}/chain/0"));
+        assert_eq!(&*page.body, b"end of the chain");
+        assert_eq!(
+            f.fetch(&format!("http://acme.test:{port}/chain/6")).await,
+            Err(FetchError::TooManyRedirects(5))
+        );
+    }
+
+    #[tokio::test]
+    async fn the_body_is_read_up_to_the_cap_and_no_further() {
+        let port = serve(Site::default()).await;
+        let mut settings = FetchSettings::new(
+            Duration::from_secs(10),
+            vec!["127.0.0.0/8".parse().unwrap()],
+        );
+        settings.max_body = 1024;
+        let f = HttpFetcher::new(settings, Arc::new(loopback_world())).unwrap();
+        let page = f
+            .fetch(&format!("http://acme.test:{port}/big"))
+            .await
+            .unwrap();
+        assert!(page.truncated);
+        assert_eq!(page.body.len(), 1024);
+    }
+
+    #[tokio::test]
+    async fn a_page_that_never_answers_times_out() {
+        let port = serve(Site::default()).await;
+        let settings = FetchSettings::new(
+            Duration::from_millis(300),
+            vec!["127.0.0.0/8".parse().unwrap()],
+        );
+        let f = HttpFetcher::new(settings, Arc::new(loopback_world())).unwrap();
+        assert_eq!(
+            f.fetch(&format!("http://acme.test:{port}/slow")).await,
+            Err(FetchError::Timeout(300))
+        );
+        // The limit covers the body too: a server that stalls mid-body times out.
+        assert_eq!(
+            f.fetch(&format!("http://acme.test:{port}/stall")).await,
+            Err(FetchError::Timeout(300))
+        );
+    }
+
+    #[tokio::test]
+    async fn dns_and_connection_failures_are_told_apart() {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let resolver = loopback_world().host_error(
+            "flaky.test",
+            LookupError::Unavailable {
+                name: "flaky.test".into(),
+                reason: "SERVFAIL".into(),
+            },
+        );
+        let f = fetcher(&["127.0.0.0/8"], resolver);
+        assert_eq!(
+            f.fetch("http://missing.test/").await,
+            Err(FetchError::NoSuchHost("missing.test".into()))
+        );
+        match f.fetch("http://flaky.test/").await {
+            Err(FetchError::Unreachable(why)) => assert!(why.contains("SERVFAIL"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        match f.fetch(&format!("http://acme.test:{closed}/")).await {
+            Err(FetchError::Unreachable(why)) => assert!(!why.is_empty()),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            f.fetch("not a url").await,
+            Err(FetchError::Refused(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn at_most_two_requests_to_one_host_are_in_flight() {
+        let site = Site::default();
+        let port = serve(site.clone()).await;
+        let f = Arc::new(fetcher(&["127.0.0.0/8"], loopback_world()));
+        let tasks: Vec<_> = (0..5)
+            .map(|i| {
+                let f = f.clone();
+                tokio::spawn(
+                    async move { f.fetch(&format!("http://acme.test:{port}/held/{i}")).await },
+                )
+            })
+            .collect();
+        while site.active.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        let slot = f.host_slot("ACME.test");
+        assert_eq!(
+            slot.available_permits(),
+            0,
+            "both slots of the host are taken"
+        );
+        drop(slot);
+        site.release.add_permits(5);
+        for task in tasks {
+            assert_eq!(task.await.unwrap().unwrap().status, 200);
+        }
+        assert_eq!(site.max_active.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn idle_hosts_are_forgotten_when_the_table_is_full() {
+        let f = fetcher(&[], FakeResolver::new());
+        for i in 0..1030 {
+            f.host_slot(&format!("h{i}.test"));
+        }
+        assert!(f.hosts.lock().unwrap().len() < 1030);
+    }
+
+    // The SSRF guard with an empty allow-list: every refusal happens before
+    // any connection, which the tripwire listeners prove.
+
+    #[tokio::test]
+    async fn with_no_allow_list_a_loopback_ip_literal_is_refused_unconnected() {
+        let wire = Tripwire::bind("127.0.0.1:0").unwrap();
+        let f = fetcher(&[], FakeResolver::new());
+        assert_refused(
+            f.fetch(&format!("http://127.0.0.1:{}/contact", wire.port()))
+                .await,
+            "loopback",
+        );
+        wire.assert_untouched();
+    }
+
+    #[tokio::test]
+    async fn with_no_allow_list_ipv6_loopback_is_refused_unconnected() {
+        let f = fetcher(&[], FakeResolver::new());
+        let Some(wire) = Tripwire::bind("[::1]:0") else {
+            // No IPv6 on this machine: the refusal still holds, only the tripwire is missing.
+            assert_refused(f.fetch("http://[::1]:9/").await, "loopback");
+            return;
+        };
+        assert_refused(
+            f.fetch(&format!("http://[::1]:{}/", wire.port())).await,
+            "loopback",
+        );
+        wire.assert_untouched();
+    }
+
+    #[tokio::test]
+    async fn with_no_allow_list_a_name_resolving_to_a_private_address_is_refused() {
+        let wire = Tripwire::bind("127.0.0.1:0").unwrap();
+        let resolver = FakeResolver::new()
+            .host("intranet.test", &["10.0.0.1"])
+            .host("sneaky.test", &["127.0.0.1"])
+            .host("mapped.test", &["::ffff:127.0.0.1"]);
+        let f = fetcher(&[], resolver);
+        assert_refused(
+            f.fetch("http://intranet.test/").await,
+            "10.0.0.1 is a private address",
+        );
+        for host in ["sneaky.test", "mapped.test"] {
+            assert_refused(
+                f.fetch(&format!("http://{host}:{}/", wire.port())).await,
+                "loopback",
+            );
+        }
+        wire.assert_untouched();
+    }
+
+    #[tokio::test]
+    async fn with_no_allow_list_the_cloud_metadata_address_is_refused() {
+        let f = fetcher(
+            &[],
+            FakeResolver::new().host("metadata.test", &["169.254.169.254"]),
+        );
+        assert_refused(
+            f.fetch("http://169.254.169.254/latest/meta-data/").await,
+            "link-local",
+        );
+        assert_refused(f.fetch("http://metadata.test/").await, "link-local");
+    }
+
+    #[tokio::test]
+    async fn a_redirect_from_an_allowed_host_to_a_refused_one_is_not_followed() {
+        // Only 127.0.0.1 is allowed, so the site can be served at all; every
+        // redirect target below is outside that allow-list.
+        let site = Site::default();
+        let port = serve(site.clone()).await;
+        let wire = Tripwire::bind("127.0.0.2:0").unwrap();
+        let resolver = loopback_world().host("intranet.test", &["10.0.0.1"]);
+        let f = fetcher(&["127.0.0.1/32"], resolver);
+        let away = format!("http://acme.test:{port}/away");
+        for (target, mentions) in [
+            (format!("http://127.0.0.2:{}/", wire.port()), "loopback"),
+            (
+                "http://169.254.169.254/latest/meta-data/".to_owned(),
+                "link-local",
+            ),
+            ("http://intranet.test/".to_owned(), "private"),
+            ("http://[::1]/".to_owned(), "loopback"),
+        ] {
+            *site.redirect_to.lock().unwrap() = target.clone();
+            assert_refused(f.fetch(&away).await, mentions);
+        }
+        wire.assert_untouched();
+        // reqwest itself stops at a redirect to another scheme: the redirect
+        // comes back as the answer, and nothing is read from the file.
+        *site.redirect_to.lock().unwrap() = "file:///etc/passwd".into();
+        let page = f.fetch(&away).await.unwrap();
+        assert_eq!((page.status, page.body.len()), (303, 0));
+    }
+}
