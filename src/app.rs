@@ -62,6 +62,16 @@ impl App {
 
     /// [`App::build`] with another clock (tests move time forward by hand).
     pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
+        App::build_with(config, clock, None).await
+    }
+
+    /// [`App::build`] with another clock and, for a simulation, another world for
+    /// the email gate (`None`: the real web and DNS, as `config` says).
+    pub async fn build_with(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        world: Option<EmailWorld>,
+    ) -> anyhow::Result<App> {
         let operator = config.operator()?;
         std::fs::create_dir_all(&config.data_dir).with_context(|| {
             format!(
@@ -87,8 +97,12 @@ impl App {
 
         let shutdown = CancellationToken::new();
         let processes: Arc<dyn ProcessRunner> = Arc::new(SystemProcessRunner);
+        let world = match world {
+            Some(world) => world,
+            None => email_world(&config)?,
+        };
         let registry = Arc::new(GateRegistry::with_operator_gates(
-            email_world(&config)?,
+            world,
             &operator.gates,
             processes.clone(),
         ));

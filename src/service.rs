@@ -486,13 +486,13 @@ impl Service {
             result_hash: digest(&result),
             result,
         };
-        let submission = match self.store.submit(new).await? {
+        let (submission, replayed) = match self.store.submit(new).await? {
             SubmitOutcome::Recorded(s) => {
                 metrics::counter!("quest_submissions_total").increment(1);
                 self.runner.enqueue(s.id);
-                s
+                (s, false)
             }
-            SubmitOutcome::Replayed(s) => s,
+            SubmitOutcome::Replayed(s) => (s, true),
         };
         if submission.verdict == SubmissionVerdict::Pending && !wait.is_zero() {
             let deadline = tokio::time::Instant::now() + wait;
@@ -521,9 +521,11 @@ impl Service {
                 }
             }
         }
-        Ok(submit_response(
-            self.store.submission_view(submission.id).await?,
-        ))
+        let response = submit_response(self.store.submission_view(submission.id).await?);
+        Ok(SubmitResponse {
+            replayed,
+            ..response
+        })
     }
 
     /// Extends a lease.
@@ -672,5 +674,6 @@ fn submit_response(view: SubmissionView) -> SubmitResponse {
         remaining,
         receipt: submission.receipt,
         lease,
+        replayed: false,
     }
 }

@@ -1,6 +1,7 @@
 //! Fakes and helpers for tests: a [`FakeFetcher`] and a [`FakeResolver`] so that
 //! gates run offline, and [`Dnsmasq`], a real DNS server on loopback for the
-//! tests that need one. Nothing in the server uses this module.
+//! tests that need one. The server never uses this module; `quest demo` builds
+//! its simulated world from the same fakes.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};

@@ -294,6 +294,10 @@ pub struct SubmitResponse {
     /// After a FAIL that leaves the quest TODO: the same lease, renewed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
+    /// True when this was the identical retry of the latest submission: its
+    /// recorded verdict, not a new check. A FAIL stays a FAIL until the result changes.
+    #[serde(default)]
+    pub replayed: bool,
 }
 
 /// The body of heartbeat and release.

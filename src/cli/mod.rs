@@ -4,6 +4,7 @@
 //! through [`client::Client`] and prints; exit statuses are listed in [`EXIT_STATUSES`].
 
 pub mod client;
+pub mod demo;
 pub mod review;
 pub mod state;
 
@@ -98,6 +99,9 @@ pub enum Verb {
     Token(TokenVerb),
     /// Print the one-paragraph instruction to paste into an agent.
     AgentPrompt,
+    /// Run the whole loop against a simulated world: a server, agents of
+    /// different quality, the review queue and an export. Nothing to set up.
+    Demo(demo::DemoArgs),
 }
 
 /// `quest submit`.
@@ -253,6 +257,10 @@ fn default_state_dir() -> PathBuf {
 
 /// Runs a client verb and returns its exit status.
 pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
+    if let Verb::Demo(demo) = verb {
+        // The demo brings its own server and tokens.
+        return demo::run(demo).await;
+    }
     let ctx = Ctx::new(args);
     let outcome = match verb {
         Verb::Next => next(&ctx).await,
@@ -264,6 +272,7 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
         Verb::Review(a) => review::run(&ctx, a).await,
         Verb::Token(t) => token(&ctx, t).await,
         Verb::AgentPrompt => agent_prompt(&ctx).await,
+        Verb::Demo(_) => Ok(exit::OK),
     };
     match outcome {
         Ok(code) => ExitCode::from(code),

@@ -403,3 +403,34 @@ async fn operators_scan_watch_review_export_and_manage_tokens() {
         prompt.stdout
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quest_demo_runs_to_completion_and_its_own_check_holds() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("demo.csv");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_quest"))
+        .args(["demo", "--output"])
+        .arg(&output)
+        .env_clear()
+        .env("HOME", dir.path())
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("0 undecided") && stdout.contains("0 accepted") && stdout.contains("OK"),
+        "{stdout}"
+    );
+    for agent in ["careful", "sloppy", "inventing", "freemail"] {
+        assert!(stdout.contains(agent), "{agent} worked: {stdout}");
+    }
+    let export = std::fs::read_to_string(&output).unwrap();
+    assert!(export.starts_with("company,city,quest_state"), "{export}");
+    assert_eq!(export.lines().count(), 31, "30 companies and a header");
+}

@@ -125,6 +125,10 @@ async fn the_identical_retry_returns_the_recorded_verdict_without_a_new_try() {
         .expect(200);
     assert_eq!(retry["submission_id"], first["submission_id"]);
     assert_eq!(retry["tries"], 1, "a network retry costs no try");
+    assert_eq!(
+        (first["replayed"].as_bool(), retry["replayed"].as_bool()),
+        (Some(false), Some(true))
+    );
 
     let pass = app
         .submit(&agent, &quest, &lease, json!({"email": "a@b.test"}))
@@ -643,4 +647,56 @@ async fn shutdown_ends_event_streams_instead_of_waiting_on_them() {
         "the server stopped although a client was watching events"
     );
     while let Ok(Some(_)) = events.chunk().await {}
+}
+
+#[tokio::test]
+async fn the_prompt_calls_out_a_doom_loop_only_when_the_facts_repeat() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(contact_config(5), companies(2)).await;
+
+    let (q1, l1) = assigned(&app.next(&agent, &session, "a").await);
+    app.submit(&agent, &q1, &l1, json!({"email": 1}))
+        .await
+        .expect(200);
+    let prompt = app.next(&agent, &session, "a").await["prompt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        !prompt.contains("failed twice"),
+        "one FAIL is no loop: {prompt}"
+    );
+    app.submit(&agent, &q1, &l1, json!({"email": 1, "note": "again"}))
+        .await
+        .expect(200);
+    let prompt = app.next(&agent, &session, "a").await["prompt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        prompt.contains("failed twice with the same facts"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("Tries left: 3 of 5"), "{prompt}");
+
+    let (q2, l2) = assigned(&app.next(&agent, &session, "b").await);
+    app.submit(&agent, &q2, &l2, json!({"email": 1}))
+        .await
+        .expect(200);
+    app.submit(&agent, &q2, &l2, json!({"email": "no-at-sign"}))
+        .await
+        .expect(200);
+    let prompt = app.next(&agent, &session, "b").await["prompt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        !prompt.contains("failed twice"),
+        "different facts are progress: {prompt}"
+    );
+    assert!(
+        prompt.contains("no-at-sign"),
+        "the last facts are in the prompt: {prompt}"
+    );
 }

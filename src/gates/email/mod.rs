@@ -31,7 +31,9 @@ use self::lists::Lists;
 use self::page::{Found, PageText};
 use super::dns::{MailAnswer, Resolver};
 use super::fetch::{CachedFetcher, FetchError, Fetcher, Page};
-use super::{Gate, GateConfigError, GateOutcome};
+use super::{Gate, GateConfigError, GateOutcome, GatePrompt};
+use crate::domain::session::Example;
+use crate::domain::verify::Question;
 use crate::domain::{Fact, Verdict};
 
 /// The registry name of this gate.
@@ -164,6 +166,44 @@ impl Gate for EmailGate {
 
     fn version(&self) -> &'static str {
         "1"
+    }
+
+    fn default_prompt(&self) -> GatePrompt {
+        GatePrompt {
+            task: "Find the official website of the company in the input and a contact email address \
+                   published on that website. Submit three fields: `site`, the company's homepage URL; \
+                   `email`, the address exactly as the page shows it; `source`, the URL of the page on \
+                   that website where the address appears. The server fetches `source` and checks that \
+                   the address is really there and that its domain accepts mail, so never guess or build \
+                   an address: copy one you have seen. Prefer a general address (info@, contact@, sales@) \
+                   on the company's own domain."
+                .into(),
+            example: Some(Example {
+                input: Value::Null,
+                result: serde_json::json!({
+                    "site": "https://acme.co.kr",
+                    "email": "info@acme.co.kr",
+                    "source": "https://acme.co.kr/contact"
+                }),
+            }),
+        }
+    }
+
+    fn declared_fields(&self) -> Vec<String> {
+        ["site", "email", "source"].map(String::from).to_vec()
+    }
+
+    fn default_questions(&self) -> Vec<Question> {
+        vec![
+            Question::yes_flags(
+                "Does the evidence suggest that the email address belongs to a different company, \
+                 person or organisation than the company in the input?",
+            ),
+            Question::yes_flags(
+                "Is the website in the result the site of a different company than the one in the input \
+                 (for example a directory, a marketplace or a namesake)?",
+            ),
+        ]
     }
 
     async fn check(&self, _input: &Value, result: &Value) -> GateOutcome {
