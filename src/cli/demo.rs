@@ -240,7 +240,7 @@ impl Style {
                 } else {
                     seen
                 };
-                (candidates[n as usize % candidates.len()].clone(), source)
+                (candidates[(n as usize).saturating_sub(1) % candidates.len()].clone(), source)
             }
         };
         json!({"site": site, "email": email, "source": source})
