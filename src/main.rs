@@ -27,6 +27,9 @@ enum Command {
     Serve(Config),
     /// Print the OpenAPI document.
     Openapi,
+    /// Run the whole loop against a simulated world: a server, agents of
+    /// different quality, the review queue and an export. Nothing to set up.
+    Demo(cli::demo::DemoArgs),
     #[command(flatten)]
     Client(Verb),
 }
@@ -68,6 +71,7 @@ async fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Command::Demo(args) => cli::demo::run(args).await,
         Command::Client(verb) => cli::run(cli.client, verb).await,
     }
 }

@@ -487,6 +487,13 @@ impl Service {
             result,
         };
         let (submission, replayed) = match self.store.submit(new).await? {
+            SubmitOutcome::Recorded(s) if wait.is_zero() => {
+                // No wait: answer with the state as recorded, before the gate can race it.
+                metrics::counter!("quest_submissions_total").increment(1);
+                let response = submit_response(self.store.submission_view(s.id).await?);
+                self.runner.enqueue(s.id);
+                return Ok(response);
+            }
             SubmitOutcome::Recorded(s) => {
                 metrics::counter!("quest_submissions_total").increment(1);
                 self.runner.enqueue(s.id);
@@ -597,6 +604,11 @@ impl Service {
         })
     }
 
+    /// Gives a reviewer's claim back.
+    pub async fn release_review(&self, reviewer: &str, quest_id: Uuid) -> Result<(), ServiceError> {
+        Ok(self.store.release_review(quest_id, reviewer).await?)
+    }
+
     /// Approves or rejects a REVIEW quest.
     pub async fn decide_review(
         &self,
@@ -609,6 +621,12 @@ impl Service {
             return Err(invalid(
                 "invalid_note",
                 "the note is longer than 10000 bytes; shorten it",
+            ));
+        }
+        if decision == Decision::Reject && note.trim().is_empty() {
+            return Err(invalid(
+                "note_required",
+                "a rejection needs a note that says what is wrong, for the record and the export",
             ));
         }
         self.store

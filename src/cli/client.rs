@@ -2,6 +2,7 @@
 //! client verb can fail, each with its exit status and one line that says what to do.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde::Serialize;
@@ -79,11 +80,8 @@ impl CliError {
                     (403, _) => {
                         " (ask an admin for a token with that role: `quest token create --role ROLE`)"
                     }
-                    (409, "lease_lost" | "lease_expired") => {
-                        " (run `quest next` to lease a quest again)"
-                    }
-                    (409, "quest_locked") => {
-                        " (this quest is decided; run `quest next` for another)"
+                    (409, "lease_lost" | "lease_expired" | "quest_locked") => {
+                        " (the CLI verb is `quest next`)"
                     }
                     _ => "",
                 };
@@ -100,6 +98,9 @@ impl CliError {
     }
 }
 
+/// How long a request may take unless its route says otherwise.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// A client for one server and token.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -113,6 +114,8 @@ impl Client {
     pub fn new(base: &str, token: Option<String>) -> Client {
         let http = reqwest::Client::builder()
             .user_agent(concat!("quest-cli/", env!("CARGO_PKG_VERSION")))
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(REQUEST_TIMEOUT)
             .build()
             .expect("a reqwest client with default settings builds");
         Client {
@@ -175,9 +178,26 @@ impl Client {
         self.send(self.request(Method::POST, path).json(body)).await
     }
 
+    /// POST a JSON body to a route that may take up to `timeout` to answer.
+    pub async fn post_with_timeout<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        timeout: Duration,
+    ) -> Result<(StatusCode, T), CliError> {
+        self.send(self.request(Method::POST, path).json(body).timeout(timeout))
+            .await
+    }
+
     /// DELETE a resource.
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
         Ok(self.send(self.request(Method::DELETE, path)).await?.1)
+    }
+
+    /// DELETE a resource that answers with no body (204).
+    pub async fn delete_empty(&self, path: &str) -> Result<(), CliError> {
+        let (_, ()) = self.send(self.request(Method::DELETE, path)).await?;
+        Ok(())
     }
 
     /// POST a multipart form (a scan).

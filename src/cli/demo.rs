@@ -89,11 +89,18 @@ const SECOND: [&str; 6] = [
 fn companies(n: usize) -> Vec<Company> {
     (0..n)
         .map(|i| {
-            let name = format!(
+            let round = i / (FIRST.len() * SECOND.len());
+            let base = format!(
                 "{} {}",
                 FIRST[i % FIRST.len()],
                 SECOND[(i / FIRST.len()) % SECOND.len()]
             );
+            // Past every first × second pair, a number keeps names unique.
+            let name = if round == 0 {
+                base
+            } else {
+                format!("{base} {}", round + 1)
+            };
             let slug = name.to_ascii_lowercase().replace(' ', "-");
             let domain = format!("{slug}.test");
             let kind = match i % 10 {
@@ -240,7 +247,10 @@ impl Style {
                 } else {
                     seen
                 };
-                (candidates[(n as usize).saturating_sub(1) % candidates.len()].clone(), source)
+                (
+                    candidates[(n as usize).saturating_sub(1) % candidates.len()].clone(),
+                    source,
+                )
             }
         };
         json!({"site": site, "email": email, "source": source})
@@ -249,8 +259,11 @@ impl Style {
 
 /// The email addresses mentioned in facts (the gate lists those on the page).
 fn addresses_in(facts: &[Fact]) -> Vec<String> {
-    let pattern = regex::Regex::new(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
-        .expect("a valid pattern");
+    static PATTERN: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+            .expect("a valid pattern")
+    });
+    let pattern = &*PATTERN;
     let mut out = Vec::new();
     for f in facts {
         for m in pattern.find_iter(&format!("{} {}", f.hint, f.actual)) {
@@ -508,8 +521,9 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
         .iter()
         .flat_map(|(_, t)| t.invented.iter())
         .collect();
-    let (mut undecided, mut false_pass, mut passed) = (0, Vec::new(), 0);
+    let (mut undecided, mut false_pass, mut passed, mut exported) = (0, Vec::new(), 0, 0);
     for line in rows.lines() {
+        exported += 1;
         let row: Map<String, Value> =
             serde_json::from_str(line).map_err(|e| CliError::Garbled(e.to_string()))?;
         let key = row
@@ -529,16 +543,26 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
                     false_pass.push(format!("{key}: {email}"));
                 }
             }
-            Some("TODO") | None => undecided += 1,
-            _ => {}
+            Some("REVIEW" | "DONE") => {}
+            // TODO, or anything unexpected: not decided.
+            _ => undecided += 1,
         }
     }
+    // The check counts the server's own figures too, so an empty or short export cannot pass it.
+    let status: crate::api::Status = admin
+        .get(&format!("/v1/sessions/{}/status", session.id))
+        .await?;
     server.abort();
-    let ok = undecided == 0 && false_pass.is_empty();
+    let complete = exported == everyone.len()
+        && status.total == everyone.len() as u64
+        && status.remaining == 0;
+    let ok = complete && undecided == 0 && false_pass.is_empty();
     println!(
-        "\nCheck: {} quests, {undecided} undecided; {passed} PASS, every one an address really on the company's page; \
+        "\nCheck: {exported} of {} quests exported, {undecided} undecided (the server counts {} remaining); \
+         {passed} PASS, every one an address really on the company's page; \
          {} invented addresses submitted, {} accepted. {}",
         everyone.len(),
+        status.remaining,
         invented.len(),
         false_pass.len(),
         if ok { "OK" } else { "FAILED" }

@@ -18,7 +18,7 @@ use uuid::Uuid;
 use self::client::{CliError, Client, print_json};
 use self::state::{Held, StateFile};
 use crate::api::{
-    CreateTokenRequest, CreatedToken, NextRequest, NextResponse, Session, Status, Submission,
+    CreateTokenRequest, CreatedToken, NextRequest, NextResponse, Session, Status, SubmissionDetail,
     SubmitRequest, SubmitResponse, Token,
 };
 use crate::domain::{Fact, Role, State, SubmissionVerdict};
@@ -86,6 +86,10 @@ pub enum Verb {
     Submit(SubmitArgs),
     /// Follow a PENDING submission until it has a verdict.
     Wait(WaitArgs),
+    /// Extend the lease on the quest this agent holds (for work longer than the lease).
+    Heartbeat,
+    /// Give the quest this agent holds back, without using a try.
+    Release,
     /// Progress of every session, with bars.
     Status(StatusArgs),
     /// Create a session from a table (CSV, XLSX, JSONL, TXT).
@@ -99,9 +103,6 @@ pub enum Verb {
     Token(TokenVerb),
     /// Print the one-paragraph instruction to paste into an agent.
     AgentPrompt,
-    /// Run the whole loop against a simulated world: a server, agents of
-    /// different quality, the review queue and an export. Nothing to set up.
-    Demo(demo::DemoArgs),
 }
 
 /// `quest submit`.
@@ -204,16 +205,36 @@ pub struct Ctx {
 
 impl Ctx {
     /// Resolves the token and the state file from the arguments.
-    pub fn new(args: ClientArgs) -> Ctx {
-        let token = args.token.clone().or_else(local_admin_token);
-        let client = Client::new(&args.url, token);
+    pub fn new(args: ClientArgs) -> Result<Ctx, CliError> {
+        let url = url::Url::parse(&args.url)
+            .ok()
+            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+            .ok_or_else(|| {
+                CliError::Usage(format!(
+                    "QUEST_URL / --url `{}` is not a server URL; write it like http://127.0.0.1:8080",
+                    args.url
+                ))
+            })?;
+        let given = args.token.clone().filter(|t| !t.trim().is_empty());
+        // The local admin token only ever goes to a server on this machine.
+        let token = given.or_else(|| is_loopback(&url).then(local_admin_token).flatten());
+        let client = Client::new(&args.url, token.clone());
         let dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
-        let state = StateFile::new(&dir, client.base(), args.agent.as_deref().unwrap_or(""));
-        Ctx {
+        // One state file per server, token and agent name: agents never share a lease.
+        let identity = format!(
+            "{}\n{}",
+            token
+                .as_deref()
+                .map(crate::domain::token_hash)
+                .unwrap_or_default(),
+            args.agent.as_deref().unwrap_or("")
+        );
+        let state = StateFile::new(&dir, client.base(), &identity);
+        Ok(Ctx {
             args,
             client,
             state,
-        }
+        })
     }
 
     /// The session to work on: `--session`, else the most recent (said on stderr).
@@ -232,6 +253,16 @@ impl Ctx {
             newest.name, newest.id
         );
         Ok(newest.id)
+    }
+}
+
+/// Whether the URL names this machine.
+fn is_loopback(url: &url::Url) -> bool {
+    match url.host() {
+        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
     }
 }
 
@@ -257,11 +288,10 @@ fn default_state_dir() -> PathBuf {
 
 /// Runs a client verb and returns its exit status.
 pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
-    if let Verb::Demo(demo) = verb {
-        // The demo brings its own server and tokens.
-        return demo::run(demo).await;
-    }
-    let ctx = Ctx::new(args);
+    let ctx = match Ctx::new(args) {
+        Ok(ctx) => ctx,
+        Err(e) => return e.report(),
+    };
     let outcome = match verb {
         Verb::Next => next(&ctx).await,
         Verb::Submit(a) => submit(&ctx, a).await,
@@ -272,7 +302,8 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
         Verb::Review(a) => review::run(&ctx, a).await,
         Verb::Token(t) => token(&ctx, t).await,
         Verb::AgentPrompt => agent_prompt(&ctx).await,
-        Verb::Demo(_) => Ok(exit::OK),
+        Verb::Heartbeat => heartbeat(&ctx).await,
+        Verb::Release => release(&ctx).await,
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -352,7 +383,12 @@ fn result_of(args: &SubmitArgs) -> Result<Map<String, Value>, CliError> {
         (None, None) => Map::new(),
     };
     for field in &args.fields {
-        let (name, value) = if let Some((name, json)) = field.split_once(":=") {
+        // The first `=` splits name from value; `name:=json` marks a JSON value.
+        let json_form = field
+            .find('=')
+            .is_some_and(|i| i > 0 && field.as_bytes()[i - 1] == b':');
+        let (name, value) = if let Some((name, json)) = field.split_once(":=").filter(|_| json_form)
+        {
             let value = serde_json::from_str(json).map_err(|e| {
                 usage(format!(
                     "--field {field}: the value after `:=` must be JSON ({e})"
@@ -398,16 +434,20 @@ async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<u8, CliError> {
         ));
     };
     let path = format!("/v1/quests/{quest}/submit?wait={}", args.wait);
+    // The server waits up to `wait` seconds for the verdict; leave it that long and a margin.
+    let timeout = Duration::from_secs(u64::from(args.wait) + 30);
     let (_, answer): (_, SubmitResponse) = ctx
         .client
-        .post(
+        .post_with_timeout(
             &path,
             &SubmitRequest {
                 lease_id: lease,
                 result,
             },
+            timeout,
         )
-        .await?;
+        .await
+        .map_err(forgotten_quest)?;
     held.submission_id = Some(answer.submission_id);
     if answer.state != State::Todo || answer.phase == Some(crate::domain::Phase::Verifying) {
         held.quest_id = None;
@@ -425,6 +465,12 @@ async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<u8, CliError> {
             Some(answer.max_tries.saturating_sub(answer.tries)),
             &answer.facts,
         );
+        if answer.replayed && answer.state == State::Todo {
+            println!(
+                "This result is identical to your last submission, so nothing was checked again and no try was used: \
+                 change the result before you submit."
+            );
+        }
         if answer.verdict == SubmissionVerdict::Pending {
             println!(
                 "Run `quest wait` to follow submission {}.",
@@ -435,6 +481,75 @@ async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<u8, CliError> {
         }
     }
     Ok(verdict_status(answer.verdict, answer.state))
+}
+
+/// A 404 for the quest this agent remembers: the server does not know it (a new
+/// data dir, another server), so the remembered lease is stale.
+fn forgotten_quest(e: CliError) -> CliError {
+    match e {
+        CliError::Refused { status, code, .. } if status == reqwest::StatusCode::NOT_FOUND => CliError::Refused {
+            status,
+            code,
+            message: "the server does not know the quest this agent remembers (another server or a new data dir); \
+                      run `quest next`"
+                .into(),
+        },
+        other => other,
+    }
+}
+
+async fn heartbeat(ctx: &Ctx) -> Result<u8, CliError> {
+    let held = ctx.state.load();
+    let (Some(quest), Some(lease)) = (held.quest_id, held.lease_id) else {
+        return Err(CliError::Usage(
+            "no quest is leased by this agent: run `quest next` first".into(),
+        ));
+    };
+    let (_, renewed): (_, crate::api::Lease) = ctx
+        .client
+        .post(
+            &format!("/v1/quests/{quest}/heartbeat"),
+            &crate::api::LeaseRequest { lease_id: lease },
+        )
+        .await
+        .map_err(forgotten_quest)?;
+    if ctx.args.json {
+        print_json(&renewed);
+    } else {
+        println!(
+            "The lease on {} runs until {}.",
+            held.key.unwrap_or_default(),
+            renewed.expires_at
+        );
+    }
+    Ok(exit::OK)
+}
+
+async fn release(ctx: &Ctx) -> Result<u8, CliError> {
+    let mut held = ctx.state.load();
+    let (Some(quest), Some(lease)) = (held.quest_id, held.lease_id) else {
+        return Err(CliError::Usage(
+            "no quest is leased by this agent: nothing to release".into(),
+        ));
+    };
+    let (_, ()): (_, ()) = ctx
+        .client
+        .post(
+            &format!("/v1/quests/{quest}/release"),
+            &crate::api::LeaseRequest { lease_id: lease },
+        )
+        .await
+        .map_err(forgotten_quest)?;
+    held.quest_id = None;
+    held.lease_id = None;
+    ctx.state
+        .save(&held)
+        .map_err(|e| CliError::Usage(format!("cannot write the state file: {e}")))?;
+    println!(
+        "Released {}; another agent can take it. Run `quest next` for a quest.",
+        held.key.unwrap_or_default()
+    );
+    Ok(exit::OK)
 }
 
 /// The exit status for a verdict and the quest's state after it.
@@ -497,16 +612,20 @@ async fn wait(ctx: &Ctx, args: WaitArgs) -> Result<u8, CliError> {
         .or(held.submission_id)
         .ok_or_else(|| CliError::Usage("no submission to follow: pass its id".into()))?;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
-    let submission: Submission = loop {
-        let s: Submission = ctx.client.get(&format!("/v1/submissions/{id}")).await?;
-        if s.verdict != SubmissionVerdict::Pending || tokio::time::Instant::now() >= deadline {
-            break s;
+    let detail: SubmissionDetail = loop {
+        let d: SubmissionDetail = ctx.client.get(&format!("/v1/submissions/{id}")).await?;
+        if d.submission.verdict != SubmissionVerdict::Pending
+            || tokio::time::Instant::now() >= deadline
+        {
+            break d;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     };
-    let state = submission.state_after.unwrap_or(State::Todo);
-    if submission.verdict != SubmissionVerdict::Pending
-        && state != State::Todo
+    let verdict = detail.submission.verdict;
+    let state = detail.submission.state_after.unwrap_or(detail.state);
+    let decided = verdict != SubmissionVerdict::Pending;
+    if decided
+        && (state != State::Todo || detail.phase == Some(crate::domain::Phase::Verifying))
         && held.submission_id == Some(id)
     {
         held.quest_id = None;
@@ -514,11 +633,14 @@ async fn wait(ctx: &Ctx, args: WaitArgs) -> Result<u8, CliError> {
         let _ = ctx.state.save(&held);
     }
     if ctx.args.json {
-        print_json(&submission);
+        print_json(&detail);
     } else {
-        print_verdict(submission.verdict, state, None, &submission.facts);
+        let left = detail
+            .max_tries
+            .saturating_sub(detail.submission.tries_after.unwrap_or(detail.tries));
+        print_verdict(verdict, state, Some(left), &detail.submission.facts);
     }
-    Ok(verdict_status(submission.verdict, state))
+    Ok(verdict_status(verdict, state))
 }
 
 /// A text progress bar of `width` cells: PASS `#`, REVIEW `?`, DONE `x`, remaining `.`.
@@ -526,13 +648,24 @@ pub fn bar(s: &Status, width: usize) -> String {
     let total = s.total.max(1) as f64;
     let cells = |n: u64| ((n as f64 / total) * width as f64).round() as usize;
     let (pass, review, done) = (cells(s.pass), cells(s.review), cells(s.done));
-    let used = (pass + review + done).min(width);
+    // Rounding may overshoot by a cell: trim the largest part back to the width.
+    let (mut pass, mut review, mut done) = (pass, review, done);
+    while pass + review + done > width {
+        let largest = if pass >= review && pass >= done {
+            &mut pass
+        } else if review >= done {
+            &mut review
+        } else {
+            &mut done
+        };
+        *largest -= 1;
+    }
     format!(
         "[{}{}{}{}]",
         "#".repeat(pass),
         "?".repeat(review),
         "x".repeat(done),
-        ".".repeat(width - used)
+        ".".repeat(width - pass - review - done)
     )
 }
 
@@ -540,12 +673,7 @@ async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, CliError> {
     loop {
         let sessions: Vec<Session> = ctx.client.get("/v1/sessions").await?;
         if ctx.args.json {
-            print_json(
-                &sessions
-                    .iter()
-                    .map(|s| s.status.clone())
-                    .collect::<Vec<_>>(),
-            );
+            print_json(&sessions);
         } else {
             if args.watch {
                 print!("\x1b[2J\x1b[H");
@@ -577,6 +705,7 @@ pub fn status_table(sessions: &[Session]) -> String {
         let st = &s.status;
         let eta = st
             .eta_seconds
+            .filter(|_| st.remaining > 0)
             .map_or_else(|| "-".to_owned(), |e| format!("{}m{:02}s", e / 60, e % 60));
         let name: String = s.name.chars().take(24).collect();
         out.push_str(&format!(
@@ -644,8 +773,12 @@ async fn scan(ctx: &Ctx, args: ScanArgs) -> Result<u8, CliError> {
     if total < 1024 * 1024 {
         progress.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
-        bytes.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
+    // Slices of one buffer: the upload is not copied again to count its progress.
+    let bytes = axum::body::Bytes::from(bytes);
+    let chunks: Vec<Result<axum::body::Bytes, std::io::Error>> = (0..bytes.len())
+        .step_by(64 * 1024)
+        .map(|start| Ok(bytes.slice(start..(start + 64 * 1024).min(bytes.len()))))
+        .collect();
     let counted = {
         let progress = progress.clone();
         futures_util::StreamExt::map(futures_util::stream::iter(chunks), move |chunk| {
@@ -767,6 +900,10 @@ pub fn agent_instruction(url: &str, session: Uuid) -> String {
          run it again), 11 when the session is finished (stop).\n\
          - `quest submit --field NAME=VALUE ...` exits 0 on PASS, 1 on FAIL (read every fact and hint, fix the \
          result, submit again), 2 on REVIEW and 3 on DONE (both: move on with `quest next`), 4 on PENDING (run `quest wait`).\n\
+         - Submitting the very same result again changes nothing: change it according to the facts.\n\
+         - A lease lasts a few minutes: for long work run `quest heartbeat` now and then; `quest release` gives a quest back.\n\
+         - Exit 75 means the lease is gone or the quest is decided: run `quest next`. Exit 69: the server is \
+         unreachable, wait and retry. Exit 77: your token is missing or lacks the agent role: stop and ask.\n\
          - Never claim a quest is done yourself: only the gate's PASS counts. Submit what you found, not what you guess.\n"
     )
 }
@@ -807,6 +944,19 @@ mod tests {
             args(&[], None),
         ] {
             assert!(matches!(result_of(&bad), Err(CliError::Usage(_))));
+        }
+    }
+
+    #[test]
+    fn only_this_machine_gets_the_local_admin_token() {
+        for (url, local) in [
+            ("http://127.0.0.1:8080", true),
+            ("http://localhost:8080", true),
+            ("http://[::1]:8080", true),
+            ("https://quest.example.org", false),
+            ("http://10.0.0.5:8080", false),
+        ] {
+            assert_eq!(is_loopback(&url::Url::parse(url).unwrap()), local, "{url}");
         }
     }
 

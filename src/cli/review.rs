@@ -7,7 +7,8 @@ use uuid::Uuid;
 
 use super::client::{CliError, print_json};
 use super::{Ctx, exit};
-use crate::api::{Quest, ReviewClaim};
+use crate::api::{Quest, ReviewClaim, ReviewRequest};
+use crate::domain::Decision;
 
 /// `quest review`.
 #[derive(Debug, clap::Args)]
@@ -51,8 +52,8 @@ pub async fn run(ctx: &Ctx, args: ReviewArgs) -> Result<u8, CliError> {
             }
             Ok(exit::OK)
         }
-        Some(ReviewVerb::Approve { id, note }) => decide(ctx, id, "approve", &note).await,
-        Some(ReviewVerb::Reject { id, note }) => decide(ctx, id, "reject", &note).await,
+        Some(ReviewVerb::Approve { id, note }) => decide(ctx, id, Decision::Approve, note).await,
+        Some(ReviewVerb::Reject { id, note }) => decide(ctx, id, Decision::Reject, note).await,
         None => interactive(ctx).await,
     }
 }
@@ -64,12 +65,12 @@ async fn queue(ctx: &Ctx) -> Result<Vec<Quest>, CliError> {
         .await
 }
 
-async fn decide(ctx: &Ctx, id: Uuid, decision: &str, note: &str) -> Result<u8, CliError> {
+async fn decide(ctx: &Ctx, id: Uuid, decision: Decision, note: String) -> Result<u8, CliError> {
     let (_, quest): (_, Quest) = ctx
         .client
         .post(
             &format!("/v1/review/{id}"),
-            &json!({"decision": decision, "note": note}),
+            &ReviewRequest { decision, note },
         )
         .await?;
     if ctx.args.json {
@@ -124,6 +125,17 @@ fn ask(prompt: &str) -> Option<String> {
     }
 }
 
+/// Gives a review claim back; a failure only means it expires on its own.
+async fn release(ctx: &Ctx, quest: Uuid) {
+    if let Err(e) = ctx
+        .client
+        .delete_empty(&format!("/v1/review/{quest}/claim"))
+        .await
+    {
+        eprintln!("{} (the claim will expire on its own)", e.line());
+    }
+}
+
 async fn interactive(ctx: &Ctx) -> Result<u8, CliError> {
     let queue = queue(ctx).await?;
     if queue.is_empty() {
@@ -144,30 +156,40 @@ async fn interactive(ctx: &Ctx) -> Result<u8, CliError> {
         println!("{}", describe(&quest));
         let decision = loop {
             match ask("[a]pprove, [r]eject, [s]kip, [q]uit? ").as_deref() {
-                Some("a") => break "approve",
-                Some("r") => break "reject",
-                Some("s") => break "skip",
+                Some("a") => break Some(Decision::Approve),
+                Some("r") => break Some(Decision::Reject),
+                Some("s") => break None,
                 Some("q") | None => {
+                    // Give the claim back, so that the next reviewer need not wait for it to expire.
+                    release(ctx, quest.id).await;
                     println!("Approved {approved}, rejected {rejected}, skipped {skipped}.");
                     return Ok(exit::OK);
                 }
                 Some(_) => println!("Type a, r, s or q."),
             }
         };
-        if decision == "skip" {
+        let Some(decision) = decision else {
+            release(ctx, quest.id).await;
             skipped += 1;
             continue;
-        }
-        let note = if decision == "reject" {
-            ask("note (why it is wrong): ").unwrap_or_default()
-        } else {
-            ask("note (optional): ").unwrap_or_default()
         };
-        decide(ctx, quest.id, decision, &note).await?;
-        if decision == "approve" {
-            approved += 1;
-        } else {
-            rejected += 1;
+        let note = match decision {
+            Decision::Reject => loop {
+                match ask("note (why it is wrong; required): ") {
+                    Some(note) if !note.trim().is_empty() => break note,
+                    Some(_) => println!("A rejection needs a note."),
+                    None => {
+                        release(ctx, quest.id).await;
+                        return Ok(exit::OK);
+                    }
+                }
+            },
+            Decision::Approve => ask("note (optional): ").unwrap_or_default(),
+        };
+        decide(ctx, quest.id, decision, note).await?;
+        match decision {
+            Decision::Approve => approved += 1,
+            Decision::Reject => rejected += 1,
         }
     }
     println!("Approved {approved}, rejected {rejected}, skipped {skipped}.");

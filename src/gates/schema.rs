@@ -128,12 +128,8 @@ impl Rule {
     }
 }
 
-/// An example result for a schema: its own first `examples` entry, else a
-/// skeleton of its declared properties with a placeholder per type.
-fn example_of(schema: &Value) -> Option<Value> {
-    if let Some(example) = schema.get("examples").and_then(|e| e.get(0)) {
-        return Some(example.clone());
-    }
+/// A skeleton of a schema's declared properties, with a placeholder per type.
+fn skeleton_of(schema: &Value) -> Option<Value> {
     let properties = schema.get("properties")?.as_object()?;
     let skeleton = properties
         .iter()
@@ -197,14 +193,22 @@ impl Gate for SchemaGate {
 
     fn default_prompt(&self) -> GatePrompt {
         let schema = serde_json::to_string_pretty(&self.schema).unwrap_or_default();
+        let shape = skeleton_of(&self.schema)
+            .map(|s| format!("\nIts shape, with a placeholder for each value: {s}"))
+            .unwrap_or_default();
         GatePrompt {
             task: format!(
-                "Produce the result for the input below as one JSON object that satisfies this JSON Schema:\n{schema}"
+                "Produce the result for the input below as one JSON object that satisfies this JSON Schema:\n{schema}{shape}"
             ),
-            example: example_of(&self.schema).map(|result| Example {
-                input: Value::Null,
-                result,
-            }),
+            // Only the schema's own `examples` are correct results; a made-up one could contradict the schema.
+            example: self
+                .schema
+                .get("examples")
+                .and_then(|e| e.get(0))
+                .map(|result| Example {
+                    input: Value::Null,
+                    result: result.clone(),
+                }),
         }
     }
 
@@ -371,12 +375,19 @@ mod tests {
     }
 
     #[test]
-    fn the_default_prompt_shows_the_schema_and_an_example() {
+    fn the_default_prompt_shows_the_schema_its_shape_and_only_real_examples() {
         let prompt = contact_gate().default_prompt();
         assert!(prompt.task.contains("\"required\""), "{}", prompt.task);
-        assert_eq!(
-            prompt.example.unwrap().result,
-            json!({"email": "<email>", "confidence": "high"})
+        assert!(
+            prompt
+                .task
+                .contains(r#"{"email":"<email>","confidence":"high"}"#),
+            "{}",
+            prompt.task
+        );
+        assert!(
+            prompt.example.is_none(),
+            "a made-up skeleton is never offered as a correct result"
         );
         let own = gate(json!({"schema": {"examples": [{"n": 1}]}})).default_prompt();
         assert_eq!(own.example.unwrap().result, json!({"n": 1}));

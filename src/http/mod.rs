@@ -92,7 +92,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(quests::get_quest))
         .routes(routes!(quests::get_submission))
         .routes(routes!(review::list_review_queue))
-        .routes(routes!(review::claim_review))
+        .routes(routes!(review::claim_review, review::release_review))
         .routes(routes!(review::decide_review))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))

@@ -45,7 +45,21 @@ pub async fn claim_review(
     ))
 }
 
-/// Approves (→ PASS) or rejects (→ DONE) a REVIEW quest, with a note.
+/// Gives a review claim back (a skip), so another reviewer can take the quest.
+#[utoipa::path(delete, path = "/v1/review/{quest_id}/claim", tag = "review", operation_id = "release_review",
+    params(("quest_id" = Uuid, Path, description = "Quest id")),
+    responses((status = 204, description = "Released"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
+pub async fn release_review(
+    State(state): State<AppState>,
+    caller: Caller<Review>,
+    Path(quest_id): Path<Uuid>,
+) -> Result<axum::http::StatusCode, ApiError> {
+    state.service.release_review(&caller.name, quest_id).await?;
+    Ok(axum::http::StatusCode::NO_CONTENT)
+}
+
+/// Approves (→ PASS) or rejects (→ DONE) a REVIEW quest, with a note (required to reject).
 #[utoipa::path(post, path = "/v1/review/{quest_id}", tag = "review", operation_id = "decide_review",
     params(("quest_id" = Uuid, Path, description = "Quest id")), request_body = ReviewRequest,
     responses((status = 200, body = Quest), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),

@@ -458,6 +458,8 @@ pub trait Store: Send + Sync + 'static {
         reviewer: &str,
         seconds: u32,
     ) -> Result<QuestRow, StoreError>;
+    /// Gives a reviewer's claim back (a skip), so that others can take the quest at once.
+    async fn release_review(&self, quest_id: Uuid, reviewer: &str) -> Result<(), StoreError>;
     /// Approves (→ PASS) or rejects (→ DONE) a quest in REVIEW.
     async fn decide_review(
         &self,

@@ -494,7 +494,7 @@ async fn live_lease(
 /// Whether the last two FAILs of a quest carried the same facts.
 async fn repeated_failure(conn: &mut SqliteConnection, quest_id: Uuid) -> Result<bool, StoreError> {
     let facts: Vec<String> = sqlx::query_scalar(
-        "SELECT facts FROM submissions WHERE quest_id = ? AND verdict = 'FAIL' ORDER BY created_at DESC LIMIT 2",
+        "SELECT facts FROM submissions WHERE quest_id = ? AND verdict = 'FAIL' ORDER BY created_at DESC, id DESC LIMIT 2",
     )
     .bind(quest_id.to_string())
     .fetch_all(conn)
@@ -1115,6 +1115,24 @@ async fn finish_verification(
     fetch_quest(&mut ctx.conn, quest.id).await
 }
 
+async fn release_review(
+    ctx: &mut WriteCtx,
+    quest_id: Uuid,
+    reviewer: String,
+) -> Result<(), StoreError> {
+    let quest = fetch_quest(&mut ctx.conn, quest_id).await?;
+    check_reviewable(ctx, &quest, &reviewer)?;
+    sqlx::query(
+        "UPDATE quests SET review_claimed_by = NULL, review_claim_expires_at = NULL
+         WHERE id = ? AND review_claimed_by = ?",
+    )
+    .bind(quest_id.to_string())
+    .bind(&reviewer)
+    .execute(&mut ctx.conn)
+    .await?;
+    Ok(())
+}
+
 async fn claim_review(
     ctx: &mut WriteCtx,
     quest_id: Uuid,
@@ -1613,6 +1631,11 @@ impl Store for SqliteStore {
         let reviewer = reviewer.to_owned();
         write!(self, |ctx| claim_review(ctx, quest_id, reviewer, seconds)
             .await)
+    }
+
+    async fn release_review(&self, quest_id: Uuid, reviewer: &str) -> Result<(), StoreError> {
+        let reviewer = reviewer.to_owned();
+        write!(self, |ctx| release_review(ctx, quest_id, reviewer).await)
     }
 
     async fn decide_review(

@@ -434,3 +434,124 @@ async fn quest_demo_runs_to_completion_and_its_own_check_holds() {
     assert!(export.starts_with("company,city,quest_state"), "{export}");
     assert_eq!(export.lines().count(), 31, "30 companies and a header");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_on_different_tokens_never_share_a_remembered_lease() {
+    let app = spawn_app().await;
+    let session = app.scan(contact_config(3), companies(2)).await;
+    let (a, b) = (app.token("agent", "a").await, app.token("agent", "b").await);
+    let state = tempfile::tempdir().unwrap();
+    let one = Shell::new(&app, &a, Some(&session), "");
+    let two = Shell::new(&app, &b, Some(&session), "");
+    // The same state dir for both and no agent names, as two tools on one machine.
+    let shared = state.path().to_owned();
+    let run = |shell: &Shell, args: &'static [&'static str]| {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quest"));
+        command
+            .args(args)
+            .env_clear()
+            .env("QUEST_URL", &shell.url)
+            .env("QUEST_TOKEN", &shell.token)
+            .env("QUEST_SESSION", shell.session.as_deref().unwrap())
+            .env("QUEST_STATE_DIR", &shared);
+        async move { command.output().await.unwrap().status.code() }
+    };
+    assert_eq!(run(&one, &["next"]).await, Some(0));
+    assert_eq!(run(&two, &["next"]).await, Some(0));
+    assert_eq!(
+        run(&one, &["submit", "--field", "email=a@a.test"]).await,
+        Some(0)
+    );
+    assert_eq!(
+        run(&two, &["submit", "--field", "email=b@b.test"]).await,
+        Some(0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_says_when_a_result_is_a_replay_and_keeps_leases_alive() {
+    let app = spawn_app().await;
+    let token = app.token("agent", "bots").await;
+    let session = app.scan(contact_config(3), companies(2)).await;
+    let bot = Shell::new(&app, &token, Some(&session), "bot");
+    exits(&bot.run(&["next"]).await, 0);
+    exits(&bot.run(&["submit", "--field", "email=bad"]).await, 1);
+    let again = bot.run(&["submit", "--field", "email=bad"]).await;
+    exits(&again, 1);
+    assert!(
+        again.stdout.contains("identical to your last submission"),
+        "{}",
+        again.stdout
+    );
+    exits(&bot.run(&["heartbeat"]).await, 0);
+    exits(&bot.run(&["release"]).await, 0);
+    exits(&bot.run(&["heartbeat"]).await, 64);
+    let pending_field = bot.run(&["next"]).await;
+    exits(&pending_field, 0);
+    let odd = bot
+        .run(&[
+            "submit",
+            "--json",
+            "--field",
+            "email=x@y.test",
+            "--field",
+            "note=ratio:=1",
+        ])
+        .await;
+    exits(&odd, 0);
+    let mut bad_url = Shell::new(&app, &token, Some(&session), "bot");
+    bad_url.url = "127.0.0.1:8080".into();
+    let run = bad_url.run(&["next"]).await;
+    exits(&run, 64);
+    assert!(run.stderr.contains("http://"), "{}", run.stderr);
+    let quest = app.get("/v1/review", &app.admin).await.expect(200);
+    assert!(quest.as_array().unwrap().is_empty());
+    let export = app
+        .bytes(&format!("/v1/sessions/{session}/export?format=jsonl"))
+        .await
+        .1;
+    assert!(
+        String::from_utf8_lossy(&export).contains(r#""result_note":"ratio:=1""#),
+        "a value may contain `:=`"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skipped_review_is_released_and_a_rejection_needs_a_note() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bots").await;
+    let session = app.scan(contact_config(3), companies(1)).await;
+    let (q, l) = assigned(&app.next(&agent, &session, "a").await);
+    app.submit(
+        &agent,
+        &q,
+        &l,
+        json!({"email": "a@b.test", "confidence": "low"}),
+    )
+    .await
+    .expect(200);
+    let ana = Shell::new(
+        &app,
+        &app.token("reviewer", "ana").await,
+        Some(&session),
+        "",
+    );
+    let skipped = ana.run_with_input(&["review"], "s\n").await;
+    exits(&skipped, 0);
+    assert!(skipped.stdout.contains("skipped 1"), "{}", skipped.stdout);
+    let ben = app.token("reviewer", "ben").await;
+    app.post(&format!("/v1/review/{q}/claim"), &ben, json!({}))
+        .await
+        .expect(200);
+    app.post(
+        &format!("/v1/review/{q}"),
+        &ben,
+        json!({"decision": "reject", "note": " "}),
+    )
+    .await
+    .refused(422, "note_required");
+    let rejected = ana
+        .run(&["review", "reject", &q, "--note", "wrong company"])
+        .await;
+    exits(&rejected, 75);
+}

@@ -518,7 +518,7 @@ async fn the_review_queue_is_claimed_and_decided_by_reviewers() {
     app.post(
         &format!("/v1/review/{}", quests[0]),
         &ana,
-        json!({"decision": "reject", "note": ""}),
+        json!({"decision": "reject", "note": "too late"}),
     )
     .await
     .refused(409, "not_in_review");
