@@ -303,8 +303,25 @@ fn pretty(value: &Value) -> String {
 #[error("{0}")]
 pub struct NotAnAnswer(pub String);
 
-/// Reads a reply: `YES` or `NO` (any case) as the first word, then at most a
-/// one-line reason (on the same line or the next). Anything else is no answer.
+/// Reads a reply in exactly the form the prompt asks for, else says why it is
+/// no answer. Case is ignored and surrounding blanks are trimmed.
+///
+/// A clean answer is one of:
+/// - one line: `YES` or `NO`, optionally wrapped in Markdown emphasis
+///   (`**NO**`), then either nothing or a separator and a reason. The
+///   separators are `:`, `.`, an en or em dash, or a hyphen followed by a
+///   blank: `NO: it is on the page`, `No. The email is on the page`,
+///   `YES - a free mail address`, `YES`.
+/// - two lines: the bare answer (`NO` or `NO:`) on the first, the reason on
+///   the second. Models often break the line after the answer; the first
+///   line alone is unambiguous, so the second can only be its reason.
+///
+/// Everything else is no answer, never a guess: a first word that merely
+/// starts with yes or no (`No idea.`, `No way to tell`, `NO ANSWER`,
+/// `Yes and no: it depends`, `Yes-ish, probably`), a comma (`No, I cannot
+/// tell` is a hedge as often as an answer), an answer with a reason on its
+/// line *and* another line, more than two lines, or a reason that is itself
+/// a bare YES or NO (`YES\nNO`, `YES: no`).
 pub fn parse_reply(raw: &str) -> Result<(Answer, String), NotAnAnswer> {
     let text = raw.trim();
     if text.is_empty() {
@@ -320,39 +337,81 @@ pub fn parse_reply(raw: &str) -> Result<(Answer, String), NotAnAnswer> {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    if lines.len() > 2 {
-        return Err(NotAnAnswer(
-            "more than YES or NO and a one-line reason".into(),
-        ));
-    }
-    let first = lines[0].trim_start_matches(['*', '_', '`']);
-    let end = first
-        .find(|c: char| c.is_whitespace() || ":,.;!-*_`".contains(c))
-        .unwrap_or(first.len());
-    let answer = match first[..end].to_ascii_uppercase().as_str() {
-        "YES" => Answer::Yes,
-        "NO" => Answer::No,
-        _ => {
-            return Err(NotAnAnswer(format!(
-                "a reply that does not start with YES or NO: {}",
-                cut(text, 120)
-            )));
-        }
+    let not_clean = || {
+        NotAnAnswer(format!(
+            "not `YES: <reason>` or `NO: <reason>`: {}",
+            cut(text, 120)
+        ))
     };
-    let separators: &[char] = &[':', ',', '.', ';', '!', '-', '*', '_', '`', ' ', '\t'];
-    let mut reason = first[end..]
-        .trim_start_matches(separators)
-        .trim()
-        .to_owned();
-    if let Some(second) = lines.get(1) {
-        if !reason.is_empty() {
+    let (answer, reason) = match lines.as_slice() {
+        [line] => answer_line(line).ok_or_else(not_clean)?,
+        [first, second] => match answer_line(first) {
+            Some((answer, reason)) if reason.is_empty() => (answer, (*second).to_owned()),
+            _ => return Err(not_clean()),
+        },
+        _ => {
             return Err(NotAnAnswer(
                 "more than YES or NO and a one-line reason".into(),
             ));
         }
-        reason = second.trim_matches(separators).trim().to_owned();
+    };
+    if is_bare_answer(&reason) {
+        return Err(NotAnAnswer(format!(
+            "two answers in one reply: {}",
+            cut(text, 120)
+        )));
     }
     Ok((answer, reason))
+}
+
+/// Markdown emphasis a model may wrap its answer in, longest first.
+const EMPHASIS: [&str; 5] = ["**", "__", "*", "_", "`"];
+
+/// One line of the form `YES`, `NO: reason`, `**No**. reason`, ...
+fn answer_line(line: &str) -> Option<(Answer, String)> {
+    let mark = EMPHASIS.iter().copied().find(|m| line.starts_with(m));
+    let line = mark.map_or(line, |m| &line[m.len()..]);
+    let head = |word: &str| {
+        line.get(..word.len())
+            .filter(|h| h.eq_ignore_ascii_case(word))
+            .map(|_| &line[word.len()..])
+    };
+    let (answer, rest) = match (head("yes"), head("no")) {
+        (Some(rest), _) => (Answer::Yes, rest),
+        (_, Some(rest)) => (Answer::No, rest),
+        _ => return None,
+    };
+    let rest = match mark {
+        Some(m) => rest.strip_prefix(m).unwrap_or(rest),
+        None => rest,
+    };
+    let rest = rest.trim_start();
+    let after = if rest.is_empty() {
+        ""
+    } else if let Some(after) = rest
+        .strip_prefix([':', '.', '\u{2013}', '\u{2014}'])
+        .or_else(|| {
+            rest.strip_prefix('-')
+                .filter(|after| after.is_empty() || after.starts_with(char::is_whitespace))
+        })
+    {
+        after
+    } else {
+        return None;
+    };
+    // `**NO:** reason` closes the emphasis after the separator.
+    let after = after.trim_start();
+    let after = match mark {
+        Some(m) => after.strip_prefix(m).unwrap_or(after),
+        None => after,
+    };
+    Some((answer, after.trim().to_owned()))
+}
+
+/// A text that is nothing but YES or NO (with punctuation or emphasis).
+fn is_bare_answer(text: &str) -> bool {
+    let word = text.trim_matches(|c: char| !c.is_alphanumeric());
+    word.eq_ignore_ascii_case("yes") || word.eq_ignore_ascii_case("no")
 }
 
 /// Cuts `text` to `max` characters, marking the cut.
@@ -520,17 +579,37 @@ mod tests {
             ),
             ("no - it is on the page", Answer::No, "it is on the page"),
             ("No.", Answer::No, ""),
+            ("NO", Answer::No, ""),
             (
-                "**YES** it belongs to another company",
+                "NO. The email is on the page",
+                Answer::No,
+                "The email is on the page",
+            ),
+            (
+                "yes \u{2014} a free mail address",
+                Answer::Yes,
+                "a free mail address",
+            ),
+            (
+                "**YES**: it belongs to another company",
                 Answer::Yes,
                 "it belongs to another company",
+            ),
+            (
+                "**NO:** the domain matches",
+                Answer::No,
+                "the domain matches",
             ),
             (
                 "NO\nthe snippet names the company",
                 Answer::No,
                 "the snippet names the company",
             ),
-            ("  yes, gmail.com  \n", Answer::Yes, "gmail.com"),
+            (
+                "YES:\n  a personal address  \n",
+                Answer::Yes,
+                "a personal address",
+            ),
         ] {
             assert_eq!(
                 parse_reply(raw).unwrap(),
@@ -543,7 +622,26 @@ mod tests {
             "Maybe",
             "I think YES",
             "YESTERDAY it was",
+            "Nope",
             "NO/YES",
+            // Hedges whose first word merely starts with yes or no.
+            "No idea.",
+            "No idea, the snippet does not say.",
+            "No way to tell from the evidence",
+            "NO ANSWER",
+            "No comment",
+            "Yes and no: it depends",
+            "Yes-ish, probably",
+            // A comma is how hedges start as often as answers.
+            "No, I cannot tell",
+            "yes, gmail.com",
+            // No separator between the answer and the words after it.
+            "**YES** it belongs to another company",
+            // Two answers.
+            "YES\nNO",
+            "YES: no",
+            "NO. YES.",
+            // More than the answer and a one-line reason.
             "YES: one\nand a second line",
             "YES\nreason\nmore",
             &"YES ".repeat(400),

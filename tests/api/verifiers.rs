@@ -420,6 +420,36 @@ async fn a_reply_that_is_neither_yes_nor_no_counts_as_no_answer() {
 }
 
 #[tokio::test]
+async fn hedged_replies_that_start_with_yes_or_no_are_no_answers_and_miss_the_quorum() {
+    let (app, _fakes) = three(
+        Behaviour::says("No idea, the snippet does not say."),
+        Behaviour::says("Yes and no: it depends"),
+        Behaviour::says("NO ANSWER"),
+        5_000,
+    )
+    .await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(verified_config(1, 3), companies(1)).await;
+    let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
+    let view = app.settled(&quest).await;
+    assert_eq!(view["state"], "REVIEW", "a hedge never passes a quest");
+    for a in view["l2_answers"].as_array().unwrap() {
+        assert!(a["answer"].is_null(), "{a}");
+        assert_eq!(a["flagged"], false, "{a}");
+    }
+    let quorum = view["last_facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "l2")
+        .unwrap();
+    assert_eq!(
+        (quorum["expected"].as_str(), quorum["actual"].as_str()),
+        (Some("at least 3 valid answers"), Some("0 of 3"))
+    );
+}
+
+#[tokio::test]
 async fn a_verifier_sees_only_the_contract_and_the_declared_fields_never_free_text_or_earlier_attempts()
  {
     let no = || Behaviour::says("NO");
