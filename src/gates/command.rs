@@ -6,8 +6,9 @@
 //! `{"verdict": "PASS" | "FAIL" | "REVIEW", "facts": [...], "evidence": [...]}`
 //! on stdout (the whole output, or its last line). Without such JSON, exit
 //! status 0 is PASS and anything else FAIL with the tail of stderr as the fact.
-//! A program past its timeout, or one that cannot start, gives REVIEW: an
-//! unconfirmable result is not a wrong one.
+//! A program past its timeout, one that cannot start, or one whose output was
+//! cut (so that its verdict may be lost) gives REVIEW: an unconfirmable result
+//! is not a wrong one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -76,22 +77,19 @@ impl CommandGate {
     }
 
     fn outcome_of(&self, out: &ProcessOutput) -> GateOutcome {
-        if !out.stdout_cut
-            && let Some(outcome) = self.printed_verdict(&out.stdout)
-        {
+        // A cut output may have lost the verdict: the server cannot tell what the
+        // program said, so neither a printed verdict nor the exit status decides.
+        if out.stdout_cut {
+            return self.review(
+                format!("at most {} bytes of output", crate::process::MAX_STDOUT),
+                "a longer output, cut; its verdict could not be read".into(),
+            );
+        }
+        if let Some(outcome) = self.printed_verdict(&out.stdout) {
             return outcome;
         }
-        let cut_fact = out.stdout_cut.then(|| {
-            Fact::new(
-                &self.config.name,
-                "",
-                format!("at most {} bytes of output", crate::process::MAX_STDOUT),
-                "a longer output, cut; its verdict could not be read",
-                "the exit status decided",
-            )
-        });
         match out.code {
-            Some(0) => GateOutcome::from_checks([(Verdict::Pass, cut_fact)]),
+            Some(0) => GateOutcome::from_checks([]),
             code => {
                 let status = code.map_or("ended by a signal".to_owned(), |c| {
                     format!("exit status {c}")
@@ -102,19 +100,16 @@ impl CommandGate {
                 } else {
                     format!("{status}: {stderr}")
                 };
-                GateOutcome::from_checks([
-                    (
-                        Verdict::Fail,
-                        Some(Fact::new(
-                            &self.config.name,
-                            "",
-                            "exit status 0",
-                            actual,
-                            "read the program's message, fix the result and submit again",
-                        )),
-                    ),
-                    (Verdict::Fail, cut_fact),
-                ])
+                GateOutcome::from_checks([(
+                    Verdict::Fail,
+                    Some(Fact::new(
+                        &self.config.name,
+                        "",
+                        "exit status 0",
+                        actual,
+                        "read the program's message, fix the result and submit again",
+                    )),
+                )])
             }
         }
     }
@@ -374,14 +369,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_cut_output_is_not_read_as_a_verdict() {
+    async fn a_cut_output_is_review_whatever_it_says_and_whatever_the_exit_status() {
         let mut out = output(0, r#"{"verdict": "PASS"}"#, "").unwrap();
         out.stdout_cut = true;
-        let (o, _) = run(Ok(out.clone())).await;
-        assert_eq!(o.verdict, Verdict::Pass);
-        assert!(o.facts[0].actual.contains("cut"));
-        out.code = Some(2);
-        assert_eq!(run(Ok(out)).await.0.verdict, Verdict::Fail);
+        for code in [Some(0), Some(2)] {
+            out.code = code;
+            let (o, _) = run(Ok(out.clone())).await;
+            assert_eq!(o.verdict, Verdict::Review, "exit {code:?}");
+            assert!(o.facts[0].actual.contains("cut"), "{:?}", o.facts);
+        }
     }
 
     #[test]
