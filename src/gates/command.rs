@@ -6,6 +6,11 @@
 //! `{"verdict": "PASS" | "FAIL" | "REVIEW", "facts": [...], "evidence": [...]}`
 //! on stdout (the whole output, or its last line). Without such JSON, exit
 //! status 0 is PASS and anything else FAIL with the tail of stderr as the fact.
+//!
+//! The last line of stdout may be the agent's own (a test runner that lets the
+//! agent's test print): so a printed PASS counts only with exit status 0, and a
+//! last line that contradicts an earlier verdict line is not believed either.
+//! Both are conflicting signals, and the verdict is REVIEW.
 //! A program past its timeout, one that cannot start, or one whose output was
 //! cut (so that its verdict may be lost) gives REVIEW: an unconfirmable result
 //! is not a wrong one.
@@ -85,20 +90,45 @@ impl CommandGate {
                 "a longer output, cut; its verdict could not be read".into(),
             );
         }
-        if let Some(outcome) = self.printed_verdict(&out.stdout) {
-            return outcome;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        match read_printed(stdout.trim()) {
+            Reading::Nothing => {}
+            Reading::Disagreeing(verdicts) => {
+                return self.conflict(
+                    "one verdict on stdout".into(),
+                    format!("several: {}", verdicts.join(", ")),
+                    Vec::new(),
+                    Vec::new(),
+                );
+            }
+            Reading::Verdict(printed, verdict) => {
+                let (facts, evidence) = self.facts_of(printed);
+                // The last line of stdout may be the agent's own output (a test
+                // that prints a PASS): a PASS counts only from a program that
+                // also exits 0.
+                if verdict == Verdict::Pass && out.code != Some(0) {
+                    return self.conflict(
+                        "a printed PASS with exit status 0".into(),
+                        format!("a printed PASS, but {}", status_text(out.code)),
+                        facts,
+                        evidence,
+                    );
+                }
+                return GateOutcome {
+                    verdict,
+                    facts,
+                    evidence,
+                };
+            }
         }
         match out.code {
             Some(0) => GateOutcome::from_checks([]),
             code => {
-                let status = code.map_or("ended by a signal".to_owned(), |c| {
-                    format!("exit status {c}")
-                });
                 let stderr = out.stderr_text(STDERR_CHARS);
                 let actual = if stderr.is_empty() {
-                    status
+                    status_text(code)
                 } else {
-                    format!("{status}: {stderr}")
+                    format!("{}: {stderr}", status_text(code))
                 };
                 GateOutcome::from_checks([(
                     Verdict::Fail,
@@ -114,20 +144,33 @@ impl CommandGate {
         }
     }
 
-    /// The verdict JSON on stdout: the whole output, or else its last line.
-    fn printed_verdict(&self, stdout: &[u8]) -> Option<GateOutcome> {
-        let text = String::from_utf8_lossy(stdout);
-        let text = text.trim();
-        let printed = serde_json::from_str::<Printed>(text).ok().or_else(|| {
-            let last = text.lines().rev().find(|l| !l.trim().is_empty())?;
-            serde_json::from_str::<Printed>(last.trim()).ok()
-        })?;
-        let verdict = match printed.verdict.trim().to_ascii_uppercase().as_str() {
-            "PASS" => Verdict::Pass,
-            "FAIL" => Verdict::Fail,
-            "REVIEW" => Verdict::Review,
-            _ => return None,
-        };
+    /// Conflicting signals from the program: REVIEW, with whatever it printed.
+    fn conflict(
+        &self,
+        expected: String,
+        actual: String,
+        mut facts: Vec<Fact>,
+        evidence: Vec<Value>,
+    ) -> GateOutcome {
+        facts.insert(
+            0,
+            Fact::new(
+                &self.config.name,
+                "",
+                expected,
+                actual,
+                "the program's signals disagree, so it gave no verdict; a person will look at it",
+            ),
+        );
+        GateOutcome {
+            verdict: Verdict::Review,
+            facts,
+            evidence,
+        }
+    }
+
+    /// The facts and evidence a program printed, cut to size.
+    fn facts_of(&self, printed: Printed) -> (Vec<Fact>, Vec<Value>) {
         let part = |v: &Option<Value>| {
             cut(
                 &v.as_ref().map(cell_as_text).unwrap_or_default(),
@@ -153,12 +196,68 @@ impl CommandGate {
                 )
             })
             .collect();
-        Some(GateOutcome {
-            verdict,
-            facts,
-            evidence: printed.evidence,
-        })
+        (facts, printed.evidence)
     }
+}
+
+/// `exit status N`, or how the program ended without one.
+fn status_text(code: Option<i32>) -> String {
+    code.map_or("ended by a signal".to_owned(), |c| {
+        format!("exit status {c}")
+    })
+}
+
+/// What a program's stdout says.
+enum Reading {
+    /// No verdict JSON: the exit status decides.
+    Nothing,
+    /// The verdict JSON: the whole stdout, or else its last line.
+    Verdict(Printed, Verdict),
+    /// The last line is a verdict, and an earlier line printed a different one.
+    Disagreeing(Vec<&'static str>),
+}
+
+/// Reads the verdict JSON: the whole (trimmed) stdout, or else its last line.
+/// Other lines that look like a different verdict make the reading conflicting:
+/// a program that prints its verdict and then output it does not control
+/// (an agent's test) must not have its verdict overridden.
+fn read_printed(text: &str) -> Reading {
+    if let Some((printed, verdict)) = verdict_of(text) {
+        return Reading::Verdict(printed, verdict);
+    }
+    let Some((printed, verdict)) = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| verdict_of(l.trim()))
+    else {
+        return Reading::Nothing;
+    };
+    let mut seen = vec![verdict.as_str()];
+    for (_, other) in text.lines().filter_map(|l| verdict_of(l.trim())) {
+        if !seen.contains(&other.as_str()) {
+            seen.push(other.as_str());
+        }
+    }
+    if seen.len() > 1 {
+        return Reading::Disagreeing(seen);
+    }
+    Reading::Verdict(printed, verdict)
+}
+
+/// One verdict JSON object, if `text` is one.
+fn verdict_of(text: &str) -> Option<(Printed, Verdict)> {
+    if !text.starts_with('{') {
+        return None;
+    }
+    let printed = serde_json::from_str::<Printed>(text).ok()?;
+    let verdict = match printed.verdict.trim().to_ascii_uppercase().as_str() {
+        "PASS" => Verdict::Pass,
+        "FAIL" => Verdict::Fail,
+        "REVIEW" => Verdict::Review,
+        _ => return None,
+    };
+    Some((printed, verdict))
 }
 
 /// What a program may print. Unknown keys are ignored; fact parts may be any JSON.
@@ -331,6 +430,30 @@ mod tests {
         assert_eq!(o.evidence, [json!({"lines": 41})]);
         let logged = format!("running tests...\n{}\n", r#"{"verdict": "review"}"#);
         assert_eq!(run(output(1, &logged, "")).await.0.verdict, Verdict::Review);
+    }
+
+    #[tokio::test]
+    async fn a_printed_pass_with_a_failing_exit_is_review_not_pass() {
+        // A test runner whose stdout carries the agent's own test output: the
+        // test prints a PASS line and fails.
+        let printed = r#"{"verdict": "PASS", "facts": [{"field": "/test", "actual": "ok"}]}"#;
+        let (o, _) = run(output(1, &format!("running 1 test\n{printed}\n"), "")).await;
+        assert_eq!(o.verdict, Verdict::Review);
+        assert_eq!(o.facts[0].expected, "a printed PASS with exit status 0");
+        assert_eq!(o.facts[0].actual, "a printed PASS, but exit status 1");
+        assert_eq!(o.facts[1].actual, "ok", "what it printed is kept");
+        let (o, _) = run(output(0, printed, "")).await;
+        assert_eq!(o.verdict, Verdict::Pass, "a PASS with exit 0 stands");
+    }
+
+    #[tokio::test]
+    async fn a_last_line_that_contradicts_an_earlier_verdict_is_review() {
+        let stdout = "{\"verdict\": \"FAIL\"}\ntest output\n{\"verdict\": \"PASS\"}\n";
+        let (o, _) = run(output(0, stdout, "")).await;
+        assert_eq!(o.verdict, Verdict::Review);
+        assert_eq!(o.facts[0].actual, "several: PASS, FAIL");
+        let agreeing = "{\"verdict\": \"FAIL\"}\n{\"verdict\": \"fail\"}\n";
+        assert_eq!(run(output(1, agreeing, "")).await.0.verdict, Verdict::Fail);
     }
 
     #[tokio::test]
