@@ -209,18 +209,30 @@ impl VerifyConfig {
                 format!("must be between 1 and the number of verifiers ({n})"),
             );
         }
-        let quorum = self.quorum.unwrap_or(n as u32 / 2 + 1);
+        let quorum = self.quorum();
         if quorum == 0 || quorum as usize > n {
             return bad(
                 "config.verify.quorum",
                 format!("must be between 1 and the number of verifiers ({n})"),
             );
         }
+        // Otherwise a question that only `quorum` verifiers answer, every one
+        // of them with a flag, would still pass.
+        if self.flag_threshold > quorum {
+            return bad(
+                "config.verify.flag_threshold",
+                format!(
+                    "{} is more than the quorum ({quorum}): when only {quorum} verifiers answer and all \
+                     of them raise the doubt, the quest would still pass; lower flag_threshold or raise quorum",
+                    self.flag_threshold
+                ),
+            );
+        }
         self.quorum = Some(quorum);
         Ok(self)
     }
 
-    /// The quorum, after [`VerifyConfig::check`] filled it.
+    /// The quorum: as set, or a majority of the verifiers.
     pub fn quorum(&self) -> u32 {
         self.quorum.unwrap_or(self.verifiers.len() as u32 / 2 + 1)
     }
@@ -554,6 +566,23 @@ mod tests {
             (
                 json!({"verifiers": ["a"], "quorum": 0}),
                 "config.verify.quorum",
+            ),
+            (
+                json!({"verifiers": ["a", "b"], "quorum": 3}),
+                "config.verify.quorum",
+            ),
+            (
+                json!({"verifiers": ["a"], "flag_threshold": 0}),
+                "config.verify.flag_threshold",
+            ),
+            (
+                json!({"verifiers": ["a", "b", "c"], "flag_threshold": 3, "quorum": 2}),
+                "config.verify.flag_threshold",
+            ),
+            (
+                // The default quorum of three verifiers is two.
+                json!({"verifiers": ["a", "b", "c"], "flag_threshold": 3}),
+                "config.verify.flag_threshold",
             ),
             (
                 json!({"verifiers": ["a"], "questions": ["  "]}),

@@ -930,3 +930,44 @@ async fn unknown_verifiers_and_gates_that_declare_no_fields_are_refused_at_scan(
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn thresholds_and_quorums_that_cannot_work_are_refused_at_scan() {
+    let fake = FakeLlm::start("judge", Behaviour::says("NO")).await;
+    let app = spawn_app_with(&verifiers_toml(&[
+        ("alpha", &fake.base_url, 1_000, 1),
+        ("beta", &fake.base_url, 1_000, 1),
+        ("gamma", &fake.base_url, 1_000, 1),
+    ]))
+    .await;
+    for (threshold, quorum, says) in [
+        (3, 2, "more than the quorum"),
+        (4, 3, "number of verifiers"),
+        (1, 4, "number of verifiers"),
+        (0, 2, "between 1"),
+        (1, 0, "between 1"),
+    ] {
+        let refused = app
+            .post(
+                "/v1/sessions",
+                &app.admin,
+                json!({"config": verified_config(threshold, quorum), "items": companies(1)}),
+            )
+            .await;
+        refused.refused(422, "invalid_config");
+        let message = refused.body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(says),
+            "threshold {threshold}, quorum {quorum}: {message}"
+        );
+    }
+    assert!(
+        app.get("/v1/sessions", &app.admin)
+            .await
+            .expect(200)
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "nothing was stored"
+    );
+}
