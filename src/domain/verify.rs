@@ -451,12 +451,13 @@ pub struct Outcome {
 pub struct L2Decision {
     /// True sends the quest to REVIEW; false locks it PASS.
     pub flagged: bool,
-    /// The doubts, for the reviewer: every flag, every missing answer, and every
+    /// For the reviewer: one fact per answer (check `l2:<verifier>`), clear
+    /// answers, flags and missing answers alike, then one fact (check `l2`) per
     /// question that lacked a quorum or reached the threshold.
     pub facts: Vec<Fact>,
 }
 
-/// The fact check name of one verifier's doubts.
+/// The fact check name of one verifier's answers.
 pub fn check_name(verifier: &str) -> String {
     format!("l2:{verifier}")
 }
@@ -469,62 +470,74 @@ pub fn decide(
     flag_threshold: u32,
     quorum: u32,
 ) -> L2Decision {
-    let mut facts = Vec::new();
-    let mut flagged = false;
+    let mine = |index: usize| outcomes.iter().filter(move |o| o.question_index == index);
+    let mut verdicts = Vec::new();
     for (index, question) in questions.iter().enumerate() {
         let field = format!("question {}", index + 1);
-        let asked = cut(question.text.trim(), 200);
-        let mine: Vec<&Outcome> = outcomes
-            .iter()
-            .filter(|o| o.question_index == index)
-            .collect();
-        let mut valid = 0;
-        let mut flags = 0;
-        for o in &mine {
-            match o.answer {
-                Some(answer) => {
-                    valid += 1;
-                    if answer.flags(question.flag_on) {
-                        flags += 1;
-                        facts.push(Fact::new(
-                            check_name(&o.verifier),
-                            &field,
-                            format!("{} to: {asked}", question.flag_on.clear_answer()),
-                            format!("{}: {}", answer.as_str().to_uppercase(), o.reason),
-                            "an AI verifier doubts this result; a person should check it",
-                        ));
-                    }
-                }
-                None => facts.push(Fact::new(
-                    check_name(&o.verifier),
-                    &field,
-                    format!("YES or NO to: {asked}"),
-                    format!("no answer: {}", o.reason),
-                    "the verifier could not answer; it counts against the quorum",
-                )),
-            }
-        }
+        let asked = mine(index).count();
+        let valid = mine(index).filter(|o| o.answer.is_some()).count() as u32;
+        let flags = mine(index)
+            .filter(|o| o.answer.is_some_and(|a| a.flags(question.flag_on)))
+            .count() as u32;
         if valid < quorum {
-            flagged = true;
-            facts.push(Fact::new(
+            verdicts.push(Fact::new(
                 "l2",
                 &field,
                 format!("at least {quorum} valid answers"),
-                format!("{valid} of {}", mine.len()),
+                format!("{valid} of {asked}"),
                 "too few verifiers answered, so nobody vouched for this result; a person decides",
             ));
         }
         if flags >= flag_threshold {
-            flagged = true;
-            facts.push(Fact::new(
+            verdicts.push(Fact::new(
                 "l2",
                 &field,
                 format!("fewer than {flag_threshold} flags"),
-                format!("{flags} of {} verifiers flagged it", mine.len()),
+                format!("{flags} of {asked} verifiers flagged it"),
                 "enough verifiers doubt this result that a person decides",
             ));
         }
     }
+    let flagged = !verdicts.is_empty();
+    // The hint of a flag says what came of it: a person looks at the quest
+    // only when it goes to REVIEW.
+    let flag_hint = if flagged {
+        "this AI verifier doubts the result; a person decides".to_owned()
+    } else {
+        format!(
+            "this AI verifier doubts the result, but fewer than {flag_threshold} did, so it passed \
+             without a person; kept on record"
+        )
+    };
+    let mut facts = Vec::new();
+    for (index, question) in questions.iter().enumerate() {
+        let field = format!("question {}", index + 1);
+        let asked = cut(question.text.trim(), 200);
+        for o in mine(index) {
+            let check = check_name(&o.verifier);
+            facts.push(match o.answer {
+                Some(answer) => Fact::new(
+                    check,
+                    &field,
+                    format!("{} to: {asked}", question.flag_on.clear_answer()),
+                    format!("{}: {}", answer.as_str().to_uppercase(), o.reason),
+                    if answer.flags(question.flag_on) {
+                        flag_hint.as_str()
+                    } else {
+                        "this AI verifier raised no doubt"
+                    },
+                ),
+                None => Fact::new(
+                    check,
+                    &field,
+                    format!("YES or NO to: {asked}"),
+                    format!("no answer: {}", o.reason),
+                    "this AI verifier gave no valid answer; it counts against the quorum",
+                ),
+            });
+        }
+    }
+    facts.extend(verdicts);
     L2Decision { flagged, facts }
 }
 
@@ -707,16 +720,41 @@ mod tests {
             outcome("c", 1, Some(Yes)),
         ];
         let d = decide(&qs, &all_clear, 2, 2);
-        assert!(!d.flagged && d.facts.is_empty(), "{d:?}");
+        assert!(!d.flagged, "{d:?}");
+        assert_eq!(d.facts.len(), 6, "every answer is a fact: {d:?}");
+        assert!(
+            d.facts
+                .iter()
+                .all(|f| f.check.starts_with("l2:") && f.hint == "this AI verifier raised no doubt"),
+            "{d:?}"
+        );
+        assert_eq!(
+            (
+                d.facts[3].check.as_str(),
+                d.facts[3].field.as_str(),
+                d.facts[3].actual.as_str()
+            ),
+            ("l2:a", "question 2", "YES: r")
+        );
 
         let mut one_flag = all_clear.clone();
         one_flag[4].answer = Some(No); // flags q2, which flags on NO
         let d = decide(&qs, &one_flag, 2, 2);
         assert!(!d.flagged, "one flag is under the threshold of 2");
-        assert_eq!(d.facts.len(), 1);
+        let flag = &d.facts[4];
         assert_eq!(
-            (d.facts[0].check.as_str(), d.facts[0].field.as_str()),
-            ("l2:b", "question 2")
+            (
+                flag.check.as_str(),
+                flag.field.as_str(),
+                flag.expected.as_str()
+            ),
+            ("l2:b", "question 2", "YES to: q2")
+        );
+        assert!(
+            flag.hint.contains("passed without a person")
+                && !flag.hint.contains("a person decides"),
+            "a minority doubt on a PASS says no person will look: {}",
+            flag.hint
         );
 
         let mut two_flags = one_flag.clone();
@@ -727,6 +765,10 @@ mod tests {
             d.facts
                 .iter()
                 .any(|f| f.check == "l2" && f.expected == "fewer than 2 flags")
+        );
+        assert_eq!(
+            d.facts[4].hint, "this AI verifier doubts the result; a person decides",
+            "on REVIEW a person does look"
         );
 
         let mut two_down = all_clear.clone();

@@ -444,7 +444,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Quests in REVIEW, oldest first, optionally of one session, optionally
     /// only those whose last facts include a fact of `check` (a trailing `*`
-    /// matches a prefix, e.g. `l2:*`).
+    /// matches a prefix, e.g. `l2:*`). A fact of an AI verifier (`l2:<name>`)
+    /// counts only when that verifier raised a doubt: a flag or no answer.
     async fn review_queue(
         &self,
         session_id: Option<Uuid>,

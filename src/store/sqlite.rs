@@ -1587,12 +1587,20 @@ impl Store for SqliteStore {
             },
             None => (None, None),
         };
+        // Every L2 answer is a fact of check `l2:<verifier>`, a clear one too; such
+        // a fact matches only when that verifier raised a doubt (a flag or no
+        // answer) about the quest's submission, as its recorded answers say.
         let rows = sqlx::query(
             "SELECT * FROM quests q WHERE state = 'REVIEW' AND (?1 IS NULL OR session_id = ?1)
              AND ((?3 IS NULL AND ?4 IS NULL) OR EXISTS (
                  SELECT 1 FROM json_each(q.last_facts) f
-                 WHERE json_extract(f.value, '$.check') = ?3
-                    OR substr(json_extract(f.value, '$.check'), 1, length(?4)) = ?4))
+                 WHERE (json_extract(f.value, '$.check') = ?3
+                        OR substr(json_extract(f.value, '$.check'), 1, length(?4)) = ?4)
+                   AND (substr(json_extract(f.value, '$.check'), 1, 3) <> 'l2:' OR EXISTS (
+                       SELECT 1 FROM l2_answers a
+                       WHERE a.submission_id = q.submission_id
+                         AND 'l2:' || a.verifier = json_extract(f.value, '$.check')
+                         AND (a.flagged = 1 OR a.answer IS NULL)))))
              ORDER BY updated_at, row_index LIMIT ?2",
         )
         .bind(session_id.map(|s| s.to_string()))

@@ -111,6 +111,11 @@ async fn three_verifiers_that_all_clear_lock_the_quest_pass_and_the_agent_moves_
         view["receipt"], answer["receipt"],
         "the L1 receipt is the quest's"
     );
+    assert_eq!(
+        fact_checks(&view),
+        ["l2:alpha", "l2:beta", "l2:gamma"],
+        "every answer is a fact for the record"
+    );
     let answers = view["l2_answers"].as_array().unwrap();
     assert_eq!(answers.len(), 3);
     for a in answers {
@@ -200,9 +205,18 @@ async fn enough_flags_send_the_quest_to_review_with_the_facts_for_the_reviewer()
         checks.contains(&"l2:alpha".into()) && checks.contains(&"l2:beta".into()),
         "{checks:?}"
     );
-    assert!(
-        !checks.contains(&"l2:gamma".into()),
-        "a clear answer raises no doubt: {checks:?}"
+    let gamma = view["last_facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "l2:gamma")
+        .expect("a clear answer is a fact for the reviewer too");
+    assert_eq!(
+        (gamma["actual"].as_str(), gamma["hint"].as_str()),
+        (
+            Some("NO: looks fine"),
+            Some("this AI verifier raised no doubt")
+        )
     );
     let threshold = view["last_facts"]
         .as_array()
@@ -218,6 +232,10 @@ async fn enough_flags_send_the_quest_to_review_with_the_facts_for_the_reviewer()
         .find(|f| f["check"] == "l2:alpha")
         .unwrap();
     assert_eq!(alpha["actual"], "YES: gmail.com is a free mail provider");
+    assert_eq!(
+        alpha["hint"],
+        "this AI verifier doubts the result; a person decides"
+    );
 
     let queue = |check: &str| {
         let path = format!("/v1/review?session={session}&check={check}");
@@ -233,7 +251,10 @@ async fn enough_flags_send_the_quest_to_review_with_the_facts_for_the_reviewer()
         "the reviewer sees every answer"
     );
     assert_eq!(queue("l2:*").await.as_array().unwrap().len(), 1);
-    assert!(queue("l2:gamma").await.as_array().unwrap().is_empty());
+    assert!(
+        queue("l2:gamma").await.as_array().unwrap().is_empty(),
+        "gamma's clear answer is a fact, but gamma raised no doubt"
+    );
     assert!(queue("review_when").await.as_array().unwrap().is_empty());
 
     app.post(&format!("/v1/review/{quest}/claim"), &reviewer, json!({}))
@@ -287,8 +308,13 @@ async fn fewer_flags_than_the_threshold_lock_the_quest_pass() {
     assert_eq!(view["state"], "PASS");
     assert_eq!(
         fact_checks(&view),
-        ["l2:alpha"],
-        "the minority doubt stays on record"
+        ["l2:alpha", "l2:beta", "l2:gamma"],
+        "every answer is on record, the minority doubt too"
+    );
+    let hint = view["last_facts"][0]["hint"].as_str().unwrap();
+    assert!(
+        hint.contains("passed without a person") && !hint.contains("should check"),
+        "no person will look at a PASS, and the fact says so: {hint}"
     );
 }
 
@@ -302,11 +328,26 @@ async fn two_backends_down_is_review_for_lack_of_quorum() {
     ]);
     let app = spawn_app_with(&toml).await;
     let agent = app.token("agent", "bot").await;
+    let reviewer = app.token("reviewer", "ana").await;
     let session = app.scan(verified_config(1, 2), companies(1)).await;
     let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
 
     let view = app.settled(&quest).await;
     assert_eq!(view["state"], "REVIEW");
+    let listed = |check: &str| {
+        let path = format!("/v1/review?session={session}&check={check}");
+        let (app, reviewer) = (&app, reviewer.clone());
+        async move {
+            app.get(&path, &reviewer)
+                .await
+                .expect(200)
+                .as_array()
+                .unwrap()
+                .len()
+        }
+    };
+    assert_eq!(listed("l2:beta").await, 1, "no answer is a doubt");
+    assert_eq!(listed("l2:alpha").await, 0, "alpha answered clear");
     let quorum = view["last_facts"]
         .as_array()
         .unwrap()
@@ -379,7 +420,14 @@ async fn a_slow_backend_past_its_timeout_counts_as_no_answer() {
             .starts_with("no valid answer within 400 ms"),
         "{gamma}"
     );
-    assert_eq!(fact_checks(&view), ["l2:gamma"]);
+    assert_eq!(fact_checks(&view), ["l2:alpha", "l2:beta", "l2:gamma"]);
+    assert!(
+        view["last_facts"][2]["actual"]
+            .as_str()
+            .unwrap()
+            .starts_with("no answer: no valid answer within 400 ms"),
+        "{view}"
+    );
 }
 
 #[tokio::test]
