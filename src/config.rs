@@ -184,6 +184,24 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// A URL as it may be shown or stored: without its userinfo (`user:password@`)
+/// and its query, where credentials also travel. Text that is not a URL is not
+/// echoed at all.
+pub fn redact_url(text: &str) -> String {
+    let Ok(mut url) = url::Url::parse(text) else {
+        return "<not a URL>".to_owned();
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        let _ = url.set_password(None);
+        let _ = url.set_username("***");
+    }
+    if url.query().is_some() {
+        url.set_query(Some("***"));
+    }
+    url.set_fragment(None);
+    url.to_string()
+}
+
 /// What the operator's configuration file declares, resolved.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OperatorConfig {
@@ -204,8 +222,8 @@ pub struct VerifierConfig {
     pub timeout: Duration,
 }
 
-/// How a verifier is reached.
-#[derive(Debug, Clone, PartialEq)]
+/// How a verifier is reached. Its `Debug` redacts the URL's credentials.
+#[derive(Clone, PartialEq)]
 pub enum VerifierBackend {
     /// An OpenAI-compatible chat-completions endpoint.
     OpenAi {
@@ -221,6 +239,30 @@ pub enum VerifierBackend {
         /// A label recorded with every answer (default: the program's name).
         model: String,
     },
+}
+
+impl std::fmt::Debug for VerifierBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VerifierBackend::OpenAi {
+                base_url,
+                model,
+                api_key,
+                max_tokens,
+            } => f
+                .debug_struct("OpenAi")
+                .field("base_url", &redact_url(base_url))
+                .field("model", model)
+                .field("api_key", api_key)
+                .field("max_tokens", max_tokens)
+                .finish(),
+            VerifierBackend::Command { process, model } => f
+                .debug_struct("Command")
+                .field("process", process)
+                .field("model", model)
+                .finish(),
+        }
+    }
 }
 
 impl VerifierBackend {
@@ -351,8 +393,9 @@ impl OperatorConfig {
                     timeout_ms,
                     max_tokens,
                 } => {
+                    // The value is not echoed: it may carry credentials.
                     let url = reqwest::Url::parse(&base_url)
-                        .map_err(|e| err(format!("base_url `{base_url}` is not a URL: {e}")))?;
+                        .map_err(|e| err(format!("base_url is not a URL: {e}")))?;
                     if !matches!(url.scheme(), "http" | "https") {
                         return Err(err("base_url must be http or https".into()));
                     }
@@ -643,6 +686,21 @@ mod tests {
             !shown.contains("sk-alpha-secret") && shown.contains("<redacted>"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn credentials_in_a_base_url_never_show_in_debug_output() {
+        let text = "[verifiers.a]\nkind = \"openai\"\nbase_url = \"https://quest:hunter2@llm.test/v1?key=sk-q\"\nmodel = \"m\"";
+        let c = OperatorConfig::parse(text, &env).unwrap();
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("sk-q") && !shown.contains("quest:"),
+            "{shown}"
+        );
+        assert!(shown.contains("https://***@llm.test/v1?***"), "{shown}");
+        assert_eq!(redact_url("http://127.0.0.1:9/v1"), "http://127.0.0.1:9/v1");
+        assert_eq!(redact_url("http://user@h.test/"), "http://***@h.test/");
+        assert_eq!(redact_url("not a url with pw"), "<not a URL>");
     }
 
     #[test]

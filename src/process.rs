@@ -21,7 +21,8 @@ pub const MAX_STDOUT: usize = 1024 * 1024;
 pub const STDERR_TAIL: usize = 8 * 1024;
 
 /// A program to run, fully resolved (no environment is read when it runs).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Its `Debug` shows the names of the environment variables, never their values.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ProcessSpec {
     /// The program and its arguments; never passed through a shell.
     pub argv: Vec<String>,
@@ -31,6 +32,22 @@ pub struct ProcessSpec {
     pub env: Vec<(String, String)>,
     /// Past this, the process group is killed.
     pub timeout: Duration,
+}
+
+impl std::fmt::Debug for ProcessSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<String> = self
+            .env
+            .iter()
+            .map(|(name, _)| format!("{name}=<redacted>"))
+            .collect();
+        f.debug_struct("ProcessSpec")
+            .field("argv", &self.argv)
+            .field("workdir", &self.workdir)
+            .field("env", &env)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 /// What a program did before it exited.
@@ -219,6 +236,19 @@ mod tests {
         assert_eq!((kept.len(), cut), (100, false));
         let tail = read_tail(Some(&b"0123456789"[..]), 4).await.unwrap();
         assert_eq!(tail, b"6789");
+    }
+
+    #[test]
+    fn debug_output_names_the_environment_but_never_its_values() {
+        let spec = ProcessSpec {
+            argv: vec!["/bin/judge".into()],
+            workdir: None,
+            env: vec![("JUDGE_TOKEN".into(), "tok-s3cret".into())],
+            timeout: Duration::from_secs(1),
+        };
+        let shown = format!("{spec:?}");
+        assert!(shown.contains("JUDGE_TOKEN=<redacted>"), "{shown}");
+        assert!(!shown.contains("tok-s3cret"), "{shown}");
     }
 
     #[test]

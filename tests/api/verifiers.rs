@@ -878,6 +878,61 @@ async fn each_backend_is_held_to_its_concurrency_and_transient_errors_are_retrie
 }
 
 #[tokio::test]
+async fn credentials_in_a_base_url_and_upstream_error_bodies_never_reach_viewers() {
+    let key = "sk-live-0123456789abcdef0123";
+    let leaky = FakeLlm::start(
+        "judge-beta",
+        Behaviour::StatusBody(
+            401,
+            format!(r#"{{"error": {{"message": "Incorrect API key provided: {key}. Internal trace 7f6e5d4c3b2a19080706f5e4d3c2b1a0"}}}}"#),
+        ),
+    )
+    .await;
+    let fine = FakeLlm::start("judge-gamma", Behaviour::says("NO: fine")).await;
+    let down_with_password =
+        down_url().replace("http://", "http://quest:hunter2@") + "?api-key=querysecret";
+    let app = spawn_app_with(&verifiers_toml(&[
+        ("alpha", &down_with_password, 600, 4),
+        ("beta", &leaky.base_url, 5_000, 4),
+        ("gamma", &fine.base_url, 5_000, 4),
+    ]))
+    .await;
+    let agent = app.token("agent", "bot").await;
+    let viewer = app.token("viewer", "eve").await;
+    let session = app.scan(verified_config(1, 1), companies(1)).await;
+    let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
+    app.settled(&quest).await;
+    let view = app
+        .get(&format!("/v1/quests/{quest}"), &viewer)
+        .await
+        .expect(200);
+    let answers = view["l2_answers"].as_array().unwrap();
+    let detail = |name: &str| {
+        answers.iter().find(|a| a["verifier"] == name).unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        detail("alpha").contains("no reply from http://***@127.0.0.1"),
+        "{}",
+        detail("alpha")
+    );
+    assert!(
+        detail("beta").starts_with("HTTP 401 Unauthorized: Incorrect API key provided: ***"),
+        "{}",
+        detail("beta")
+    );
+    let shown = view.to_string();
+    for secret in ["hunter2", "querysecret", "0123456789abcdef", "7f6e5d4c3b2a"] {
+        assert!(
+            !shown.contains(secret),
+            "{secret} reached a viewer: {shown}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_command_verifier_reads_the_request_on_stdin_and_prints_its_answer() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("judge.sh");
