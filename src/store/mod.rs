@@ -264,6 +264,9 @@ pub struct L2Recorded {
     pub compared: Vec<(String, String, bool)>,
     /// The quest, when this answer was the last one and the decision was applied.
     pub verified: Option<QuestRow>,
+    /// The job had been answered before: nothing was recorded now, and
+    /// `answer` is the earlier answer (so no figure may count it again).
+    pub replayed: bool,
 }
 
 /// Running figures of one verifier in one session.

@@ -942,6 +942,7 @@ async fn record_l2_answer(ctx: &mut WriteCtx, new: NewL2Answer) -> Result<L2Reco
             answer: fetch_l2_answer(&mut ctx.conn, job.id).await?,
             compared: Vec::new(),
             verified: None,
+            replayed: true,
         });
     }
     let quest = fetch_quest(&mut ctx.conn, job.quest_id).await?;
@@ -1017,6 +1018,7 @@ async fn record_l2_answer(ctx: &mut WriteCtx, new: NewL2Answer) -> Result<L2Reco
         answer: fetch_l2_answer(&mut ctx.conn, job.id).await?,
         compared,
         verified,
+        replayed: false,
     })
 }
 

@@ -1074,3 +1074,271 @@ async fn thresholds_and_quorums_that_cannot_work_are_refused_at_scan() {
         "nothing was stored"
     );
 }
+
+#[tokio::test]
+async fn an_answer_the_store_failed_to_record_is_retried_without_asking_the_backend_again() {
+    let no = || Behaviour::says("NO: the company's own domain");
+    let (app, fakes) = three(no(), no(), no(), 5_000).await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(verified_config(1, 2), companies(1)).await;
+
+    // Every attempt to record an answer fails until the trigger is dropped.
+    let url = format!(
+        "sqlite://{}",
+        app.data_dir.path().join("quest.db").display()
+    );
+    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER test_store_fails BEFORE INSERT ON l2_answers
+         BEGIN SELECT RAISE(ABORT, 'injected store failure'); END",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+
+    let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
+    for fake in &fakes {
+        for _ in 0..500 {
+            if !fake.requests().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(fake.requests().len(), 1, "every verifier was asked");
+    }
+    // Long enough for the first attempts to record to fail.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(app.quest(&quest).await["phase"], "verifying");
+    sqlx::query("DROP TRIGGER test_store_fails")
+        .execute(&mut db)
+        .await
+        .unwrap();
+
+    let view = app.settled(&quest).await;
+    assert_eq!(
+        view["state"], "PASS",
+        "the answers were recorded on a retry"
+    );
+    assert_eq!(view["l2_answers"].as_array().unwrap().len(), 3);
+    for fake in &fakes {
+        assert_eq!(
+            fake.requests().len(),
+            1,
+            "the answer is kept across the retries, not asked for again"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_restart_with_submissions_still_being_checked_asks_each_verifier_each_question_once() {
+    use quest::store::{NewSubmission, SqliteStore, Store, SubmitOutcome};
+    let no = || Behaviour::says("NO: the company's own domain");
+    let fakes = [
+        FakeLlm::start("judge-alpha", no()).await,
+        FakeLlm::start("judge-beta", no()).await,
+        FakeLlm::start("judge-gamma", no()).await,
+    ];
+    let toml = verifiers_toml(&[
+        ("alpha", &fakes[0].base_url, 5_000, 4),
+        ("beta", &fakes[1].base_url, 5_000, 4),
+        ("gamma", &fakes[2].base_url, 5_000, 4),
+    ]);
+    const N: usize = 12;
+    let app = spawn_app_with(&toml).await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(verified_config(1, 2), companies(N)).await;
+    let mut leased = Vec::new();
+    for i in 0..N {
+        leased.push(assigned(
+            &app.next(&agent, &session, &format!("a{i}")).await,
+        ));
+    }
+    let dir = app.stop().await;
+
+    // Submissions recorded the way `submit` does, with no gate running: as if
+    // the server died between the durable write and the verdict.
+    let store = SqliteStore::open(
+        &dir.path().join("quest.db"),
+        std::sync::Arc::new(quest::testing::ManualClock::new()),
+        tokio::sync::broadcast::channel(8).0,
+    )
+    .await
+    .unwrap();
+    let bot = store
+        .list_tokens()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == "bot")
+        .unwrap();
+    for (i, (quest, lease)) in leased.iter().enumerate() {
+        let result = json!({"email": format!("info{i}@acme.test")});
+        let recorded = store
+            .submit(NewSubmission {
+                quest_id: quest.parse().unwrap(),
+                lease_id: lease.parse().unwrap(),
+                token_id: bot.id,
+                result_hash: quest::domain::receipt::digest(&result),
+                result,
+            })
+            .await
+            .unwrap();
+        assert!(matches!(recorded, SubmitOutcome::Recorded(_)));
+    }
+    drop(store);
+
+    let app = spawn_app_in_with(dir, Some(&toml)).await;
+    for (quest, _) in &leased {
+        assert_eq!(app.settled(quest).await["state"], "PASS");
+    }
+    for fake in &fakes {
+        assert_eq!(
+            fake.requests().len(),
+            N,
+            "each verifier is asked each question of each quest exactly once"
+        );
+    }
+    let status = app.status(&session).await;
+    for figures in status["verifiers"].as_array().unwrap() {
+        assert_eq!(figures["answers"], N, "{status}");
+    }
+}
+
+#[tokio::test]
+async fn a_job_queued_twice_or_run_again_after_its_answer_is_asked_once() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use quest::domain::Verdict;
+    use quest::domain::session::SessionConfig;
+    use quest::domain::verify::{Artifact, Contract, VerifierRequest, parse_reply};
+    use quest::store::{
+        GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, SubmitOutcome,
+    };
+    use quest::verifiers::{AskError, Reply, Verifier, VerifierRegistry};
+    use quest::workers::VerifierRunner;
+
+    /// Answers NO after a pause long enough for a duplicate to start too.
+    struct Counting(AtomicUsize);
+
+    #[async_trait]
+    impl Verifier for Counting {
+        fn model(&self) -> &str {
+            "counting"
+        }
+        async fn ask(&self, _: &VerifierRequest, _: &str) -> Result<Reply, AskError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(Reply {
+                raw: "NO: fine".into(),
+                parsed: parse_reply("NO: fine"),
+            })
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(
+            &dir.path().join("q.db"),
+            Arc::new(quest::domain::SystemClock),
+            tokio::sync::broadcast::channel(64).0,
+        )
+        .await
+        .unwrap(),
+    );
+    let token = store
+        .create_token("bot", quest::domain::Role::Agent, "hash")
+        .await
+        .unwrap();
+    let mut config = contact_config(3);
+    config["verify"] = json!({"verifiers": ["alpha"], "questions": [QUESTION]});
+    let input = json!({"company": "Acme"}).as_object().unwrap().clone();
+    let session = store
+        .create_session(NewSession {
+            id: uuid::Uuid::now_v7(),
+            name: "s".into(),
+            key_column: "company".into(),
+            config: SessionConfig::parse(config).unwrap(),
+            columns: vec!["company".into()],
+            source_name: "s.jsonl".into(),
+            source_type: "application/x-ndjson".into(),
+            source: Vec::new(),
+            created_by: "admin".into(),
+            rows: vec![("Acme".into(), input)],
+        })
+        .await
+        .unwrap();
+    let LeaseOutcome::Assigned { quest, lease, .. } = store
+        .lease_next(session.id, &format!("{}/bot", token.id))
+        .await
+        .unwrap()
+    else {
+        panic!("a quest is open")
+    };
+    let result = json!({"email": "info@acme.test"});
+    let SubmitOutcome::Recorded(submission) = store
+        .submit(NewSubmission {
+            quest_id: quest.id,
+            lease_id: lease.id,
+            token_id: token.id,
+            result_hash: quest::domain::receipt::digest(&result),
+            result: result.clone(),
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("recorded")
+    };
+    let decided = store
+        .apply_verdict(
+            submission.id,
+            GateDecision {
+                verdict: Verdict::Pass,
+                facts: vec![],
+                evidence: vec![],
+                gate: "schema".into(),
+                gate_version: "1".into(),
+                receipt: "receipt".into(),
+                verify: Some(VerifierRequest {
+                    contract: Contract {
+                        task: "Find the contact email.".into(),
+                        input: json!({"company": "Acme"}),
+                    },
+                    artifact: Artifact {
+                        result,
+                        evidence: vec![],
+                    },
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(decided.l2_jobs.len(), 1);
+
+    let counting = Arc::new(Counting(AtomicUsize::new(0)));
+    let mut registry = VerifierRegistry::default();
+    registry.insert("alpha", counting.clone(), 4, Duration::from_secs(5));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let runner = VerifierRunner::start(store.clone(), Arc::new(registry), shutdown.clone());
+    runner.enqueue(decided.l2_jobs.clone());
+    runner.enqueue(decided.l2_jobs.clone());
+    for _ in 0..500 {
+        if store.get_quest(quest.id).await.unwrap().state != quest::domain::State::Todo {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        store.get_quest(quest.id).await.unwrap().state,
+        quest::domain::State::Pass
+    );
+    assert!(
+        runner.run_once(decided.l2_jobs[0]).await.unwrap().is_none(),
+        "an answered job is not run again"
+    );
+    assert_eq!(counting.0.load(Ordering::SeqCst), 1, "asked exactly once");
+    shutdown.cancel();
+}
