@@ -35,7 +35,8 @@ pub struct Config {
     /// Gate checks that may run at once.
     #[arg(long, env = "QUEST_GATE_WORKERS", default_value_t = 16)]
     pub gate_workers: usize,
-    /// Longest a gate may take on one submission before its verdict is REVIEW.
+    /// Longest a gate may take on one submission before its verdict is REVIEW
+    /// (a command gate's own `timeout_ms` governs it instead).
     #[arg(long, env = "QUEST_GATE_TIMEOUT_SECONDS", default_value_t = 120)]
     pub gate_timeout_seconds: u64,
     /// How often expired leases are swept back to `open`.

@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -38,6 +39,8 @@ const MAX_FACTS: usize = 100;
 const MAX_FACT_CHARS: usize = 1000;
 /// The most stderr characters quoted in a fact.
 const STDERR_CHARS: usize = 600;
+/// Time beyond the program's `timeout_ms` for killing it and reading its output.
+const TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
 
 /// One operator program as a gate.
 pub struct CommandGate {
@@ -346,12 +349,17 @@ impl Gate for CommandGate {
     fn default_questions(&self) -> Vec<Question> {
         self.config.questions.clone()
     }
+
+    /// The declared `timeout_ms` and a margin, so that the program's own
+    /// deadline fires first: its process group is killed and the fact says so.
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.config.process.timeout + TIMEOUT_MARGIN)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
-    use std::time::Duration;
 
     use super::*;
     use crate::process::ProcessSpec;

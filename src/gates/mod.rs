@@ -18,6 +18,7 @@ pub mod schema;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -106,6 +107,14 @@ pub trait Gate: Send + Sync {
     /// Questions asked by AI verifiers when a session names verifiers but no questions.
     fn default_questions(&self) -> Vec<Question> {
         Vec::new()
+    }
+
+    /// How long one check may take before its verdict is REVIEW. `None`: the
+    /// server's gate timeout (`QUEST_GATE_TIMEOUT_SECONDS`). A gate that
+    /// declares its own deadline (a command gate's `timeout_ms`) answers it here,
+    /// so that the global one neither cuts it short nor stretches it.
+    fn timeout(&self) -> Option<Duration> {
+        None
     }
 }
 

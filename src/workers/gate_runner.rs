@@ -39,6 +39,7 @@ struct Inner {
     store: Arc<dyn Store>,
     registry: Arc<GateRegistry>,
     verifiers: VerifierRunner,
+    /// The longest a check may take, unless its gate declares its own.
     timeout: Duration,
     /// Built gates by session: a session's gate config never changes.
     gates: Mutex<HashMap<Uuid, Arc<dyn Gate>>>,
@@ -153,7 +154,8 @@ impl Inner {
             Ok(gate) => {
                 let check =
                     AssertUnwindSafe(gate.check(&job.input, &job.submission.result)).catch_unwind();
-                let outcome = match tokio::time::timeout(self.timeout, check).await {
+                let limit = gate.timeout().unwrap_or(self.timeout);
+                let outcome = match tokio::time::timeout(limit, check).await {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(_)) => {
                         tracing::error!(submission = %submission_id, "the gate panicked; the verdict is REVIEW");
@@ -168,7 +170,7 @@ impl Inner {
                     Err(_) => review(Fact::new(
                         "gate",
                         "",
-                        format!("a verdict within {} s", self.timeout.as_secs()),
+                        format!("a verdict within {} ms", limit.as_millis()),
                         "no verdict: the gate timed out",
                         "nothing for you to fix; a person will look at it",
                     )),

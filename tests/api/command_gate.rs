@@ -198,6 +198,29 @@ fn is_zombie(proc: &str) -> bool {
 }
 
 #[tokio::test]
+async fn a_command_gates_own_timeout_governs_it_not_the_global_gate_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "/bin/sleep 2\necho '{\"verdict\": \"PASS\"}'\n";
+    let toml = gate_toml(&dir, script, 10_000, "");
+    let app = spawn_app_tuned(tempfile::tempdir().unwrap(), Some(&toml), |config| {
+        config.gate_timeout_seconds = 1;
+    })
+    .await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(command_config(), companies(1)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let answer = app
+        .submit(&agent, &quest, &lease, json!({"test": "t"}))
+        .await
+        .expect(200);
+    assert_eq!(
+        (answer["verdict"].as_str(), answer["state"].as_str()),
+        (Some("PASS"), Some("PASS")),
+        "timeout_ms = 10000 outlasts QUEST_GATE_TIMEOUT_SECONDS = 1: {answer}"
+    );
+}
+
+#[tokio::test]
 async fn the_program_sees_a_cleared_environment_plus_the_allow_list() {
     let script = "/usr/bin/env >&2\nexit 1\n";
     let (_app, _dir, answer) = run_once(
