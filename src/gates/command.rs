@@ -11,9 +11,9 @@
 //! agent's test print): so a printed PASS counts only with exit status 0, and a
 //! last line that contradicts an earlier verdict line is not believed either.
 //! Both are conflicting signals, and the verdict is REVIEW.
-//! A program past its timeout, one that cannot start, or one whose output was
-//! cut (so that its verdict may be lost) gives REVIEW: an unconfirmable result
-//! is not a wrong one.
+//! A program past its timeout, one that cannot start, one killed by a signal,
+//! or one whose output was cut (so that its verdict may be lost) gives REVIEW:
+//! an unconfirmable result is not a wrong one, and it costs no try.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -93,6 +93,17 @@ impl CommandGate {
                 "a longer output, cut; its verdict could not be read".into(),
             );
         }
+        // Killed by a signal (the OOM killer, an operator, a crash): the world
+        // interrupted the check, which is environment noise, not a wrong result.
+        if out.code.is_none() {
+            let stderr = out.stderr_text(STDERR_CHARS);
+            let actual = if stderr.is_empty() {
+                out.status_text()
+            } else {
+                format!("{}: {stderr}", out.status_text())
+            };
+            return self.review("a program that exits".into(), actual);
+        }
         let stdout = String::from_utf8_lossy(&out.stdout);
         match read_printed(stdout.trim()) {
             Reading::Nothing => {}
@@ -112,7 +123,7 @@ impl CommandGate {
                 if verdict == Verdict::Pass && out.code != Some(0) {
                     return self.conflict(
                         "a printed PASS with exit status 0".into(),
-                        format!("a printed PASS, but {}", status_text(out.code)),
+                        format!("a printed PASS, but {}", out.status_text()),
                         facts,
                         evidence,
                     );
@@ -126,12 +137,12 @@ impl CommandGate {
         }
         match out.code {
             Some(0) => GateOutcome::from_checks([]),
-            code => {
+            _ => {
                 let stderr = out.stderr_text(STDERR_CHARS);
                 let actual = if stderr.is_empty() {
-                    status_text(code)
+                    out.status_text()
                 } else {
-                    format!("{}: {stderr}", status_text(code))
+                    format!("{}: {stderr}", out.status_text())
                 };
                 GateOutcome::from_checks([(
                     Verdict::Fail,
@@ -201,13 +212,6 @@ impl CommandGate {
             .collect();
         (facts, printed.evidence)
     }
-}
-
-/// `exit status N`, or how the program ended without one.
-fn status_text(code: Option<i32>) -> String {
-    code.map_or("ended by a signal".to_owned(), |c| {
-        format!("exit status {c}")
-    })
 }
 
 /// What a program's stdout says.
@@ -388,6 +392,7 @@ mod tests {
     fn output(code: i32, stdout: &str, stderr: &str) -> Result<ProcessOutput, ProcessError> {
         Ok(ProcessOutput {
             code: Some(code),
+            signal: None,
             stdout: stdout.as_bytes().to_vec(),
             stdout_cut: false,
             stderr_tail: stderr.as_bytes().to_vec(),
@@ -484,6 +489,18 @@ mod tests {
             o.facts[0]
         );
         assert!(o.facts[0].actual.ends_with("error: 2 tests failed"));
+    }
+
+    #[tokio::test]
+    async fn a_program_killed_by_a_signal_is_review_with_the_signal_named() {
+        let mut out = output(1, r#"{"verdict": "FAIL"}"#, "out of memory").unwrap();
+        (out.code, out.signal) = (None, Some(9));
+        let (o, _) = run(Ok(out)).await;
+        assert_eq!(o.verdict, Verdict::Review);
+        assert_eq!(
+            o.facts[0].actual,
+            "ended by signal 9 (SIGKILL): out of memory"
+        );
     }
 
     #[tokio::test]

@@ -102,11 +102,9 @@ impl Verifier for CommandVerifier {
                 "exit status 75 (try again): {}",
                 out.stderr_text(300)
             ))),
-            code => Err(AskError::Permanent(format!(
+            _ => Err(AskError::Permanent(format!(
                 "{}: {}",
-                code.map_or("ended by a signal".to_owned(), |c| format!(
-                    "exit status {c}"
-                )),
+                out.status_text(),
                 out.stderr_text(300)
             ))),
         }

@@ -186,6 +186,39 @@ async fn a_program_past_its_timeout_is_killed_with_its_children_and_the_quest_go
     panic!("the program's child {} survived the timeout", pid.trim());
 }
 
+#[tokio::test]
+async fn what_a_program_leaves_running_in_the_background_is_killed_when_it_exits() {
+    let script = "/bin/sleep 60 >/dev/null 2>&1 &\necho $! > child.pid\nexit 0\n";
+    let (app, dir, answer) = run_once(script, 10_000, "", json!({"test": "t"})).await;
+    assert_eq!(answer["verdict"], "PASS", "{answer}");
+    let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
+    let proc = format!("/proc/{}", pid.trim());
+    for _ in 0..250 {
+        if !Path::new(&proc).exists() || is_zombie(&proc) {
+            drop(app);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the program's background child {} survived it", pid.trim());
+}
+
+#[tokio::test]
+async fn a_program_killed_by_a_signal_is_review_and_costs_no_try() {
+    let script = "echo 'about to be killed' >&2\nkill -9 $$\n";
+    let (_app, _dir, answer) = run_once(script, 10_000, "", json!({"test": "t"})).await;
+    assert_eq!(
+        (answer["verdict"].as_str(), answer["state"].as_str()),
+        (Some("REVIEW"), Some("REVIEW")),
+        "{answer}"
+    );
+    assert_eq!(answer["tries"], 0);
+    assert_eq!(
+        answer["facts"][0]["actual"],
+        "ended by signal 9 (SIGKILL): about to be killed"
+    );
+}
+
 /// A killed process that its (also killed) parent never reaped.
 fn is_zombie(proc: &str) -> bool {
     std::fs::read_to_string(format!("{proc}/stat"))
