@@ -44,24 +44,10 @@ pub enum Answer {
     No,
 }
 
+text_enum!(FlagOn { Yes => "yes", No => "no" });
+text_enum!(Answer { Yes => "yes", No => "no" });
+
 impl Answer {
-    /// `yes` or `no`, as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Answer::Yes => "yes",
-            Answer::No => "no",
-        }
-    }
-
-    /// Parses `yes` or `no`.
-    pub fn parse(s: &str) -> Option<Answer> {
-        match s {
-            "yes" => Some(Answer::Yes),
-            "no" => Some(Answer::No),
-            _ => None,
-        }
-    }
-
     /// Whether this answer raises the doubt for a question that flags on `flag_on`.
     pub fn flags(self, flag_on: FlagOn) -> bool {
         matches!(
@@ -72,23 +58,6 @@ impl Answer {
 }
 
 impl FlagOn {
-    /// `yes` or `no`, as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FlagOn::Yes => "yes",
-            FlagOn::No => "no",
-        }
-    }
-
-    /// Parses `yes` or `no`.
-    pub fn parse(s: &str) -> Option<FlagOn> {
-        match s {
-            "yes" => Some(FlagOn::Yes),
-            "no" => Some(FlagOn::No),
-            _ => None,
-        }
-    }
-
     /// The answer that does not raise the doubt.
     pub fn clear_answer(self) -> &'static str {
         match self {

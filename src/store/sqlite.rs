@@ -889,7 +889,8 @@ fn l2_job_row(r: &SqliteRow) -> Result<L2Job, StoreError> {
 }
 
 fn flag_on(s: &str) -> Result<verify::FlagOn, StoreError> {
-    verify::FlagOn::parse(s).ok_or_else(|| StoreError::Corrupt(format!("flag_on `{s}`")))
+    s.parse()
+        .map_err(|e: crate::domain::UnknownValue| StoreError::Corrupt(e.to_string()))
 }
 
 fn l2_answer_row(r: &SqliteRow) -> Result<L2AnswerRow, StoreError> {
@@ -904,7 +905,8 @@ fn l2_answer_row(r: &SqliteRow) -> Result<L2AnswerRow, StoreError> {
         flag_on: flag_on(&r.str("flag_on")?)?,
         raw_reply: r.opt_str("raw_reply")?,
         answer: opt(r.opt_str("answer")?, |a| {
-            verify::Answer::parse(a).ok_or_else(|| StoreError::Corrupt(format!("answer `{a}`")))
+            a.parse::<verify::Answer>()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))
         })?,
         detail: r.str("detail")?,
         flagged: r.int("flagged")? != 0,

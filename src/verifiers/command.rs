@@ -58,12 +58,17 @@ fn parse_printed(stdout: &str) -> Result<(Answer, String), NotAnAnswer> {
                 cut(text, 120)
             ))
         })?;
-    let answer = Answer::parse(&printed.answer.trim().to_ascii_lowercase()).ok_or_else(|| {
-        NotAnAnswer(format!(
-            "answer `{}` is neither yes nor no",
-            cut(&printed.answer, 40)
-        ))
-    })?;
+    let answer: Answer = printed
+        .answer
+        .trim()
+        .to_ascii_lowercase()
+        .parse()
+        .map_err(|_| {
+            NotAnAnswer(format!(
+                "answer `{}` is neither yes nor no",
+                cut(&printed.answer, 40)
+            ))
+        })?;
     let reason = printed
         .reason
         .lines()
