@@ -45,7 +45,7 @@ const TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
 /// One operator program as a gate.
 pub struct CommandGate {
     config: CommandGateConfig,
-    version: &'static str,
+    version: String,
     runner: Arc<dyn ProcessRunner>,
 }
 
@@ -61,8 +61,7 @@ impl CommandGate {
             "timeout_ms": config.process.timeout.as_millis() as u64,
         });
         let digest = hex::encode(Sha256::digest(spec.to_string().as_bytes()));
-        // One small string per declared gate, for the life of the process.
-        let version: &'static str = Box::leak(format!("1+{}", &digest[..12]).into_boxed_str());
+        let version = format!("1+{}", &digest[..12]);
         CommandGate {
             config,
             version,
@@ -325,8 +324,8 @@ impl Gate for CommandGate {
         KIND
     }
 
-    fn version(&self) -> &'static str {
-        self.version
+    fn version(&self) -> &str {
+        &self.version
     }
 
     async fn check(&self, input: &Value, result: &Value) -> GateOutcome {

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 
 use super::openai::chat_body;
-use super::{AskError, Reply, Verifier};
+use super::{AskError, MAX_RAW_CHARS, Reply, Verifier};
 use crate::domain::verify::{Answer, NotAnAnswer, VerifierRequest, cut};
 use crate::process::{ProcessRunner, ProcessSpec};
 
@@ -100,7 +100,7 @@ impl Verifier for CommandVerifier {
                 let stdout = String::from_utf8_lossy(&out.stdout);
                 Ok(Reply {
                     parsed: parse_printed(&stdout),
-                    raw: cut(stdout.trim(), 4000),
+                    raw: cut(stdout.trim(), MAX_RAW_CHARS),
                 })
             }
             Some(EXIT_TEMPFAIL) => Err(AskError::Transient(format!(

@@ -10,14 +10,12 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{AskError, Reply, Verifier};
+use super::{AskError, MAX_RAW_CHARS, Reply, Verifier};
 use crate::config::{Secret, redact_url};
 use crate::domain::verify::{SYSTEM_PROMPT, VerifierRequest, cut, parse_reply};
 
 /// The largest reply body read.
 const MAX_BODY: usize = 1024 * 1024;
-/// The longest raw reply kept.
-const MAX_RAW_CHARS: usize = 4000;
 
 /// The HTTP client shared by every OpenAI-compatible verifier.
 pub fn client() -> Result<reqwest::Client, reqwest::Error> {
