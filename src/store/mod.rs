@@ -191,6 +191,8 @@ pub struct GateDecision {
 #[derive(Debug, Clone)]
 pub struct GateJob {
     pub submission: SubmissionRow,
+    /// The quest's key, for the task template.
+    pub key: String,
     pub input: Value,
     pub config: SessionConfig,
 }

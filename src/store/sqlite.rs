@@ -1472,6 +1472,7 @@ impl Store for SqliteStore {
         let session = fetch_session(&mut conn, quest.session_id).await?;
         Ok(GateJob {
             submission,
+            key: quest.key,
             input: quest.input,
             config: session.config,
         })

@@ -20,6 +20,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::domain::prompt;
 use crate::domain::receipt::ReceiptParts;
 use crate::domain::session::GateConfig;
 use crate::domain::verify::{Artifact, Contract, VerifierRequest};
@@ -194,10 +195,16 @@ impl Inner {
         metrics::counter!("quest_verdicts_total", "verdict" => outcome.verdict.as_str())
             .increment(1);
         // Only the contract and the artifact: never the agent's other fields or earlier attempts.
+        // The task is the one the agent was given for this quest.
         let verify = match (&job.config.verify, &gate) {
             (Some(_), Ok(gate)) => Some(VerifierRequest {
                 contract: Contract {
-                    task: job.config.prompt.instructions.clone(),
+                    task: prompt::task_for(
+                        &job.config.prompt.instructions,
+                        &job.key,
+                        &job.input,
+                        || gate.default_prompt().task,
+                    ),
                     input: job.input.clone(),
                 },
                 artifact: Artifact {

@@ -1342,3 +1342,37 @@ async fn a_job_queued_twice_or_run_again_after_its_answer_is_asked_once() {
     assert_eq!(counting.0.load(Ordering::SeqCst), 1, "asked exactly once");
     shutdown.cancel();
 }
+
+#[tokio::test]
+async fn a_verifier_reads_the_task_rendered_for_the_quest_or_else_the_gates_own_task() {
+    let fake = FakeLlm::start("judge", Behaviour::says("NO: fine")).await;
+    let app = spawn_app_with(&verifiers_toml(&[("alpha", &fake.base_url, 5_000, 4)])).await;
+    let agent = app.token("agent", "bot").await;
+    let mut templated = contact_config(3);
+    templated["prompt"]["instructions"] =
+        json!("Find the contact email of {{ company }} in {{ city }}.");
+    templated["verify"] = json!({"verifiers": ["alpha"], "questions": [QUESTION]});
+    let mut plain = templated.clone();
+    plain["prompt"]["instructions"] = json!("");
+    for config in [templated, plain] {
+        let session = app.scan(config, companies(1)).await;
+        let (quest, _) =
+            submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
+        assert_eq!(app.settled(&quest).await["state"], "PASS");
+    }
+    let requests = fake.requests();
+    let task = |i: usize| {
+        let prompt = requests[i]["messages"][1]["content"].as_str().unwrap();
+        prompt["# Contract\n\n## Task\n".len()..prompt.find("\n\n## Input").unwrap()].to_owned()
+    };
+    assert_eq!(
+        task(0),
+        "Find the contact email of Company 0000 in Seoul.",
+        "the template rendered for the quest, not the raw template"
+    );
+    assert!(
+        task(1).starts_with("Produce the result for the input below as one JSON object"),
+        "an empty task falls back to the gate's own: {}",
+        task(1)
+    );
+}
