@@ -280,7 +280,8 @@ impl VerifierBackend {
 pub struct CommandGateConfig {
     pub name: String,
     pub process: ProcessSpec,
-    /// The result fields AI verifiers may see (none: the gate cannot be verified).
+    /// The top-level result fields AI verifiers may see, each with its whole
+    /// value, nested free text included (none: the gate cannot be verified).
     pub result_fields: Vec<String>,
     /// Default questions for AI verifiers.
     pub questions: Vec<Question>,
@@ -460,6 +461,16 @@ impl OperatorConfig {
                 questions,
             } = entry;
             let process = process_spec(argv, workdir, &allowed, timeout_ms, env).map_err(&err)?;
+            // A pointer or a dotted path reads as "only this part", which a
+            // command gate cannot do: it shows whole top-level fields.
+            if let Some(path) = result_fields
+                .iter()
+                .find(|f| f.is_empty() || f.starts_with('/') || f.contains('.'))
+            {
+                return Err(err(format!(
+                    "result_fields names top-level fields, shown whole; `{path}` is not one"
+                )));
+            }
             out.gates.push(CommandGateConfig {
                 name,
                 process,
@@ -727,6 +738,14 @@ mod tests {
             (
                 "[verifiers.a]\nkind = \"command\"\nargv = [\"x\"]\nmax_concurrency = 0",
                 "verifiers.a",
+            ),
+            (
+                "[gates.c]\nkind = \"command\"\nargv = [\"x\"]\nresult_fields = [\"/test/code\"]",
+                "gates.c",
+            ),
+            (
+                "[gates.c]\nkind = \"command\"\nargv = [\"x\"]\nresult_fields = [\"test.code\"]",
+                "gates.c",
             ),
         ] {
             assert_eq!(

@@ -88,7 +88,9 @@ pub trait Gate: Send + Sync {
     }
 
     /// The part of an accepted `result` an AI verifier may see: its declared
-    /// fields and nothing else, whatever else the agent sent.
+    /// fields and nothing else, whatever else the agent sent. This default
+    /// keeps whole top-level fields, whatever is nested inside them; a gate
+    /// that knows the shape below (the schema gate) projects deeper.
     fn artifact(&self, result: &Value) -> Value {
         let declared = self.declared_fields();
         let kept = result
