@@ -232,7 +232,7 @@ pub enum VerifierBackend {
         base_url: String,
         model: String,
         api_key: Option<Secret>,
-        max_tokens: u32,
+        sampling: Sampling,
     },
     /// An operator program: the request as JSON on stdin, `{"answer", "reason"}` on stdout.
     Command {
@@ -242,6 +242,22 @@ pub enum VerifierBackend {
     },
 }
 
+/// The optional fields of a chat-completions request. `None` leaves a field
+/// out: some reasoning models refuse `max_tokens` or `temperature`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+}
+
+impl Sampling {
+    /// What a verifier sends unless its table says otherwise: short, deterministic replies.
+    pub const DEFAULT: Sampling = Sampling {
+        max_tokens: Some(100),
+        temperature: Some(0.0),
+    };
+}
+
 impl std::fmt::Debug for VerifierBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -249,13 +265,13 @@ impl std::fmt::Debug for VerifierBackend {
                 base_url,
                 model,
                 api_key,
-                max_tokens,
+                sampling,
             } => f
                 .debug_struct("OpenAi")
                 .field("base_url", &redact_url(base_url))
                 .field("model", model)
                 .field("api_key", api_key)
-                .field("max_tokens", max_tokens)
+                .field("sampling", sampling)
                 .finish(),
             VerifierBackend::Command { process, model } => f
                 .debug_struct("Command")
@@ -316,8 +332,13 @@ enum VerifierEntry {
         max_concurrency: usize,
         #[serde(default = "default_verifier_timeout_ms")]
         timeout_ms: u64,
-        #[serde(default = "default_max_tokens")]
-        max_tokens: u32,
+        #[serde(default)]
+        max_tokens: Option<u32>,
+        #[serde(default)]
+        temperature: Option<f64>,
+        /// Request fields not to send at all: `max_tokens`, `temperature`.
+        #[serde(default)]
+        omit: Vec<String>,
     },
     Command {
         argv: Vec<String>,
@@ -358,9 +379,6 @@ fn default_verifier_concurrency() -> usize {
 fn default_verifier_timeout_ms() -> u64 {
     20_000
 }
-fn default_max_tokens() -> u32 {
-    100
-}
 fn default_gate_timeout_ms() -> u64 {
     60_000
 }
@@ -394,6 +412,8 @@ impl OperatorConfig {
                     max_concurrency,
                     timeout_ms,
                     max_tokens,
+                    temperature,
+                    omit,
                 } => {
                     // The value is not echoed: it may carry credentials.
                     let url = reqwest::Url::parse(&base_url)
@@ -409,11 +429,12 @@ impl OperatorConfig {
                             })?,
                         )),
                     };
+                    let sampling = sampling(max_tokens, temperature, &omit).map_err(&err)?;
                     let backend = VerifierBackend::OpenAi {
                         base_url: base_url.trim_end_matches('/').to_owned(),
                         model,
                         api_key,
-                        max_tokens: max_tokens.clamp(1, 4096),
+                        sampling,
                     };
                     (backend, max_concurrency, timeout_ms)
                 }
@@ -480,6 +501,43 @@ impl OperatorConfig {
         }
         Ok(out)
     }
+}
+
+/// The request fields of a verifier: the defaults, changed or left out.
+fn sampling(
+    max_tokens: Option<u32>,
+    temperature: Option<f64>,
+    omit: &[String],
+) -> Result<Sampling, String> {
+    if let Some(other) = omit
+        .iter()
+        .find(|o| !matches!(o.as_str(), "max_tokens" | "temperature"))
+    {
+        return Err(format!(
+            "omit may name `max_tokens` and `temperature`, not `{other}`"
+        ));
+    }
+    let omitted = |field: &str| omit.iter().any(|o| o == field);
+    if (omitted("max_tokens") && max_tokens.is_some())
+        || (omitted("temperature") && temperature.is_some())
+    {
+        return Err("a field is both set and omitted".into());
+    }
+    if temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
+        return Err("temperature must be between 0 and 2".into());
+    }
+    Ok(Sampling {
+        max_tokens: match omitted("max_tokens") {
+            true => None,
+            false => max_tokens
+                .or(Sampling::DEFAULT.max_tokens)
+                .map(|m| m.clamp(1, 4096)),
+        },
+        temperature: match omitted("temperature") {
+            true => None,
+            false => temperature.or(Sampling::DEFAULT.temperature),
+        },
+    })
 }
 
 /// Names become metric labels and fact checks: keep them plain.
@@ -688,6 +746,42 @@ mod tests {
         assert_eq!(gate.result_fields, ["test_file"]);
         assert_eq!(gate.questions[1].flag_on, crate::domain::verify::FlagOn::No);
         assert!(gate.process.env.is_empty(), "the environment is cleared");
+    }
+
+    #[test]
+    fn a_verifier_may_change_or_leave_out_max_tokens_and_temperature() {
+        let backend = |extra: &str| {
+            let text = format!(
+                "[verifiers.a]\nkind = \"openai\"\nbase_url = \"http://h.test/v1\"\nmodel = \"m\"\n{extra}"
+            );
+            OperatorConfig::parse(&text, &env).map(|c| c.verifiers[0].backend.clone())
+        };
+        let sampling = |extra: &str| match backend(extra).unwrap() {
+            VerifierBackend::OpenAi { sampling, .. } => sampling,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(sampling(""), Sampling::DEFAULT);
+        assert_eq!(
+            sampling("max_tokens = 2000\ntemperature = 0.7"),
+            Sampling {
+                max_tokens: Some(2000),
+                temperature: Some(0.7)
+            }
+        );
+        assert_eq!(
+            sampling("omit = [\"max_tokens\", \"temperature\"]"),
+            Sampling {
+                max_tokens: None,
+                temperature: None
+            }
+        );
+        for bad in [
+            "omit = [\"top_p\"]",
+            "omit = [\"temperature\"]\ntemperature = 1.0",
+            "temperature = 3.0",
+        ] {
+            assert_eq!(backend(bad).unwrap_err().at, "verifiers.a", "{bad}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::openai::chat_body;
 use super::{AskError, MAX_RAW_CHARS, Reply, Verifier};
+use crate::config::Sampling;
 use crate::domain::verify::{Answer, NotAnAnswer, VerifierRequest, cut};
 use crate::process::{ProcessRunner, ProcessSpec};
 
@@ -86,7 +87,7 @@ impl Verifier for CommandVerifier {
     }
 
     async fn ask(&self, request: &VerifierRequest, question: &str) -> Result<Reply, AskError> {
-        let mut body = chat_body(&self.model, 100, request, question);
+        let mut body = chat_body(&self.model, Sampling::DEFAULT, request, question);
         body["question"] = question.into();
         body["contract"] = serde_json::to_value(&request.contract).unwrap_or_default();
         body["artifact"] = serde_json::to_value(&request.artifact).unwrap_or_default();

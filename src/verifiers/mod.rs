@@ -81,13 +81,13 @@ impl VerifierRegistry {
                     base_url,
                     model,
                     api_key,
-                    max_tokens,
+                    sampling,
                 } => Arc::new(openai::OpenAiVerifier::new(
                     client.clone(),
                     base_url,
                     model,
                     api_key.clone(),
-                    *max_tokens,
+                    *sampling,
                 )),
                 VerifierBackend::Command { process, model } => Arc::new(
                     command::CommandVerifier::new(process.clone(), model, runner.clone()),

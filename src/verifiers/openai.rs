@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{AskError, MAX_RAW_CHARS, Reply, Verifier};
-use crate::config::{Secret, redact_url};
+use crate::config::{Sampling, Secret, redact_url};
 use crate::domain::verify::{SYSTEM_PROMPT, VerifierRequest, cut, parse_reply};
 
 /// The largest reply body read.
@@ -40,7 +40,7 @@ pub struct OpenAiVerifier {
     password: Option<String>,
     model: String,
     api_key: Option<Secret>,
-    max_tokens: u32,
+    sampling: Sampling,
 }
 
 impl OpenAiVerifier {
@@ -50,7 +50,7 @@ impl OpenAiVerifier {
         base_url: &str,
         model: &str,
         api_key: Option<Secret>,
-        max_tokens: u32,
+        sampling: Sampling,
     ) -> OpenAiVerifier {
         let url = match reqwest::Url::parse(base_url) {
             Ok(mut url) => {
@@ -72,29 +72,34 @@ impl OpenAiVerifier {
             url,
             model: model.to_owned(),
             api_key,
-            max_tokens,
+            sampling,
         }
     }
 }
 
 /// The chat-completions request body for one question: the same JSON a
-/// command verifier receives on stdin.
+/// command verifier receives on stdin. A field `sampling` leaves out is not sent.
 pub fn chat_body(
     model: &str,
-    max_tokens: u32,
+    sampling: Sampling,
     request: &VerifierRequest,
     question: &str,
 ) -> serde_json::Value {
-    json!({
+    let mut body = json!({
         "model": model,
         "messages": [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": request.prompt(question)},
         ],
-        "temperature": 0,
-        "max_tokens": max_tokens,
         "stream": false,
-    })
+    });
+    if let Some(temperature) = sampling.temperature {
+        body["temperature"] = json!(temperature);
+    }
+    if let Some(max_tokens) = sampling.max_tokens {
+        body["max_tokens"] = json!(max_tokens);
+    }
+    body
 }
 
 #[derive(Deserialize)]
@@ -122,7 +127,7 @@ impl Verifier for OpenAiVerifier {
     async fn ask(&self, request: &VerifierRequest, question: &str) -> Result<Reply, AskError> {
         let mut call = self.client.post(&self.url).json(&chat_body(
             &self.model,
-            self.max_tokens,
+            self.sampling,
             request,
             question,
         ));
@@ -302,7 +307,7 @@ mod tests {
             "http://quest:hunter2@127.0.0.1:9/v1/?key=abc",
             "m",
             None,
-            100,
+            Sampling::DEFAULT,
         );
         assert_eq!(
             v.url,

@@ -135,7 +135,8 @@ async fn three_verifiers_that_all_clear_lock_the_quest_pass_and_the_agent_moves_
         let requests = fake.requests();
         assert_eq!(requests.len(), 1);
         assert_eq!(requests[0]["messages"][0]["role"], "system");
-        assert_eq!(requests[0]["temperature"], 0);
+        assert_eq!(requests[0]["temperature"].as_f64(), Some(0.0));
+        assert_eq!(requests[0]["max_tokens"], 100);
     }
 
     let status = app.status(&session).await;
@@ -1375,4 +1376,27 @@ async fn a_verifier_reads_the_task_rendered_for_the_quest_or_else_the_gates_own_
         "an empty task falls back to the gate's own: {}",
         task(1)
     );
+}
+
+#[tokio::test]
+async fn a_verifier_can_leave_max_tokens_and_temperature_out_of_its_requests() {
+    let fake = FakeLlm::start("reasoner", Behaviour::says("NO: fine")).await;
+    let toml = format!(
+        "[verifiers.alpha]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"reasoner\"\n\
+         omit = [\"max_tokens\", \"temperature\"]\n",
+        fake.base_url
+    );
+    let app = spawn_app_with(&toml).await;
+    let agent = app.token("agent", "bot").await;
+    let mut config = contact_config(3);
+    config["verify"] = json!({"verifiers": ["alpha"], "questions": [QUESTION]});
+    let session = app.scan(config, companies(1)).await;
+    let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
+    assert_eq!(app.settled(&quest).await["state"], "PASS");
+    let sent = &fake.requests()[0];
+    assert!(
+        sent.get("max_tokens").is_none() && sent.get("temperature").is_none(),
+        "{sent}"
+    );
+    assert_eq!(sent["model"], "reasoner");
 }
