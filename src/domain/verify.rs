@@ -367,18 +367,15 @@ fn answer_line(line: &str) -> Option<(Answer, String)> {
         None => rest,
     };
     let rest = rest.trim_start();
+    // Words right after the answer (`No idea`) are not a reason: a separator must come first.
     let after = if rest.is_empty() {
         ""
-    } else if let Some(after) = rest
-        .strip_prefix([':', '.', '\u{2013}', '\u{2014}'])
-        .or_else(|| {
-            rest.strip_prefix('-')
-                .filter(|after| after.is_empty() || after.starts_with(char::is_whitespace))
-        })
-    {
-        after
     } else {
-        return None;
+        rest.strip_prefix([':', '.', '\u{2013}', '\u{2014}'])
+            .or_else(|| {
+                rest.strip_prefix('-')
+                    .filter(|after| after.is_empty() || after.starts_with(char::is_whitespace))
+            })?
     };
     // `**NO:** reason` closes the emphasis after the separator.
     let after = after.trim_start();
