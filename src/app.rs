@@ -126,16 +126,18 @@ impl App {
             Duration::from_secs(config.gate_timeout_seconds),
             shutdown.clone(),
         );
+        // L2 jobs first: re-running a submission that was still being checked
+        // writes and queues its own jobs, which must not be queued twice.
+        let resumed = l2.requeue_pending().await?;
+        if resumed > 0 {
+            tracing::info!(resumed, "resuming AI verifier jobs that were still queued");
+        }
         let requeued = runner.requeue_pending().await?;
         if requeued > 0 {
             tracing::info!(
                 requeued,
                 "re-running submissions that were still being checked"
             );
-        }
-        let resumed = l2.requeue_pending().await?;
-        if resumed > 0 {
-            tracing::info!(resumed, "resuming AI verifier jobs that were still queued");
         }
         tokio::spawn(sweeper::run(
             store.clone(),

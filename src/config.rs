@@ -35,7 +35,8 @@ pub struct Config {
     /// Gate checks that may run at once.
     #[arg(long, env = "QUEST_GATE_WORKERS", default_value_t = 16)]
     pub gate_workers: usize,
-    /// Longest a gate may take on one submission before its verdict is REVIEW.
+    /// Longest a gate may take on one submission before its verdict is REVIEW
+    /// (a command gate's own `timeout_ms` governs it instead).
     #[arg(long, env = "QUEST_GATE_TIMEOUT_SECONDS", default_value_t = 120)]
     pub gate_timeout_seconds: u64,
     /// How often expired leases are swept back to `open`.
@@ -184,6 +185,24 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// A URL as it may be shown or stored: without its userinfo (`user:password@`)
+/// and its query, where credentials also travel. Text that is not a URL is not
+/// echoed at all.
+pub fn redact_url(text: &str) -> String {
+    let Ok(mut url) = url::Url::parse(text) else {
+        return "<not a URL>".to_owned();
+    };
+    if !url.username().is_empty() || url.password().is_some() {
+        let _ = url.set_password(None);
+        let _ = url.set_username("***");
+    }
+    if url.query().is_some() {
+        url.set_query(Some("***"));
+    }
+    url.set_fragment(None);
+    url.to_string()
+}
+
 /// What the operator's configuration file declares, resolved.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct OperatorConfig {
@@ -204,8 +223,8 @@ pub struct VerifierConfig {
     pub timeout: Duration,
 }
 
-/// How a verifier is reached.
-#[derive(Debug, Clone, PartialEq)]
+/// How a verifier is reached. Its `Debug` redacts the URL's credentials.
+#[derive(Clone, PartialEq)]
 pub enum VerifierBackend {
     /// An OpenAI-compatible chat-completions endpoint.
     OpenAi {
@@ -213,7 +232,7 @@ pub enum VerifierBackend {
         base_url: String,
         model: String,
         api_key: Option<Secret>,
-        max_tokens: u32,
+        sampling: Sampling,
     },
     /// An operator program: the request as JSON on stdin, `{"answer", "reason"}` on stdout.
     Command {
@@ -221,6 +240,46 @@ pub enum VerifierBackend {
         /// A label recorded with every answer (default: the program's name).
         model: String,
     },
+}
+
+/// The optional fields of a chat-completions request. `None` leaves a field
+/// out: some reasoning models refuse `max_tokens` or `temperature`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+}
+
+impl Sampling {
+    /// What a verifier sends unless its table says otherwise: short, deterministic replies.
+    pub const DEFAULT: Sampling = Sampling {
+        max_tokens: Some(100),
+        temperature: Some(0.0),
+    };
+}
+
+impl std::fmt::Debug for VerifierBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            VerifierBackend::OpenAi {
+                base_url,
+                model,
+                api_key,
+                sampling,
+            } => f
+                .debug_struct("OpenAi")
+                .field("base_url", &redact_url(base_url))
+                .field("model", model)
+                .field("api_key", api_key)
+                .field("sampling", sampling)
+                .finish(),
+            VerifierBackend::Command { process, model } => f
+                .debug_struct("Command")
+                .field("process", process)
+                .field("model", model)
+                .finish(),
+        }
+    }
 }
 
 impl VerifierBackend {
@@ -237,7 +296,8 @@ impl VerifierBackend {
 pub struct CommandGateConfig {
     pub name: String,
     pub process: ProcessSpec,
-    /// The result fields AI verifiers may see (none: the gate cannot be verified).
+    /// The top-level result fields AI verifiers may see, each with its whole
+    /// value, nested free text included (none: the gate cannot be verified).
     pub result_fields: Vec<String>,
     /// Default questions for AI verifiers.
     pub questions: Vec<Question>,
@@ -272,8 +332,13 @@ enum VerifierEntry {
         max_concurrency: usize,
         #[serde(default = "default_verifier_timeout_ms")]
         timeout_ms: u64,
-        #[serde(default = "default_max_tokens")]
-        max_tokens: u32,
+        #[serde(default)]
+        max_tokens: Option<u32>,
+        #[serde(default)]
+        temperature: Option<f64>,
+        /// Request fields not to send at all: `max_tokens`, `temperature`.
+        #[serde(default)]
+        omit: Vec<String>,
     },
     Command {
         argv: Vec<String>,
@@ -314,9 +379,6 @@ fn default_verifier_concurrency() -> usize {
 fn default_verifier_timeout_ms() -> u64 {
     20_000
 }
-fn default_max_tokens() -> u32 {
-    100
-}
 fn default_gate_timeout_ms() -> u64 {
     60_000
 }
@@ -350,9 +412,12 @@ impl OperatorConfig {
                     max_concurrency,
                     timeout_ms,
                     max_tokens,
+                    temperature,
+                    omit,
                 } => {
+                    // The value is not echoed: it may carry credentials.
                     let url = reqwest::Url::parse(&base_url)
-                        .map_err(|e| err(format!("base_url `{base_url}` is not a URL: {e}")))?;
+                        .map_err(|e| err(format!("base_url is not a URL: {e}")))?;
                     if !matches!(url.scheme(), "http" | "https") {
                         return Err(err("base_url must be http or https".into()));
                     }
@@ -364,11 +429,12 @@ impl OperatorConfig {
                             })?,
                         )),
                     };
+                    let sampling = sampling(max_tokens, temperature, &omit).map_err(&err)?;
                     let backend = VerifierBackend::OpenAi {
                         base_url: base_url.trim_end_matches('/').to_owned(),
                         model,
                         api_key,
-                        max_tokens: max_tokens.clamp(1, 4096),
+                        sampling,
                     };
                     (backend, max_concurrency, timeout_ms)
                 }
@@ -416,6 +482,16 @@ impl OperatorConfig {
                 questions,
             } = entry;
             let process = process_spec(argv, workdir, &allowed, timeout_ms, env).map_err(&err)?;
+            // A pointer or a dotted path reads as "only this part", which a
+            // command gate cannot do: it shows whole top-level fields.
+            if let Some(path) = result_fields
+                .iter()
+                .find(|f| f.is_empty() || f.starts_with('/') || f.contains('.'))
+            {
+                return Err(err(format!(
+                    "result_fields names top-level fields, shown whole; `{path}` is not one"
+                )));
+            }
             out.gates.push(CommandGateConfig {
                 name,
                 process,
@@ -425,6 +501,43 @@ impl OperatorConfig {
         }
         Ok(out)
     }
+}
+
+/// The request fields of a verifier: the defaults, changed or left out.
+fn sampling(
+    max_tokens: Option<u32>,
+    temperature: Option<f64>,
+    omit: &[String],
+) -> Result<Sampling, String> {
+    if let Some(other) = omit
+        .iter()
+        .find(|o| !matches!(o.as_str(), "max_tokens" | "temperature"))
+    {
+        return Err(format!(
+            "omit may name `max_tokens` and `temperature`, not `{other}`"
+        ));
+    }
+    let omitted = |field: &str| omit.iter().any(|o| o == field);
+    if (omitted("max_tokens") && max_tokens.is_some())
+        || (omitted("temperature") && temperature.is_some())
+    {
+        return Err("a field is both set and omitted".into());
+    }
+    if temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
+        return Err("temperature must be between 0 and 2".into());
+    }
+    Ok(Sampling {
+        max_tokens: match omitted("max_tokens") {
+            true => None,
+            false => max_tokens
+                .or(Sampling::DEFAULT.max_tokens)
+                .map(|m| m.clamp(1, 4096)),
+        },
+        temperature: match omitted("temperature") {
+            true => None,
+            false => temperature.or(Sampling::DEFAULT.temperature),
+        },
+    })
 }
 
 /// Names become metric labels and fact checks: keep them plain.
@@ -636,6 +749,42 @@ mod tests {
     }
 
     #[test]
+    fn a_verifier_may_change_or_leave_out_max_tokens_and_temperature() {
+        let backend = |extra: &str| {
+            let text = format!(
+                "[verifiers.a]\nkind = \"openai\"\nbase_url = \"http://h.test/v1\"\nmodel = \"m\"\n{extra}"
+            );
+            OperatorConfig::parse(&text, &env).map(|c| c.verifiers[0].backend.clone())
+        };
+        let sampling = |extra: &str| match backend(extra).unwrap() {
+            VerifierBackend::OpenAi { sampling, .. } => sampling,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(sampling(""), Sampling::DEFAULT);
+        assert_eq!(
+            sampling("max_tokens = 2000\ntemperature = 0.7"),
+            Sampling {
+                max_tokens: Some(2000),
+                temperature: Some(0.7)
+            }
+        );
+        assert_eq!(
+            sampling("omit = [\"max_tokens\", \"temperature\"]"),
+            Sampling {
+                max_tokens: None,
+                temperature: None
+            }
+        );
+        for bad in [
+            "omit = [\"top_p\"]",
+            "omit = [\"temperature\"]\ntemperature = 1.0",
+            "temperature = 3.0",
+        ] {
+            assert_eq!(backend(bad).unwrap_err().at, "verifiers.a", "{bad}");
+        }
+    }
+
+    #[test]
     fn secrets_never_show_in_debug_output() {
         let c = OperatorConfig::parse(FILE, &env).unwrap();
         let shown = format!("{c:?}");
@@ -643,6 +792,21 @@ mod tests {
             !shown.contains("sk-alpha-secret") && shown.contains("<redacted>"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn credentials_in_a_base_url_never_show_in_debug_output() {
+        let text = "[verifiers.a]\nkind = \"openai\"\nbase_url = \"https://quest:hunter2@llm.test/v1?key=sk-q\"\nmodel = \"m\"";
+        let c = OperatorConfig::parse(text, &env).unwrap();
+        let shown = format!("{c:?}");
+        assert!(
+            !shown.contains("hunter2") && !shown.contains("sk-q") && !shown.contains("quest:"),
+            "{shown}"
+        );
+        assert!(shown.contains("https://***@llm.test/v1?***"), "{shown}");
+        assert_eq!(redact_url("http://127.0.0.1:9/v1"), "http://127.0.0.1:9/v1");
+        assert_eq!(redact_url("http://user@h.test/"), "http://***@h.test/");
+        assert_eq!(redact_url("not a url with pw"), "<not a URL>");
     }
 
     #[test]
@@ -668,6 +832,14 @@ mod tests {
             (
                 "[verifiers.a]\nkind = \"command\"\nargv = [\"x\"]\nmax_concurrency = 0",
                 "verifiers.a",
+            ),
+            (
+                "[gates.c]\nkind = \"command\"\nargv = [\"x\"]\nresult_fields = [\"/test/code\"]",
+                "gates.c",
+            ),
+            (
+                "[gates.c]\nkind = \"command\"\nargv = [\"x\"]\nresult_fields = [\"test.code\"]",
+                "gates.c",
             ),
         ] {
             assert_eq!(

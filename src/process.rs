@@ -6,7 +6,8 @@
 //! the configuration resolved at start-up. Input goes to stdin; stdout is kept
 //! up to [`MAX_STDOUT`] bytes (the rest is read and dropped, so the program is
 //! never blocked on a full pipe) and the tail of stderr is kept for facts. Past
-//! its timeout the whole process group is killed.
+//! its timeout the whole process group is killed; so it is as soon as the
+//! program exits, so that nothing it started in the background outlives it.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -21,7 +22,8 @@ pub const MAX_STDOUT: usize = 1024 * 1024;
 pub const STDERR_TAIL: usize = 8 * 1024;
 
 /// A program to run, fully resolved (no environment is read when it runs).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Its `Debug` shows the names of the environment variables, never their values.
+#[derive(Clone, PartialEq, Eq)]
 pub struct ProcessSpec {
     /// The program and its arguments; never passed through a shell.
     pub argv: Vec<String>,
@@ -33,11 +35,29 @@ pub struct ProcessSpec {
     pub timeout: Duration,
 }
 
+impl std::fmt::Debug for ProcessSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let env: Vec<String> = self
+            .env
+            .iter()
+            .map(|(name, _)| format!("{name}=<redacted>"))
+            .collect();
+        f.debug_struct("ProcessSpec")
+            .field("argv", &self.argv)
+            .field("workdir", &self.workdir)
+            .field("env", &env)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
 /// What a program did before it exited.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessOutput {
     /// The exit code; `None` when a signal ended it.
     pub code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
     /// At most [`MAX_STDOUT`] bytes.
     pub stdout: Vec<u8>,
     /// True when stdout was longer than [`MAX_STDOUT`] and was cut.
@@ -47,6 +67,15 @@ pub struct ProcessOutput {
 }
 
 impl ProcessOutput {
+    /// How the program ended: `exit status 3`, `ended by signal 9 (SIGKILL)`.
+    pub fn status_text(&self) -> String {
+        match (self.code, self.signal) {
+            (Some(code), _) => format!("exit status {code}"),
+            (None, Some(signal)) => format!("ended by signal {signal} ({})", signal_name(signal)),
+            (None, None) => "ended without an exit status".to_owned(),
+        }
+    }
+
     /// The tail of stderr as text, at most `max` characters.
     pub fn stderr_text(&self, max: usize) -> String {
         let text = String::from_utf8_lossy(&self.stderr_tail);
@@ -85,12 +114,34 @@ pub trait ProcessRunner: Send + Sync {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemProcessRunner;
 
-/// Kills a process group when dropped, unless disarmed: a timed-out (or
-/// abandoned) program takes its children with it.
+/// The conventional name of a signal number.
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => "another signal",
+    }
+}
+
+/// A program's process group, killed with SIGKILL by [`GroupKill::kill`] and
+/// on drop: whatever way the run ends (exit, timeout, abandonment), nothing the
+/// program started outlives it.
 struct GroupKill(Option<u32>);
 
-impl Drop for GroupKill {
-    fn drop(&mut self) {
+impl GroupKill {
+    fn kill(&self) {
         #[cfg(unix)]
         if let Some(pgid) = self
             .0
@@ -99,6 +150,12 @@ impl Drop for GroupKill {
             // ESRCH (already gone) is the normal case and not an error.
             let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
         }
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -138,12 +195,21 @@ impl ProcessRunner for SystemProcessRunner {
                 let _ = pipe.shutdown().await;
             }
         };
+        let exited = async {
+            let status = child.wait().await;
+            // The program is done: what it left running in the background goes
+            // too (and lets go of the pipes, so the reads below can end).
+            // Its group id cannot be taken by a new process while any member
+            // lives; once none does, the kill finds nothing (ESRCH).
+            group.kill();
+            status
+        };
         let work = async {
             let (_, out, err, status) = tokio::join!(
                 write,
                 read_capped(output, MAX_STDOUT),
                 read_tail(errors, STDERR_TAIL),
-                child.wait()
+                exited
             );
             (out, err, status)
         };
@@ -153,12 +219,16 @@ impl ProcessRunner for SystemProcessRunner {
             let _ = child.wait().await;
             return Err(ProcessError::TimedOut(spec.timeout));
         };
-        // The leader exited and its pipes closed: nothing of it is left to kill.
-        group.0 = None;
+        group.0 = None; // killed when the program exited
         let status = status.map_err(|e| ProcessError::Io(e.to_string()))?;
         let (stdout, stdout_cut) = out.map_err(|e| ProcessError::Io(e.to_string()))?;
+        #[cfg(unix)]
+        let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+        #[cfg(not(unix))]
+        let signal = None;
         Ok(ProcessOutput {
             code: status.code(),
+            signal,
             stdout,
             stdout_cut,
             stderr_tail: err.map_err(|e| ProcessError::Io(e.to_string()))?,
@@ -222,9 +292,23 @@ mod tests {
     }
 
     #[test]
+    fn debug_output_names_the_environment_but_never_its_values() {
+        let spec = ProcessSpec {
+            argv: vec!["/bin/judge".into()],
+            workdir: None,
+            env: vec![("JUDGE_TOKEN".into(), "tok-s3cret".into())],
+            timeout: Duration::from_secs(1),
+        };
+        let shown = format!("{spec:?}");
+        assert!(shown.contains("JUDGE_TOKEN=<redacted>"), "{shown}");
+        assert!(!shown.contains("tok-s3cret"), "{shown}");
+    }
+
+    #[test]
     fn the_stderr_text_is_its_tail() {
         let out = ProcessOutput {
             code: Some(1),
+            signal: None,
             stdout: vec![],
             stdout_cut: false,
             stderr_tail: b"  first line\nlast line\n".to_vec(),

@@ -433,16 +433,17 @@ impl Service {
             .gate(session.id, &config.gate)
             .ok()
             .map(|g| g.default_prompt());
-        let template = config.prompt.instructions.trim();
-        let task = if template.is_empty() {
-            defaults.as_ref().map_or_else(
-                || "Produce the result for the input below.".to_owned(),
-                |d| d.task.clone(),
-            )
-        } else {
-            prompt::render_task(template, &quest.key, &quest.input)
-                .unwrap_or_else(|_| template.to_owned())
-        };
+        let task = prompt::task_for(
+            &config.prompt.instructions,
+            &quest.key,
+            &quest.input,
+            || {
+                defaults.as_ref().map_or_else(
+                    || "Produce the result for the input below.".to_owned(),
+                    |d| d.task.clone(),
+                )
+            },
+        );
         let examples = if config.prompt.examples.is_empty() {
             defaults.and_then(|d| d.example).into_iter().collect()
         } else {

@@ -415,8 +415,8 @@ pub struct Quest {
     pub updated_at: DateTime<Utc>,
     pub submissions: Vec<Submission>,
     pub reviews: Vec<ReviewDecision>,
-    /// Every AI verifier answer about this quest; the doubts among them are
-    /// also in `last_facts`, with `check` = `l2:<verifier>`.
+    /// Every AI verifier answer about this quest; each is also a fact in
+    /// `last_facts`, with `check` = `l2:<verifier>`.
     #[serde(default)]
     pub l2_answers: Vec<L2Answer>,
 }
@@ -504,9 +504,10 @@ pub struct ReviewQuery {
     /// Only quests of this session.
     pub session: Option<Uuid>,
     /// Only quests with a fact of this check among their last facts, i.e. the
-    /// check that raised the doubt: `l2:alpha` (an AI verifier), `l2` (no quorum
-    /// or the flag threshold), or an L1 check such as `review_when`. A trailing
-    /// `*` matches a prefix: `l2:*` is any AI verifier.
+    /// check that raised the doubt: `l2:alpha` (an AI verifier that flagged the
+    /// result or gave no answer; its clear answers do not count), `l2` (no
+    /// quorum or the flag threshold), or an L1 check such as `review_when`. A
+    /// trailing `*` matches a prefix: `l2:*` is any AI verifier's doubt.
     pub check: Option<String>,
     /// At most this many quests (1 to 500; default 100).
     pub limit: Option<u32>,

@@ -4,21 +4,15 @@
 //!
 //! Nothing here performs I/O or knows about HTTP, SQL or gates' outside world.
 
-pub mod prompt;
-pub mod receipt;
-pub mod session;
-pub mod table;
-pub mod verify;
-
 use std::fmt;
-use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use uuid::Uuid;
 
-/// Implements `as_str`, `Display` and `FromStr` for a closed enum stored as text.
+/// Implements `as_str`, `Display` and `FromStr` for a closed enum stored as
+/// text. Defined before the submodules, which use it too.
 macro_rules! text_enum {
     ($ty:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
         impl $ty {
@@ -27,22 +21,28 @@ macro_rules! text_enum {
                 match self { $(Self::$variant => $text),+ }
             }
         }
-        impl fmt::Display for $ty {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $ty {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
-        impl FromStr for $ty {
-            type Err = UnknownValue;
+        impl ::std::str::FromStr for $ty {
+            type Err = $crate::domain::UnknownValue;
             fn from_str(s: &str) -> Result<Self, Self::Err> {
                 match s {
                     $($text => Ok(Self::$variant),)+
-                    _ => Err(UnknownValue { kind: stringify!($ty), value: s.to_owned() }),
+                    _ => Err($crate::domain::UnknownValue { kind: stringify!($ty), value: s.to_owned() }),
                 }
             }
         }
     };
 }
+
+pub mod prompt;
+pub mod receipt;
+pub mod session;
+pub mod table;
+pub mod verify;
 
 /// A text that names no variant of a closed enum.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -60,6 +60,23 @@ pub fn render_task(template: &str, key: &str, input: &Value) -> Result<String, T
         .map_err(|e| TemplateError(e.to_string()))
 }
 
+/// The task of one quest: the session's template rendered for it, or
+/// `default` (the gate's own task text) when the session gives none. A
+/// template that fails to render (checked at scan, so only after a change of
+/// the template engine) is used as it is.
+pub fn task_for(
+    template: &str,
+    key: &str,
+    input: &Value,
+    default: impl FnOnce() -> String,
+) -> String {
+    let template = template.trim();
+    if template.is_empty() {
+        return default();
+    }
+    render_task(template, key, input).unwrap_or_else(|_| template.to_owned())
+}
+
 /// The exact `quest submit` command for a result shaped like `example`.
 pub fn submit_command(example: Option<&Value>) -> String {
     match example.and_then(Value::as_object) {
@@ -205,6 +222,17 @@ mod tests {
         );
         assert!(check_template("{{ broken").is_err());
         assert!(check_template("plain text").is_ok());
+    }
+
+    #[test]
+    fn the_task_is_the_rendered_template_or_else_the_default() {
+        let input = json!({"company": "Acme"});
+        let default = || "the gate's task".to_owned();
+        assert_eq!(
+            task_for("Find {{ company }}'s email.", "K", &input, default),
+            "Find Acme's email."
+        );
+        assert_eq!(task_for("  ", "K", &input, default), "the gate's task");
     }
 
     #[test]

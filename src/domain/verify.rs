@@ -44,24 +44,10 @@ pub enum Answer {
     No,
 }
 
+text_enum!(FlagOn { Yes => "yes", No => "no" });
+text_enum!(Answer { Yes => "yes", No => "no" });
+
 impl Answer {
-    /// `yes` or `no`, as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Answer::Yes => "yes",
-            Answer::No => "no",
-        }
-    }
-
-    /// Parses `yes` or `no`.
-    pub fn parse(s: &str) -> Option<Answer> {
-        match s {
-            "yes" => Some(Answer::Yes),
-            "no" => Some(Answer::No),
-            _ => None,
-        }
-    }
-
     /// Whether this answer raises the doubt for a question that flags on `flag_on`.
     pub fn flags(self, flag_on: FlagOn) -> bool {
         matches!(
@@ -72,23 +58,6 @@ impl Answer {
 }
 
 impl FlagOn {
-    /// `yes` or `no`, as stored.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FlagOn::Yes => "yes",
-            FlagOn::No => "no",
-        }
-    }
-
-    /// Parses `yes` or `no`.
-    pub fn parse(s: &str) -> Option<FlagOn> {
-        match s {
-            "yes" => Some(FlagOn::Yes),
-            "no" => Some(FlagOn::No),
-            _ => None,
-        }
-    }
-
     /// The answer that does not raise the doubt.
     pub fn clear_answer(self) -> &'static str {
         match self {
@@ -209,18 +178,30 @@ impl VerifyConfig {
                 format!("must be between 1 and the number of verifiers ({n})"),
             );
         }
-        let quorum = self.quorum.unwrap_or(n as u32 / 2 + 1);
+        let quorum = self.quorum();
         if quorum == 0 || quorum as usize > n {
             return bad(
                 "config.verify.quorum",
                 format!("must be between 1 and the number of verifiers ({n})"),
             );
         }
+        // Otherwise a question that only `quorum` verifiers answer, every one
+        // of them with a flag, would still pass.
+        if self.flag_threshold > quorum {
+            return bad(
+                "config.verify.flag_threshold",
+                format!(
+                    "{} is more than the quorum ({quorum}): when only {quorum} verifiers answer and all \
+                     of them raise the doubt, the quest would still pass; lower flag_threshold or raise quorum",
+                    self.flag_threshold
+                ),
+            );
+        }
         self.quorum = Some(quorum);
         Ok(self)
     }
 
-    /// The quorum, after [`VerifyConfig::check`] filled it.
+    /// The quorum: as set, or a majority of the verifiers.
     pub fn quorum(&self) -> u32 {
         self.quorum.unwrap_or(self.verifiers.len() as u32 / 2 + 1)
     }
@@ -303,8 +284,25 @@ fn pretty(value: &Value) -> String {
 #[error("{0}")]
 pub struct NotAnAnswer(pub String);
 
-/// Reads a reply: `YES` or `NO` (any case) as the first word, then at most a
-/// one-line reason (on the same line or the next). Anything else is no answer.
+/// Reads a reply in exactly the form the prompt asks for, else says why it is
+/// no answer. Case is ignored and surrounding blanks are trimmed.
+///
+/// A clean answer is one of:
+/// - one line: `YES` or `NO`, optionally wrapped in Markdown emphasis
+///   (`**NO**`), then either nothing or a separator and a reason. The
+///   separators are `:`, `.`, an en or em dash, or a hyphen followed by a
+///   blank: `NO: it is on the page`, `No. The email is on the page`,
+///   `YES - a free mail address`, `YES`.
+/// - two lines: the bare answer (`NO` or `NO:`) on the first, the reason on
+///   the second. Models often break the line after the answer; the first
+///   line alone is unambiguous, so the second can only be its reason.
+///
+/// Everything else is no answer, never a guess: a first word that merely
+/// starts with yes or no (`No idea.`, `No way to tell`, `NO ANSWER`,
+/// `Yes and no: it depends`, `Yes-ish, probably`), a comma (`No, I cannot
+/// tell` is a hedge as often as an answer), an answer with a reason on its
+/// line *and* another line, more than two lines, or a reason that is itself
+/// a bare YES or NO (`YES\nNO`, `YES: no`).
 pub fn parse_reply(raw: &str) -> Result<(Answer, String), NotAnAnswer> {
     let text = raw.trim();
     if text.is_empty() {
@@ -320,39 +318,78 @@ pub fn parse_reply(raw: &str) -> Result<(Answer, String), NotAnAnswer> {
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .collect();
-    if lines.len() > 2 {
-        return Err(NotAnAnswer(
-            "more than YES or NO and a one-line reason".into(),
-        ));
-    }
-    let first = lines[0].trim_start_matches(['*', '_', '`']);
-    let end = first
-        .find(|c: char| c.is_whitespace() || ":,.;!-*_`".contains(c))
-        .unwrap_or(first.len());
-    let answer = match first[..end].to_ascii_uppercase().as_str() {
-        "YES" => Answer::Yes,
-        "NO" => Answer::No,
-        _ => {
-            return Err(NotAnAnswer(format!(
-                "a reply that does not start with YES or NO: {}",
-                cut(text, 120)
-            )));
-        }
+    let not_clean = || {
+        NotAnAnswer(format!(
+            "not `YES: <reason>` or `NO: <reason>`: {}",
+            cut(text, 120)
+        ))
     };
-    let separators: &[char] = &[':', ',', '.', ';', '!', '-', '*', '_', '`', ' ', '\t'];
-    let mut reason = first[end..]
-        .trim_start_matches(separators)
-        .trim()
-        .to_owned();
-    if let Some(second) = lines.get(1) {
-        if !reason.is_empty() {
+    let (answer, reason) = match lines.as_slice() {
+        [line] => answer_line(line).ok_or_else(not_clean)?,
+        [first, second] => match answer_line(first) {
+            Some((answer, reason)) if reason.is_empty() => (answer, (*second).to_owned()),
+            _ => return Err(not_clean()),
+        },
+        _ => {
             return Err(NotAnAnswer(
                 "more than YES or NO and a one-line reason".into(),
             ));
         }
-        reason = second.trim_matches(separators).trim().to_owned();
+    };
+    if is_bare_answer(&reason) {
+        return Err(NotAnAnswer(format!(
+            "two answers in one reply: {}",
+            cut(text, 120)
+        )));
     }
     Ok((answer, reason))
+}
+
+/// Markdown emphasis a model may wrap its answer in, longest first.
+const EMPHASIS: [&str; 5] = ["**", "__", "*", "_", "`"];
+
+/// One line of the form `YES`, `NO: reason`, `**No**. reason`, ...
+fn answer_line(line: &str) -> Option<(Answer, String)> {
+    let mark = EMPHASIS.iter().copied().find(|m| line.starts_with(m));
+    let line = mark.map_or(line, |m| &line[m.len()..]);
+    let head = |word: &str| {
+        line.get(..word.len())
+            .filter(|h| h.eq_ignore_ascii_case(word))
+            .map(|_| &line[word.len()..])
+    };
+    let (answer, rest) = match (head("yes"), head("no")) {
+        (Some(rest), _) => (Answer::Yes, rest),
+        (_, Some(rest)) => (Answer::No, rest),
+        _ => return None,
+    };
+    let rest = match mark {
+        Some(m) => rest.strip_prefix(m).unwrap_or(rest),
+        None => rest,
+    };
+    let rest = rest.trim_start();
+    // Words right after the answer (`No idea`) are not a reason: a separator must come first.
+    let after = if rest.is_empty() {
+        ""
+    } else {
+        rest.strip_prefix([':', '.', '\u{2013}', '\u{2014}'])
+            .or_else(|| {
+                rest.strip_prefix('-')
+                    .filter(|after| after.is_empty() || after.starts_with(char::is_whitespace))
+            })?
+    };
+    // `**NO:** reason` closes the emphasis after the separator.
+    let after = after.trim_start();
+    let after = match mark {
+        Some(m) => after.strip_prefix(m).unwrap_or(after),
+        None => after,
+    };
+    Some((answer, after.trim().to_owned()))
+}
+
+/// A text that is nothing but YES or NO (with punctuation or emphasis).
+fn is_bare_answer(text: &str) -> bool {
+    let word = text.trim_matches(|c: char| !c.is_alphanumeric());
+    word.eq_ignore_ascii_case("yes") || word.eq_ignore_ascii_case("no")
 }
 
 /// Cuts `text` to `max` characters, marking the cut.
@@ -380,12 +417,13 @@ pub struct Outcome {
 pub struct L2Decision {
     /// True sends the quest to REVIEW; false locks it PASS.
     pub flagged: bool,
-    /// The doubts, for the reviewer: every flag, every missing answer, and every
+    /// For the reviewer: one fact per answer (check `l2:<verifier>`), clear
+    /// answers, flags and missing answers alike, then one fact (check `l2`) per
     /// question that lacked a quorum or reached the threshold.
     pub facts: Vec<Fact>,
 }
 
-/// The fact check name of one verifier's doubts.
+/// The fact check name of one verifier's answers.
 pub fn check_name(verifier: &str) -> String {
     format!("l2:{verifier}")
 }
@@ -398,62 +436,74 @@ pub fn decide(
     flag_threshold: u32,
     quorum: u32,
 ) -> L2Decision {
-    let mut facts = Vec::new();
-    let mut flagged = false;
+    let mine = |index: usize| outcomes.iter().filter(move |o| o.question_index == index);
+    let mut verdicts = Vec::new();
     for (index, question) in questions.iter().enumerate() {
         let field = format!("question {}", index + 1);
-        let asked = cut(question.text.trim(), 200);
-        let mine: Vec<&Outcome> = outcomes
-            .iter()
-            .filter(|o| o.question_index == index)
-            .collect();
-        let mut valid = 0;
-        let mut flags = 0;
-        for o in &mine {
-            match o.answer {
-                Some(answer) => {
-                    valid += 1;
-                    if answer.flags(question.flag_on) {
-                        flags += 1;
-                        facts.push(Fact::new(
-                            check_name(&o.verifier),
-                            &field,
-                            format!("{} to: {asked}", question.flag_on.clear_answer()),
-                            format!("{}: {}", answer.as_str().to_uppercase(), o.reason),
-                            "an AI verifier doubts this result; a person should check it",
-                        ));
-                    }
-                }
-                None => facts.push(Fact::new(
-                    check_name(&o.verifier),
-                    &field,
-                    format!("YES or NO to: {asked}"),
-                    format!("no answer: {}", o.reason),
-                    "the verifier could not answer; it counts against the quorum",
-                )),
-            }
-        }
+        let asked = mine(index).count();
+        let valid = mine(index).filter(|o| o.answer.is_some()).count() as u32;
+        let flags = mine(index)
+            .filter(|o| o.answer.is_some_and(|a| a.flags(question.flag_on)))
+            .count() as u32;
         if valid < quorum {
-            flagged = true;
-            facts.push(Fact::new(
+            verdicts.push(Fact::new(
                 "l2",
                 &field,
                 format!("at least {quorum} valid answers"),
-                format!("{valid} of {}", mine.len()),
+                format!("{valid} of {asked}"),
                 "too few verifiers answered, so nobody vouched for this result; a person decides",
             ));
         }
         if flags >= flag_threshold {
-            flagged = true;
-            facts.push(Fact::new(
+            verdicts.push(Fact::new(
                 "l2",
                 &field,
                 format!("fewer than {flag_threshold} flags"),
-                format!("{flags} of {} verifiers flagged it", mine.len()),
+                format!("{flags} of {asked} verifiers flagged it"),
                 "enough verifiers doubt this result that a person decides",
             ));
         }
     }
+    let flagged = !verdicts.is_empty();
+    // The hint of a flag says what came of it: a person looks at the quest
+    // only when it goes to REVIEW.
+    let flag_hint = if flagged {
+        "this AI verifier doubts the result; a person decides".to_owned()
+    } else {
+        format!(
+            "this AI verifier doubts the result, but fewer than {flag_threshold} did, so it passed \
+             without a person; kept on record"
+        )
+    };
+    let mut facts = Vec::new();
+    for (index, question) in questions.iter().enumerate() {
+        let field = format!("question {}", index + 1);
+        let asked = cut(question.text.trim(), 200);
+        for o in mine(index) {
+            let check = check_name(&o.verifier);
+            facts.push(match o.answer {
+                Some(answer) => Fact::new(
+                    check,
+                    &field,
+                    format!("{} to: {asked}", question.flag_on.clear_answer()),
+                    format!("{}: {}", answer.as_str().to_uppercase(), o.reason),
+                    if answer.flags(question.flag_on) {
+                        flag_hint.as_str()
+                    } else {
+                        "this AI verifier raised no doubt"
+                    },
+                ),
+                None => Fact::new(
+                    check,
+                    &field,
+                    format!("YES or NO to: {asked}"),
+                    format!("no answer: {}", o.reason),
+                    "this AI verifier gave no valid answer; it counts against the quorum",
+                ),
+            });
+        }
+    }
+    facts.extend(verdicts);
     L2Decision { flagged, facts }
 }
 
@@ -497,6 +547,23 @@ mod tests {
                 "config.verify.quorum",
             ),
             (
+                json!({"verifiers": ["a", "b"], "quorum": 3}),
+                "config.verify.quorum",
+            ),
+            (
+                json!({"verifiers": ["a"], "flag_threshold": 0}),
+                "config.verify.flag_threshold",
+            ),
+            (
+                json!({"verifiers": ["a", "b", "c"], "flag_threshold": 3, "quorum": 2}),
+                "config.verify.flag_threshold",
+            ),
+            (
+                // The default quorum of three verifiers is two.
+                json!({"verifiers": ["a", "b", "c"], "flag_threshold": 3}),
+                "config.verify.flag_threshold",
+            ),
+            (
                 json!({"verifiers": ["a"], "questions": ["  "]}),
                 "config.verify.questions",
             ),
@@ -520,17 +587,37 @@ mod tests {
             ),
             ("no - it is on the page", Answer::No, "it is on the page"),
             ("No.", Answer::No, ""),
+            ("NO", Answer::No, ""),
             (
-                "**YES** it belongs to another company",
+                "NO. The email is on the page",
+                Answer::No,
+                "The email is on the page",
+            ),
+            (
+                "yes \u{2014} a free mail address",
+                Answer::Yes,
+                "a free mail address",
+            ),
+            (
+                "**YES**: it belongs to another company",
                 Answer::Yes,
                 "it belongs to another company",
+            ),
+            (
+                "**NO:** the domain matches",
+                Answer::No,
+                "the domain matches",
             ),
             (
                 "NO\nthe snippet names the company",
                 Answer::No,
                 "the snippet names the company",
             ),
-            ("  yes, gmail.com  \n", Answer::Yes, "gmail.com"),
+            (
+                "YES:\n  a personal address  \n",
+                Answer::Yes,
+                "a personal address",
+            ),
         ] {
             assert_eq!(
                 parse_reply(raw).unwrap(),
@@ -543,7 +630,26 @@ mod tests {
             "Maybe",
             "I think YES",
             "YESTERDAY it was",
+            "Nope",
             "NO/YES",
+            // Hedges whose first word merely starts with yes or no.
+            "No idea.",
+            "No idea, the snippet does not say.",
+            "No way to tell from the evidence",
+            "NO ANSWER",
+            "No comment",
+            "Yes and no: it depends",
+            "Yes-ish, probably",
+            // A comma is how hedges start as often as answers.
+            "No, I cannot tell",
+            "yes, gmail.com",
+            // No separator between the answer and the words after it.
+            "**YES** it belongs to another company",
+            // Two answers.
+            "YES\nNO",
+            "YES: no",
+            "NO. YES.",
+            // More than the answer and a one-line reason.
             "YES: one\nand a second line",
             "YES\nreason\nmore",
             &"YES ".repeat(400),
@@ -580,16 +686,41 @@ mod tests {
             outcome("c", 1, Some(Yes)),
         ];
         let d = decide(&qs, &all_clear, 2, 2);
-        assert!(!d.flagged && d.facts.is_empty(), "{d:?}");
+        assert!(!d.flagged, "{d:?}");
+        assert_eq!(d.facts.len(), 6, "every answer is a fact: {d:?}");
+        assert!(
+            d.facts
+                .iter()
+                .all(|f| f.check.starts_with("l2:") && f.hint == "this AI verifier raised no doubt"),
+            "{d:?}"
+        );
+        assert_eq!(
+            (
+                d.facts[3].check.as_str(),
+                d.facts[3].field.as_str(),
+                d.facts[3].actual.as_str()
+            ),
+            ("l2:a", "question 2", "YES: r")
+        );
 
         let mut one_flag = all_clear.clone();
         one_flag[4].answer = Some(No); // flags q2, which flags on NO
         let d = decide(&qs, &one_flag, 2, 2);
         assert!(!d.flagged, "one flag is under the threshold of 2");
-        assert_eq!(d.facts.len(), 1);
+        let flag = &d.facts[4];
         assert_eq!(
-            (d.facts[0].check.as_str(), d.facts[0].field.as_str()),
-            ("l2:b", "question 2")
+            (
+                flag.check.as_str(),
+                flag.field.as_str(),
+                flag.expected.as_str()
+            ),
+            ("l2:b", "question 2", "YES to: q2")
+        );
+        assert!(
+            flag.hint.contains("passed without a person")
+                && !flag.hint.contains("a person decides"),
+            "a minority doubt on a PASS says no person will look: {}",
+            flag.hint
         );
 
         let mut two_flags = one_flag.clone();
@@ -600,6 +731,10 @@ mod tests {
             d.facts
                 .iter()
                 .any(|f| f.check == "l2" && f.expected == "fewer than 2 flags")
+        );
+        assert_eq!(
+            d.facts[4].hint, "this AI verifier doubts the result; a person decides",
+            "on REVIEW a person does look"
         );
 
         let mut two_down = all_clear.clone();

@@ -6,11 +6,18 @@
 //! `{"verdict": "PASS" | "FAIL" | "REVIEW", "facts": [...], "evidence": [...]}`
 //! on stdout (the whole output, or its last line). Without such JSON, exit
 //! status 0 is PASS and anything else FAIL with the tail of stderr as the fact.
-//! A program past its timeout, or one that cannot start, gives REVIEW: an
-//! unconfirmable result is not a wrong one.
+//!
+//! The last line of stdout may be the agent's own (a test runner that lets the
+//! agent's test print): so a printed PASS counts only with exit status 0, and a
+//! last line that contradicts an earlier verdict line is not believed either.
+//! Both are conflicting signals, and the verdict is REVIEW.
+//! A program past its timeout, one that cannot start, one killed by a signal,
+//! or one whose output was cut (so that its verdict may be lost) gives REVIEW:
+//! an unconfirmable result is not a wrong one, and it costs no try.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -32,11 +39,13 @@ const MAX_FACTS: usize = 100;
 const MAX_FACT_CHARS: usize = 1000;
 /// The most stderr characters quoted in a fact.
 const STDERR_CHARS: usize = 600;
+/// Time beyond the program's `timeout_ms` for killing it and reading its output.
+const TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
 
 /// One operator program as a gate.
 pub struct CommandGate {
     config: CommandGateConfig,
-    version: &'static str,
+    version: String,
     runner: Arc<dyn ProcessRunner>,
 }
 
@@ -52,8 +61,7 @@ impl CommandGate {
             "timeout_ms": config.process.timeout.as_millis() as u64,
         });
         let digest = hex::encode(Sha256::digest(spec.to_string().as_bytes()));
-        // One small string per declared gate, for the life of the process.
-        let version: &'static str = Box::leak(format!("1+{}", &digest[..12]).into_boxed_str());
+        let version = format!("1+{}", &digest[..12]);
         CommandGate {
             config,
             version,
@@ -76,63 +84,106 @@ impl CommandGate {
     }
 
     fn outcome_of(&self, out: &ProcessOutput) -> GateOutcome {
-        if !out.stdout_cut
-            && let Some(outcome) = self.printed_verdict(&out.stdout)
-        {
-            return outcome;
-        }
-        let cut_fact = out.stdout_cut.then(|| {
-            Fact::new(
-                &self.config.name,
-                "",
+        // A cut output may have lost the verdict: the server cannot tell what the
+        // program said, so neither a printed verdict nor the exit status decides.
+        if out.stdout_cut {
+            return self.review(
                 format!("at most {} bytes of output", crate::process::MAX_STDOUT),
-                "a longer output, cut; its verdict could not be read",
-                "the exit status decided",
-            )
-        });
+                "a longer output, cut; its verdict could not be read".into(),
+            );
+        }
+        // Killed by a signal (the OOM killer, an operator, a crash): the world
+        // interrupted the check, which is environment noise, not a wrong result.
+        if out.code.is_none() {
+            let stderr = out.stderr_text(STDERR_CHARS);
+            let actual = if stderr.is_empty() {
+                out.status_text()
+            } else {
+                format!("{}: {stderr}", out.status_text())
+            };
+            return self.review("a program that exits".into(), actual);
+        }
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        match read_printed(stdout.trim()) {
+            Reading::Nothing => {}
+            Reading::Disagreeing(verdicts) => {
+                return self.conflict(
+                    "one verdict on stdout".into(),
+                    format!("several: {}", verdicts.join(", ")),
+                    Vec::new(),
+                    Vec::new(),
+                );
+            }
+            Reading::Verdict(printed, verdict) => {
+                let (facts, evidence) = self.facts_of(printed);
+                // The last line of stdout may be the agent's own output (a test
+                // that prints a PASS): a PASS counts only from a program that
+                // also exits 0.
+                if verdict == Verdict::Pass && out.code != Some(0) {
+                    return self.conflict(
+                        "a printed PASS with exit status 0".into(),
+                        format!("a printed PASS, but {}", out.status_text()),
+                        facts,
+                        evidence,
+                    );
+                }
+                return GateOutcome {
+                    verdict,
+                    facts,
+                    evidence,
+                };
+            }
+        }
         match out.code {
-            Some(0) => GateOutcome::from_checks([(Verdict::Pass, cut_fact)]),
-            code => {
-                let status = code.map_or("ended by a signal".to_owned(), |c| {
-                    format!("exit status {c}")
-                });
+            Some(0) => GateOutcome::from_checks([]),
+            _ => {
                 let stderr = out.stderr_text(STDERR_CHARS);
                 let actual = if stderr.is_empty() {
-                    status
+                    out.status_text()
                 } else {
-                    format!("{status}: {stderr}")
+                    format!("{}: {stderr}", out.status_text())
                 };
-                GateOutcome::from_checks([
-                    (
-                        Verdict::Fail,
-                        Some(Fact::new(
-                            &self.config.name,
-                            "",
-                            "exit status 0",
-                            actual,
-                            "read the program's message, fix the result and submit again",
-                        )),
-                    ),
-                    (Verdict::Fail, cut_fact),
-                ])
+                GateOutcome::from_checks([(
+                    Verdict::Fail,
+                    Some(Fact::new(
+                        &self.config.name,
+                        "",
+                        "exit status 0",
+                        actual,
+                        "read the program's message, fix the result and submit again",
+                    )),
+                )])
             }
         }
     }
 
-    /// The verdict JSON on stdout: the whole output, or else its last line.
-    fn printed_verdict(&self, stdout: &[u8]) -> Option<GateOutcome> {
-        let text = String::from_utf8_lossy(stdout);
-        let text = text.trim();
-        let printed = serde_json::from_str::<Printed>(text).ok().or_else(|| {
-            let last = text.lines().rev().find(|l| !l.trim().is_empty())?;
-            serde_json::from_str::<Printed>(last.trim()).ok()
-        })?;
-        let verdict = match printed.verdict.trim().to_ascii_uppercase().as_str() {
-            "PASS" => Verdict::Pass,
-            "FAIL" => Verdict::Fail,
-            "REVIEW" => Verdict::Review,
-            _ => return None,
-        };
+    /// Conflicting signals from the program: REVIEW, with whatever it printed.
+    fn conflict(
+        &self,
+        expected: String,
+        actual: String,
+        mut facts: Vec<Fact>,
+        evidence: Vec<Value>,
+    ) -> GateOutcome {
+        facts.insert(
+            0,
+            Fact::new(
+                &self.config.name,
+                "",
+                expected,
+                actual,
+                "the program's signals disagree, so it gave no verdict; a person will look at it",
+            ),
+        );
+        GateOutcome {
+            verdict: Verdict::Review,
+            facts,
+            evidence,
+        }
+    }
+
+    /// The facts and evidence a program printed, cut to size.
+    fn facts_of(&self, printed: Printed) -> (Vec<Fact>, Vec<Value>) {
         let part = |v: &Option<Value>| {
             cut(
                 &v.as_ref().map(cell_as_text).unwrap_or_default(),
@@ -158,12 +209,61 @@ impl CommandGate {
                 )
             })
             .collect();
-        Some(GateOutcome {
-            verdict,
-            facts,
-            evidence: printed.evidence,
-        })
+        (facts, printed.evidence)
     }
+}
+
+/// What a program's stdout says.
+enum Reading {
+    /// No verdict JSON: the exit status decides.
+    Nothing,
+    /// The verdict JSON: the whole stdout, or else its last line.
+    Verdict(Printed, Verdict),
+    /// The last line is a verdict, and an earlier line printed a different one.
+    Disagreeing(Vec<&'static str>),
+}
+
+/// Reads the verdict JSON: the whole (trimmed) stdout, or else its last line.
+/// Other lines that look like a different verdict make the reading conflicting:
+/// a program that prints its verdict and then output it does not control
+/// (an agent's test) must not have its verdict overridden.
+fn read_printed(text: &str) -> Reading {
+    if let Some((printed, verdict)) = verdict_of(text) {
+        return Reading::Verdict(printed, verdict);
+    }
+    let Some((printed, verdict)) = text
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .and_then(|l| verdict_of(l.trim()))
+    else {
+        return Reading::Nothing;
+    };
+    let mut seen = vec![verdict.as_str()];
+    for (_, other) in text.lines().filter_map(|l| verdict_of(l.trim())) {
+        if !seen.contains(&other.as_str()) {
+            seen.push(other.as_str());
+        }
+    }
+    if seen.len() > 1 {
+        return Reading::Disagreeing(seen);
+    }
+    Reading::Verdict(printed, verdict)
+}
+
+/// One verdict JSON object, if `text` is one.
+fn verdict_of(text: &str) -> Option<(Printed, Verdict)> {
+    if !text.starts_with('{') {
+        return None;
+    }
+    let printed = serde_json::from_str::<Printed>(text).ok()?;
+    let verdict = match printed.verdict.trim().to_ascii_uppercase().as_str() {
+        "PASS" => Verdict::Pass,
+        "FAIL" => Verdict::Fail,
+        "REVIEW" => Verdict::Review,
+        _ => return None,
+    };
+    Some((printed, verdict))
 }
 
 /// What a program may print. Unknown keys are ignored; fact parts may be any JSON.
@@ -224,8 +324,8 @@ impl Gate for CommandGate {
         KIND
     }
 
-    fn version(&self) -> &'static str {
-        self.version
+    fn version(&self) -> &str {
+        &self.version
     }
 
     async fn check(&self, input: &Value, result: &Value) -> GateOutcome {
@@ -252,12 +352,17 @@ impl Gate for CommandGate {
     fn default_questions(&self) -> Vec<Question> {
         self.config.questions.clone()
     }
+
+    /// The declared `timeout_ms` and a margin, so that the program's own
+    /// deadline fires first: its process group is killed and the fact says so.
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.config.process.timeout + TIMEOUT_MARGIN)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Mutex;
-    use std::time::Duration;
 
     use super::*;
     use crate::process::ProcessSpec;
@@ -286,6 +391,7 @@ mod tests {
     fn output(code: i32, stdout: &str, stderr: &str) -> Result<ProcessOutput, ProcessError> {
         Ok(ProcessOutput {
             code: Some(code),
+            signal: None,
             stdout: stdout.as_bytes().to_vec(),
             stdout_cut: false,
             stderr_tail: stderr.as_bytes().to_vec(),
@@ -339,6 +445,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_printed_pass_with_a_failing_exit_is_review_not_pass() {
+        // A test runner whose stdout carries the agent's own test output: the
+        // test prints a PASS line and fails.
+        let printed = r#"{"verdict": "PASS", "facts": [{"field": "/test", "actual": "ok"}]}"#;
+        let (o, _) = run(output(1, &format!("running 1 test\n{printed}\n"), "")).await;
+        assert_eq!(o.verdict, Verdict::Review);
+        assert_eq!(o.facts[0].expected, "a printed PASS with exit status 0");
+        assert_eq!(o.facts[0].actual, "a printed PASS, but exit status 1");
+        assert_eq!(o.facts[1].actual, "ok", "what it printed is kept");
+        let (o, _) = run(output(0, printed, "")).await;
+        assert_eq!(o.verdict, Verdict::Pass, "a PASS with exit 0 stands");
+    }
+
+    #[tokio::test]
+    async fn a_last_line_that_contradicts_an_earlier_verdict_is_review() {
+        let stdout = "{\"verdict\": \"FAIL\"}\ntest output\n{\"verdict\": \"PASS\"}\n";
+        let (o, _) = run(output(0, stdout, "")).await;
+        assert_eq!(o.verdict, Verdict::Review);
+        assert_eq!(o.facts[0].actual, "several: PASS, FAIL");
+        let agreeing = "{\"verdict\": \"FAIL\"}\n{\"verdict\": \"fail\"}\n";
+        assert_eq!(run(output(1, agreeing, "")).await.0.verdict, Verdict::Fail);
+    }
+
+    #[tokio::test]
     async fn without_a_verdict_the_exit_status_decides() {
         assert_eq!(
             run(output(0, "all good", "")).await.0,
@@ -361,6 +491,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_program_killed_by_a_signal_is_review_with_the_signal_named() {
+        let mut out = output(1, r#"{"verdict": "FAIL"}"#, "out of memory").unwrap();
+        (out.code, out.signal) = (None, Some(9));
+        let (o, _) = run(Ok(out)).await;
+        assert_eq!(o.verdict, Verdict::Review);
+        assert_eq!(
+            o.facts[0].actual,
+            "ended by signal 9 (SIGKILL): out of memory"
+        );
+    }
+
+    #[tokio::test]
     async fn a_timeout_or_a_program_that_cannot_start_is_review() {
         let (o, _) = run(Err(ProcessError::TimedOut(Duration::from_millis(300)))).await;
         assert_eq!(o.verdict, Verdict::Review);
@@ -374,14 +516,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_cut_output_is_not_read_as_a_verdict() {
+    async fn a_cut_output_is_review_whatever_it_says_and_whatever_the_exit_status() {
         let mut out = output(0, r#"{"verdict": "PASS"}"#, "").unwrap();
         out.stdout_cut = true;
-        let (o, _) = run(Ok(out.clone())).await;
-        assert_eq!(o.verdict, Verdict::Pass);
-        assert!(o.facts[0].actual.contains("cut"));
-        out.code = Some(2);
-        assert_eq!(run(Ok(out)).await.0.verdict, Verdict::Fail);
+        for code in [Some(0), Some(2)] {
+            out.code = code;
+            let (o, _) = run(Ok(out.clone())).await;
+            assert_eq!(o.verdict, Verdict::Review, "exit {code:?}");
+            assert!(o.facts[0].actual.contains("cut"), "{:?}", o.facts);
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub mod schema;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -76,7 +77,7 @@ pub trait Gate: Send + Sync {
     /// The kind name sessions use to pick this gate.
     fn name(&self) -> &'static str;
     /// Changes whenever the gate could decide the same submission differently.
-    fn version(&self) -> &'static str;
+    fn version(&self) -> &str;
     /// Checks one result for one quest input. Runs every check, so the agent gets all facts at once.
     async fn check(&self, input: &Value, result: &Value) -> GateOutcome;
 
@@ -87,7 +88,9 @@ pub trait Gate: Send + Sync {
     }
 
     /// The part of an accepted `result` an AI verifier may see: its declared
-    /// fields and nothing else, whatever else the agent sent.
+    /// fields and nothing else, whatever else the agent sent. This default
+    /// keeps whole top-level fields, whatever is nested inside them; a gate
+    /// that knows the shape below (the schema gate) projects deeper.
     fn artifact(&self, result: &Value) -> Value {
         let declared = self.declared_fields();
         let kept = result
@@ -106,6 +109,14 @@ pub trait Gate: Send + Sync {
     /// Questions asked by AI verifiers when a session names verifiers but no questions.
     fn default_questions(&self) -> Vec<Question> {
         Vec::new()
+    }
+
+    /// How long one check may take before its verdict is REVIEW. `None`: the
+    /// server's gate timeout (`QUEST_GATE_TIMEOUT_SECONDS`). A gate that
+    /// declares its own deadline (a command gate's `timeout_ms`) answers it here,
+    /// so that the global one neither cuts it short nor stretches it.
+    fn timeout(&self) -> Option<Duration> {
+        None
     }
 }
 
@@ -136,20 +147,10 @@ pub struct GateRegistry {
 }
 
 impl GateRegistry {
-    /// A registry with every gate this build ships; the email gate reaches
-    /// the web and DNS through `world`.
+    /// A registry with every gate this build ships and no command gate
+    /// declared; the email gate reaches the web and DNS through `world`.
     pub fn with_builtin_gates(world: email::EmailWorld) -> Self {
-        let mut registry = GateRegistry {
-            factories: HashMap::new(),
-        };
-        registry.register(schema::KIND, |params| {
-            Ok(Arc::new(schema::SchemaGate::from_params(params)?))
-        });
-        registry.register(email::KIND, move |params| {
-            Ok(Arc::new(email::EmailGate::from_params(params, &world)?))
-        });
-        registry.register_command_gates(&[], Arc::new(crate::process::SystemProcessRunner));
-        registry
+        GateRegistry::with_operator_gates(world, &[], Arc::new(crate::process::SystemProcessRunner))
     }
 
     /// The built-in gates plus the command gates the operator's configuration
@@ -159,17 +160,16 @@ impl GateRegistry {
         gates: &[CommandGateConfig],
         runner: Arc<dyn ProcessRunner>,
     ) -> Self {
-        let mut registry = GateRegistry::with_builtin_gates(world);
-        registry.register_command_gates(gates, runner);
-        registry
-    }
-
-    fn register_command_gates(
-        &mut self,
-        gates: &[CommandGateConfig],
-        runner: Arc<dyn ProcessRunner>,
-    ) {
-        let built: HashMap<String, Arc<command::CommandGate>> = gates
+        let mut registry = GateRegistry {
+            factories: HashMap::new(),
+        };
+        registry.register(schema::KIND, |params| {
+            Ok(Arc::new(schema::SchemaGate::from_params(params)?))
+        });
+        registry.register(email::KIND, move |params| {
+            Ok(Arc::new(email::EmailGate::from_params(params, &world)?))
+        });
+        let declared: HashMap<String, Arc<command::CommandGate>> = gates
             .iter()
             .map(|g| {
                 (
@@ -178,7 +178,10 @@ impl GateRegistry {
                 )
             })
             .collect();
-        self.register(command::KIND, move |params| command::pick(&built, params));
+        registry.register(command::KIND, move |params| {
+            command::pick(&declared, params)
+        });
+        registry
     }
 
     /// Adds (or replaces) the factory for `kind`.

@@ -191,6 +191,8 @@ pub struct GateDecision {
 #[derive(Debug, Clone)]
 pub struct GateJob {
     pub submission: SubmissionRow,
+    /// The quest's key, for the task template.
+    pub key: String,
     pub input: Value,
     pub config: SessionConfig,
 }
@@ -264,6 +266,9 @@ pub struct L2Recorded {
     pub compared: Vec<(String, String, bool)>,
     /// The quest, when this answer was the last one and the decision was applied.
     pub verified: Option<QuestRow>,
+    /// The job had been answered before: nothing was recorded now, and
+    /// `answer` is the earlier answer (so no figure may count it again).
+    pub replayed: bool,
 }
 
 /// Running figures of one verifier in one session.
@@ -444,7 +449,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Quests in REVIEW, oldest first, optionally of one session, optionally
     /// only those whose last facts include a fact of `check` (a trailing `*`
-    /// matches a prefix, e.g. `l2:*`).
+    /// matches a prefix, e.g. `l2:*`). A fact of an AI verifier (`l2:<name>`)
+    /// counts only when that verifier raised a doubt: a flag or no answer.
     async fn review_queue(
         &self,
         session_id: Option<Uuid>,

@@ -889,7 +889,8 @@ fn l2_job_row(r: &SqliteRow) -> Result<L2Job, StoreError> {
 }
 
 fn flag_on(s: &str) -> Result<verify::FlagOn, StoreError> {
-    verify::FlagOn::parse(s).ok_or_else(|| StoreError::Corrupt(format!("flag_on `{s}`")))
+    s.parse()
+        .map_err(|e: crate::domain::UnknownValue| StoreError::Corrupt(e.to_string()))
 }
 
 fn l2_answer_row(r: &SqliteRow) -> Result<L2AnswerRow, StoreError> {
@@ -904,7 +905,8 @@ fn l2_answer_row(r: &SqliteRow) -> Result<L2AnswerRow, StoreError> {
         flag_on: flag_on(&r.str("flag_on")?)?,
         raw_reply: r.opt_str("raw_reply")?,
         answer: opt(r.opt_str("answer")?, |a| {
-            verify::Answer::parse(a).ok_or_else(|| StoreError::Corrupt(format!("answer `{a}`")))
+            a.parse::<verify::Answer>()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))
         })?,
         detail: r.str("detail")?,
         flagged: r.int("flagged")? != 0,
@@ -942,6 +944,7 @@ async fn record_l2_answer(ctx: &mut WriteCtx, new: NewL2Answer) -> Result<L2Reco
             answer: fetch_l2_answer(&mut ctx.conn, job.id).await?,
             compared: Vec::new(),
             verified: None,
+            replayed: true,
         });
     }
     let quest = fetch_quest(&mut ctx.conn, job.quest_id).await?;
@@ -1017,6 +1020,7 @@ async fn record_l2_answer(ctx: &mut WriteCtx, new: NewL2Answer) -> Result<L2Reco
         answer: fetch_l2_answer(&mut ctx.conn, job.id).await?,
         compared,
         verified,
+        replayed: false,
     })
 }
 
@@ -1486,6 +1490,7 @@ impl Store for SqliteStore {
         let session = fetch_session(&mut conn, quest.session_id).await?;
         Ok(GateJob {
             submission,
+            key: quest.key,
             input: quest.input,
             config: session.config,
         })
@@ -1605,12 +1610,20 @@ impl Store for SqliteStore {
             },
             None => (None, None),
         };
+        // Every L2 answer is a fact of check `l2:<verifier>`, a clear one too; such
+        // a fact matches only when that verifier raised a doubt (a flag or no
+        // answer) about the quest's submission, as its recorded answers say.
         let rows = sqlx::query(
             "SELECT * FROM quests q WHERE state = 'REVIEW' AND (?1 IS NULL OR session_id = ?1)
              AND ((?3 IS NULL AND ?4 IS NULL) OR EXISTS (
                  SELECT 1 FROM json_each(q.last_facts) f
-                 WHERE json_extract(f.value, '$.check') = ?3
-                    OR substr(json_extract(f.value, '$.check'), 1, length(?4)) = ?4))
+                 WHERE (json_extract(f.value, '$.check') = ?3
+                        OR substr(json_extract(f.value, '$.check'), 1, length(?4)) = ?4)
+                   AND (substr(json_extract(f.value, '$.check'), 1, 3) <> 'l2:' OR EXISTS (
+                       SELECT 1 FROM l2_answers a
+                       WHERE a.submission_id = q.submission_id
+                         AND 'l2:' || a.verifier = json_extract(f.value, '$.check')
+                         AND (a.flagged = 1 OR a.answer IS NULL)))))
              ORDER BY updated_at, row_index LIMIT ?2",
         )
         .bind(session_id.map(|s| s.to_string()))

@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use serde::Deserialize;
 
 use super::openai::chat_body;
-use super::{AskError, Reply, Verifier};
+use super::{AskError, MAX_RAW_CHARS, Reply, Verifier};
+use crate::config::Sampling;
 use crate::domain::verify::{Answer, NotAnAnswer, VerifierRequest, cut};
 use crate::process::{ProcessRunner, ProcessSpec};
 
@@ -58,12 +59,17 @@ fn parse_printed(stdout: &str) -> Result<(Answer, String), NotAnAnswer> {
                 cut(text, 120)
             ))
         })?;
-    let answer = Answer::parse(&printed.answer.trim().to_ascii_lowercase()).ok_or_else(|| {
-        NotAnAnswer(format!(
-            "answer `{}` is neither yes nor no",
-            cut(&printed.answer, 40)
-        ))
-    })?;
+    let answer: Answer = printed
+        .answer
+        .trim()
+        .to_ascii_lowercase()
+        .parse()
+        .map_err(|_| {
+            NotAnAnswer(format!(
+                "answer `{}` is neither yes nor no",
+                cut(&printed.answer, 40)
+            ))
+        })?;
     let reason = printed
         .reason
         .lines()
@@ -81,7 +87,7 @@ impl Verifier for CommandVerifier {
     }
 
     async fn ask(&self, request: &VerifierRequest, question: &str) -> Result<Reply, AskError> {
-        let mut body = chat_body(&self.model, 100, request, question);
+        let mut body = chat_body(&self.model, Sampling::DEFAULT, request, question);
         body["question"] = question.into();
         body["contract"] = serde_json::to_value(&request.contract).unwrap_or_default();
         body["artifact"] = serde_json::to_value(&request.artifact).unwrap_or_default();
@@ -95,18 +101,16 @@ impl Verifier for CommandVerifier {
                 let stdout = String::from_utf8_lossy(&out.stdout);
                 Ok(Reply {
                     parsed: parse_printed(&stdout),
-                    raw: cut(stdout.trim(), 4000),
+                    raw: cut(stdout.trim(), MAX_RAW_CHARS),
                 })
             }
             Some(EXIT_TEMPFAIL) => Err(AskError::Transient(format!(
                 "exit status 75 (try again): {}",
                 out.stderr_text(300)
             ))),
-            code => Err(AskError::Permanent(format!(
+            _ => Err(AskError::Permanent(format!(
                 "{}: {}",
-                code.map_or("ended by a signal".to_owned(), |c| format!(
-                    "exit status {c}"
-                )),
+                out.status_text(),
                 out.stderr_text(300)
             ))),
         }

@@ -19,6 +19,9 @@ use crate::config::{VerifierBackend, VerifierConfig};
 use crate::domain::verify::{Answer, NotAnAnswer, VerifierRequest};
 use crate::process::ProcessRunner;
 
+/// The longest raw reply kept with an answer, in characters.
+pub const MAX_RAW_CHARS: usize = 4000;
+
 /// A backend's reply to one question.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
@@ -78,13 +81,13 @@ impl VerifierRegistry {
                     base_url,
                     model,
                     api_key,
-                    max_tokens,
+                    sampling,
                 } => Arc::new(openai::OpenAiVerifier::new(
                     client.clone(),
                     base_url,
                     model,
                     api_key.clone(),
-                    *max_tokens,
+                    *sampling,
                 )),
                 VerifierBackend::Command { process, model } => Arc::new(
                     command::CommandVerifier::new(process.clone(), model, runner.clone()),

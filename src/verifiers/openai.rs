@@ -10,14 +10,12 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{AskError, Reply, Verifier};
-use crate::config::Secret;
+use super::{AskError, MAX_RAW_CHARS, Reply, Verifier};
+use crate::config::{Sampling, Secret, redact_url};
 use crate::domain::verify::{SYSTEM_PROMPT, VerifierRequest, cut, parse_reply};
 
 /// The largest reply body read.
 const MAX_BODY: usize = 1024 * 1024;
-/// The longest raw reply kept.
-const MAX_RAW_CHARS: usize = 4000;
 
 /// The HTTP client shared by every OpenAI-compatible verifier.
 pub fn client() -> Result<reqwest::Client, reqwest::Error> {
@@ -36,9 +34,13 @@ pub fn client() -> Result<reqwest::Client, reqwest::Error> {
 pub struct OpenAiVerifier {
     client: reqwest::Client,
     url: String,
+    /// `url` as it may appear in stored and logged text: no credentials.
+    shown_url: String,
+    /// The password of `url`'s userinfo, scrubbed from any message as a last guard.
+    password: Option<String>,
     model: String,
     api_key: Option<Secret>,
-    max_tokens: u32,
+    sampling: Sampling,
 }
 
 impl OpenAiVerifier {
@@ -48,36 +50,56 @@ impl OpenAiVerifier {
         base_url: &str,
         model: &str,
         api_key: Option<Secret>,
-        max_tokens: u32,
+        sampling: Sampling,
     ) -> OpenAiVerifier {
+        let url = match reqwest::Url::parse(base_url) {
+            Ok(mut url) => {
+                if let Ok(mut path) = url.path_segments_mut() {
+                    path.pop_if_empty().extend(["chat", "completions"]);
+                }
+                url.to_string()
+            }
+            Err(_) => format!("{}/chat/completions", base_url.trim_end_matches('/')),
+        };
+        let password = reqwest::Url::parse(base_url)
+            .ok()
+            .and_then(|u| u.password().map(str::to_owned))
+            .filter(|p| !p.is_empty());
         OpenAiVerifier {
             client,
-            url: format!("{}/chat/completions", base_url.trim_end_matches('/')),
+            shown_url: redact_url(&url),
+            password,
+            url,
             model: model.to_owned(),
             api_key,
-            max_tokens,
+            sampling,
         }
     }
 }
 
 /// The chat-completions request body for one question: the same JSON a
-/// command verifier receives on stdin.
+/// command verifier receives on stdin. A field `sampling` leaves out is not sent.
 pub fn chat_body(
     model: &str,
-    max_tokens: u32,
+    sampling: Sampling,
     request: &VerifierRequest,
     question: &str,
 ) -> serde_json::Value {
-    json!({
+    let mut body = json!({
         "model": model,
         "messages": [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": request.prompt(question)},
         ],
-        "temperature": 0,
-        "max_tokens": max_tokens,
         "stream": false,
-    })
+    });
+    if let Some(temperature) = sampling.temperature {
+        body["temperature"] = json!(temperature);
+    }
+    if let Some(max_tokens) = sampling.max_tokens {
+        body["max_tokens"] = json!(max_tokens);
+    }
+    body
 }
 
 #[derive(Deserialize)]
@@ -105,7 +127,7 @@ impl Verifier for OpenAiVerifier {
     async fn ask(&self, request: &VerifierRequest, question: &str) -> Result<Reply, AskError> {
         let mut call = self.client.post(&self.url).json(&chat_body(
             &self.model,
-            self.max_tokens,
+            self.sampling,
             request,
             question,
         ));
@@ -114,18 +136,22 @@ impl Verifier for OpenAiVerifier {
         }
         let mut response = call.send().await.map_err(|e| {
             if e.is_builder() {
-                AskError::Permanent(format!("cannot build the request: {e}"))
+                AskError::Permanent(
+                    self.scrub(format!("cannot build the request: {}", without_url(&e))),
+                )
             } else {
-                AskError::Transient(format!("no reply from {}: {}", self.url, without_url(&e)))
+                AskError::Transient(self.scrub(format!(
+                    "no reply from {}: {}",
+                    self.shown_url,
+                    without_url(&e)
+                )))
             }
         })?;
         let status = response.status();
         let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| AskError::Transient(format!("the reply broke off: {}", without_url(&e))))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(|e| {
+            AskError::Transient(self.scrub(format!("the reply broke off: {}", without_url(&e))))
+        })? {
             if body.len() + chunk.len() > MAX_BODY {
                 return Err(AskError::Permanent(format!(
                     "a reply larger than {MAX_BODY} bytes"
@@ -133,24 +159,19 @@ impl Verifier for OpenAiVerifier {
             }
             body.extend_from_slice(&chunk);
         }
-        let text = String::from_utf8_lossy(&body);
+        // The body of an error is the upstream's text: stored rows keep the
+        // status and at most a short, masked reason from it, never the body.
         if status.is_server_error() || status.as_u16() == 429 || status.as_u16() == 408 {
-            return Err(AskError::Transient(format!(
-                "HTTP {status}: {}",
-                cut(text.trim(), 200)
-            )));
+            return Err(AskError::Transient(self.scrub(http_error(status, &body))));
         }
         if !status.is_success() {
-            return Err(AskError::Permanent(format!(
-                "HTTP {status}: {}",
-                cut(text.trim(), 200)
-            )));
+            return Err(AskError::Permanent(self.scrub(http_error(status, &body))));
         }
         let completion: Completion = serde_json::from_slice(&body).map_err(|e| {
-            AskError::Permanent(format!(
-                "not a chat-completions reply ({e}): {}",
-                cut(text.trim(), 200)
-            ))
+            AskError::Permanent(self.scrub(format!(
+                "not a chat-completions reply: {}",
+                short_reason(&e.to_string())
+            )))
         })?;
         let content = completion
             .choices
@@ -165,6 +186,75 @@ impl Verifier for OpenAiVerifier {
     }
 }
 
+impl OpenAiVerifier {
+    /// Removes the base URL's password from a message, wherever it came from.
+    fn scrub(&self, message: String) -> String {
+        match &self.password {
+            Some(password) => message.replace(password.as_str(), "***"),
+            None => message,
+        }
+    }
+}
+
+/// The longest part of an upstream's error message that is kept.
+const MAX_REASON_CHARS: usize = 60;
+
+/// `HTTP 401 Unauthorized`, plus the upstream's own short message when its body
+/// is the usual JSON error (`{"error": {"message": ...}}`), masked and cut.
+fn http_error(status: reqwest::StatusCode, body: &[u8]) -> String {
+    let message = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| {
+            [
+                &v["error"]["message"],
+                &v["error"],
+                &v["message"],
+                &v["detail"],
+            ]
+            .into_iter()
+            .find_map(|m| m.as_str().map(str::to_owned))
+        })
+        .map(|m| short_reason(&m))
+        .filter(|m| !m.is_empty());
+    match message {
+        Some(message) => format!("HTTP {status}: {message}"),
+        None => format!("HTTP {status}"),
+    }
+}
+
+/// The first line of a message, with anything that looks like a key masked,
+/// cut to [`MAX_REASON_CHARS`].
+fn short_reason(message: &str) -> String {
+    let line = message.lines().next().unwrap_or_default().trim();
+    cut(&mask_keys(line), MAX_REASON_CHARS)
+}
+
+/// Masks every word that looks like a credential: an `sk-...` key, or a long
+/// run of letters and digits such as a token or a hash.
+fn mask_keys(text: &str) -> String {
+    let is_key_char = |c: char| c.is_ascii_alphanumeric() || "-_.+/=".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        let letters = word.chars().any(|c| c.is_ascii_alphabetic());
+        let digits = word.chars().any(|c| c.is_ascii_digit());
+        let keyish = (word.len() >= 16 && letters && digits)
+            || (word.len() >= 8 && word.to_ascii_lowercase().starts_with("sk-"));
+        out.push_str(if keyish { "***" } else { word.as_str() });
+        word.clear();
+    };
+    for c in text.chars() {
+        if is_key_char(c) {
+            word.push(c);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
 /// reqwest's message without the URL (already named by the caller).
 fn without_url(e: &reqwest::Error) -> String {
     let mut message = e.to_string();
@@ -177,4 +267,60 @@ fn without_url(e: &reqwest::Error) -> String {
         source = s.source();
     }
     message
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upstream_error_keeps_its_status_and_a_short_masked_reason_never_the_body() {
+        let body = br#"{"error": {"message": "Incorrect API key provided: sk-live-0123456789abcdef0123. You can find your key at https://platform.test/keys and so on for a long while", "type": "invalid_request_error"}}"#;
+        let text = http_error(reqwest::StatusCode::UNAUTHORIZED, body);
+        assert!(
+            text.starts_with("HTTP 401 Unauthorized: Incorrect API key provided: ***"),
+            "{text}"
+        );
+        assert!(!text.contains("0123456789"), "{text}");
+        assert!(text.chars().count() < 100, "{text}");
+        let html =
+            b"<html>trace id 9f8e7d6c5b4a39281706f5e4d3c2b1a0, internal host db-7.corp</html>";
+        assert_eq!(
+            http_error(reqwest::StatusCode::INTERNAL_SERVER_ERROR, html),
+            "HTTP 500 Internal Server Error"
+        );
+    }
+
+    #[test]
+    fn key_like_words_are_masked_and_plain_words_kept() {
+        assert_eq!(
+            mask_keys("bad key sk-abc12345 for model judge-a, token ghp_0123456789abcdefXYZ"),
+            "bad key *** for model judge-a, token ***"
+        );
+        assert_eq!(mask_keys("invalid_request_error"), "invalid_request_error");
+    }
+
+    #[test]
+    fn the_url_shown_in_messages_has_no_credentials() {
+        let v = OpenAiVerifier::new(
+            client().unwrap(),
+            "http://quest:hunter2@127.0.0.1:9/v1/?key=abc",
+            "m",
+            None,
+            Sampling::DEFAULT,
+        );
+        assert_eq!(
+            v.url,
+            "http://quest:hunter2@127.0.0.1:9/v1/chat/completions?key=abc"
+        );
+        assert_eq!(
+            v.shown_url,
+            "http://***@127.0.0.1:9/v1/chat/completions?***"
+        );
+        assert_eq!(
+            v.scrub("refused: hunter2".into()),
+            "refused: ***",
+            "the password is scrubbed from any message"
+        );
+    }
 }

@@ -20,6 +20,7 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::domain::prompt;
 use crate::domain::receipt::ReceiptParts;
 use crate::domain::session::GateConfig;
 use crate::domain::verify::{Artifact, Contract, VerifierRequest};
@@ -39,6 +40,7 @@ struct Inner {
     store: Arc<dyn Store>,
     registry: Arc<GateRegistry>,
     verifiers: VerifierRunner,
+    /// The longest a check may take, unless its gate declares its own.
     timeout: Duration,
     /// Built gates by session: a session's gate config never changes.
     gates: Mutex<HashMap<Uuid, Arc<dyn Gate>>>,
@@ -153,7 +155,8 @@ impl Inner {
             Ok(gate) => {
                 let check =
                     AssertUnwindSafe(gate.check(&job.input, &job.submission.result)).catch_unwind();
-                let outcome = match tokio::time::timeout(self.timeout, check).await {
+                let limit = gate.timeout().unwrap_or(self.timeout);
+                let outcome = match tokio::time::timeout(limit, check).await {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(_)) => {
                         tracing::error!(submission = %submission_id, "the gate panicked; the verdict is REVIEW");
@@ -168,7 +171,7 @@ impl Inner {
                     Err(_) => review(Fact::new(
                         "gate",
                         "",
-                        format!("a verdict within {} s", self.timeout.as_secs()),
+                        format!("a verdict within {} ms", limit.as_millis()),
                         "no verdict: the gate timed out",
                         "nothing for you to fix; a person will look at it",
                     )),
@@ -192,10 +195,16 @@ impl Inner {
         metrics::counter!("quest_verdicts_total", "verdict" => outcome.verdict.as_str())
             .increment(1);
         // Only the contract and the artifact: never the agent's other fields or earlier attempts.
+        // The task is the one the agent was given for this quest.
         let verify = match (&job.config.verify, &gate) {
             (Some(_), Ok(gate)) => Some(VerifierRequest {
                 contract: Contract {
-                    task: job.config.prompt.instructions.clone(),
+                    task: prompt::task_for(
+                        &job.config.prompt.instructions,
+                        &job.key,
+                        &job.input,
+                        || gate.default_prompt().task,
+                    ),
                     input: job.input.clone(),
                 },
                 artifact: Artifact {

@@ -6,6 +6,12 @@
 //! a crash loses nothing: at start-up every unanswered job is queued again. On
 //! shutdown, calls in flight are abandoned and stay queued for the next start.
 //!
+//! A job is asked at most once per run of the server: a job already queued or
+//! running here is not queued again, and a job the store says is answered is
+//! not asked. A store failure (reading the job, recording the answer) is
+//! retried with back-off until it succeeds or the server shuts down; the
+//! answer already obtained is kept, so the backend is not asked again.
+//!
 //! A transient failure (refused connection, 5xx, 429) is retried with
 //! exponential back-off until the verifier's `timeout_ms`, counted from the first
 //! attempt, runs out; then, like any permanent failure or a reply that is not a
@@ -15,8 +21,9 @@
 //! slow backend never holds up another. (With a very large backlog at start-up
 //! that is many idle tasks; a bounded feeder per backend would cap them.)
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc};
@@ -32,6 +39,9 @@ use crate::verifiers::{AskError, Declared, VerifierRegistry};
 /// The first pause after a transient failure; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The first pause after a store failure; it doubles up to [`MAX_STORE_RETRY`].
+const FIRST_STORE_RETRY: Duration = Duration::from_millis(100);
+const MAX_STORE_RETRY: Duration = Duration::from_secs(30);
 
 /// Runs L2 jobs.
 #[derive(Clone)]
@@ -45,6 +55,8 @@ struct Inner {
     verifiers: Arc<VerifierRegistry>,
     /// One per declared verifier: its `max_concurrency`.
     permits: HashMap<String, Arc<Semaphore>>,
+    /// Jobs queued or running here, so that none runs twice at once.
+    in_flight: Mutex<HashSet<Uuid>>,
 }
 
 impl VerifierRunner {
@@ -70,16 +82,20 @@ impl VerifierRunner {
             store,
             verifiers,
             permits,
+            in_flight: Mutex::new(HashSet::new()),
         });
         tokio::spawn(run(inner.clone(), rx, shutdown));
         VerifierRunner { inner, queue }
     }
 
-    /// Queues jobs that are durable in the store.
+    /// Queues jobs that are durable in the store; a job already queued or
+    /// running here is skipped.
     pub fn enqueue(&self, jobs: impl IntoIterator<Item = Uuid>) {
         for id in jobs {
-            // After shutdown the job stays queued in the store for the next start.
-            let _ = self.queue.send(id);
+            if self.inner.in_flight().insert(id) {
+                // After shutdown the job stays queued in the store for the next start.
+                let _ = self.queue.send(id);
+            }
         }
     }
 
@@ -92,8 +108,16 @@ impl VerifierRunner {
     }
 
     /// Runs one job now, ignoring the concurrency limit: ask, retry, record.
-    pub async fn run_once(&self, job_id: Uuid) -> Result<L2Recorded, StoreError> {
-        self.inner.run_once(job_id).await
+    /// `None` when the job was already answered: nothing is asked then.
+    pub async fn run_once(&self, job_id: Uuid) -> Result<Option<L2Recorded>, StoreError> {
+        let job = self.inner.store.l2_job(job_id).await?;
+        if job.answered {
+            return Ok(None);
+        }
+        let (answer, latency) = self.inner.ask(&job).await;
+        let recorded = self.inner.store.record_l2_answer(answer).await?;
+        record_metrics(&recorded, latency);
+        Ok(Some(recorded))
     }
 }
 
@@ -112,37 +136,49 @@ async fn run(
         tokio::spawn(async move {
             tokio::select! {
                 _ = shutdown.cancelled() => {}
-                outcome = inner.run_limited(id) => if let Err(e) = outcome {
-                    tracing::error!(job = %id, error = %e, "L2 job failed; it stays queued until restart");
-                }
+                _ = inner.run_until_recorded(id, &shutdown) => {}
             }
+            inner.in_flight().remove(&id);
         });
     }
 }
 
 impl Inner {
-    async fn run_limited(&self, job_id: Uuid) -> Result<L2Recorded, StoreError> {
-        let job = self.store.l2_job(job_id).await?;
-        let _permit = match self.permits.get(&job.verifier) {
-            Some(permits) => Some(
-                permits
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| StoreError::Unavailable)?,
-            ),
-            None => None,
-        };
-        self.run_once(job_id).await
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    async fn run_once(&self, job_id: Uuid) -> Result<L2Recorded, StoreError> {
-        let job = self.store.l2_job(job_id).await?;
+    /// Runs a job until its answer is stored: reads it, asks its backend within
+    /// the backend's concurrency limit, records the outcome. Store failures
+    /// are retried; only shutdown (or a job that cannot be recorded) stops it.
+    async fn run_until_recorded(&self, id: Uuid, shutdown: &CancellationToken) {
+        let Some(job) = until_stored(id, shutdown, || self.store.l2_job(id)).await else {
+            return;
+        };
+        if job.answered {
+            return; // an earlier run asked and recorded it
+        }
+        let _permit = match self.permits.get(&job.verifier) {
+            // The semaphores are never closed.
+            Some(permits) => permits.clone().acquire_owned().await.ok(),
+            None => None,
+        };
+        let (answer, latency) = self.ask(&job).await;
+        let Some(recorded) =
+            until_stored(id, shutdown, || self.store.record_l2_answer(answer.clone())).await
+        else {
+            return;
+        };
+        record_metrics(&recorded, latency);
+    }
+
+    /// Asks the job's verifier, retries included; the outcome and how long it took.
+    async fn ask(&self, job: &L2Job) -> (NewL2Answer, Duration) {
         let started = Instant::now();
         let (model, asked) = match self.verifiers.get(&job.verifier) {
             Some(declared) => (
                 declared.verifier.model().to_owned(),
-                ask_until_deadline(declared, &job, started).await,
+                ask_until_deadline(declared, job, started).await,
             ),
             // A verifier removed from the configuration since the job was written.
             None => (
@@ -154,20 +190,45 @@ impl Inner {
             ),
         };
         let latency = started.elapsed();
-        let recorded = self
-            .store
-            .record_l2_answer(NewL2Answer {
-                job_id,
-                model,
-                raw_reply: asked.raw,
-                answer: asked.answer,
-                detail: asked.detail,
-                attempts: asked.attempts,
-                latency_ms: latency.as_millis() as u64,
-            })
-            .await?;
-        record_metrics(&recorded, latency);
-        Ok(recorded)
+        let answer = NewL2Answer {
+            job_id: job.id,
+            model,
+            raw_reply: asked.raw,
+            answer: asked.answer,
+            detail: asked.detail,
+            attempts: asked.attempts,
+            latency_ms: latency.as_millis() as u64,
+        };
+        (answer, latency)
+    }
+}
+
+/// Runs a store call until it succeeds. A failure is retried with back-off, so
+/// that a quest never stays `verifying` for want of a retry; `None` when
+/// shutdown stops it, or when no retry can help: the job or its quest is gone,
+/// or the quest is no longer being verified for this job.
+async fn until_stored<T, F, Fut>(job: Uuid, shutdown: &CancellationToken, mut call: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, StoreError>>,
+{
+    let mut delay = FIRST_STORE_RETRY;
+    loop {
+        match call().await {
+            Ok(value) => return Some(value),
+            Err(e @ (StoreError::NotFound(_) | StoreError::Conflict { .. })) => {
+                tracing::error!(job = %job, error = %e, "L2 job dropped: nothing to record it on");
+                return None;
+            }
+            Err(e) => {
+                tracing::warn!(job = %job, error = %e, retry_in_ms = delay.as_millis() as u64, "L2 job: the store failed; retrying");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(MAX_STORE_RETRY);
+            }
+        }
     }
 }
 
@@ -246,7 +307,11 @@ async fn ask_until_deadline(declared: &Declared, job: &L2Job, started: Instant) 
     }
 }
 
+/// Counts a freshly recorded answer; a replayed one was counted when it was recorded.
 fn record_metrics(recorded: &L2Recorded, latency: Duration) {
+    if recorded.replayed {
+        return;
+    }
     let a = &recorded.answer;
     let verifier = a.verifier.clone();
     let answer = a.answer.map_or("none", |a| a.as_str());
@@ -346,6 +411,52 @@ mod tests {
             answered: false,
         };
         ask_until_deadline(&declared, &job, Instant::now()).await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_store_failure_is_retried_with_back_off_until_it_succeeds() {
+        let calls = std::sync::atomic::AtomicU32::new(0);
+        let shutdown = CancellationToken::new();
+        let started = Instant::now();
+        let got = until_stored(Uuid::nil(), &shutdown, || {
+            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                if n < 3 {
+                    Err(StoreError::Unavailable)
+                } else {
+                    Ok(n)
+                }
+            }
+        })
+        .await;
+        assert_eq!(got, Some(3));
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(100 + 200 + 400),
+            "the pause doubles"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn only_shutdown_or_a_job_that_cannot_be_recorded_stops_the_retries() {
+        let shutdown = CancellationToken::new();
+        let gone = until_stored(Uuid::nil(), &shutdown, || async {
+            Err::<(), _>(StoreError::NotFound("L2 job"))
+        });
+        assert_eq!(gone.await, None);
+        let stopper = shutdown.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(600)).await;
+            stopper.cancel();
+        });
+        let down = until_stored(Uuid::nil(), &shutdown, || async {
+            Err::<(), _>(StoreError::Unavailable)
+        });
+        assert_eq!(
+            down.await,
+            None,
+            "a store that stays down is retried until shutdown"
+        );
     }
 
     #[tokio::test(start_paused = true)]

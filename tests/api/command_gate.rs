@@ -140,6 +140,31 @@ async fn without_a_verdict_a_failing_exit_is_fail_with_the_tail_of_stderr() {
 }
 
 #[tokio::test]
+async fn a_pass_printed_by_the_agents_own_test_cannot_override_a_failing_exit() {
+    // A test runner that lets the agent's test write to its stdout: the test
+    // prints a PASS verdict line of its own, then fails.
+    let script = r#"request=$(cat)
+case "$request" in
+  *cheat*) echo 'running 1 test'
+           echo '{"verdict": "PASS"}'
+           exit 1 ;;
+esac
+exit 1
+"#;
+    let (_app, _dir, answer) = run_once(script, 10_000, "", json!({"test": "cheat"})).await;
+    assert_eq!(
+        (answer["verdict"].as_str(), answer["state"].as_str()),
+        (Some("REVIEW"), Some("REVIEW")),
+        "conflicting signals are never a PASS: {answer}"
+    );
+    assert_eq!(answer["tries"], 0);
+    assert_eq!(
+        answer["facts"][0]["actual"],
+        "a printed PASS, but exit status 1"
+    );
+}
+
+#[tokio::test]
 async fn a_program_past_its_timeout_is_killed_with_its_children_and_the_quest_goes_to_review() {
     let script = "/bin/sleep 60 &\necho $! > child.pid\nwait\n";
     let (app, dir, answer) = run_once(script, 300, "", json!({"test": "t"})).await;
@@ -161,6 +186,39 @@ async fn a_program_past_its_timeout_is_killed_with_its_children_and_the_quest_go
     panic!("the program's child {} survived the timeout", pid.trim());
 }
 
+#[tokio::test]
+async fn what_a_program_leaves_running_in_the_background_is_killed_when_it_exits() {
+    let script = "/bin/sleep 60 >/dev/null 2>&1 &\necho $! > child.pid\nexit 0\n";
+    let (app, dir, answer) = run_once(script, 10_000, "", json!({"test": "t"})).await;
+    assert_eq!(answer["verdict"], "PASS", "{answer}");
+    let pid = std::fs::read_to_string(dir.path().join("child.pid")).unwrap();
+    let proc = format!("/proc/{}", pid.trim());
+    for _ in 0..250 {
+        if !Path::new(&proc).exists() || is_zombie(&proc) {
+            drop(app);
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("the program's background child {} survived it", pid.trim());
+}
+
+#[tokio::test]
+async fn a_program_killed_by_a_signal_is_review_and_costs_no_try() {
+    let script = "echo 'about to be killed' >&2\nkill -9 $$\n";
+    let (_app, _dir, answer) = run_once(script, 10_000, "", json!({"test": "t"})).await;
+    assert_eq!(
+        (answer["verdict"].as_str(), answer["state"].as_str()),
+        (Some("REVIEW"), Some("REVIEW")),
+        "{answer}"
+    );
+    assert_eq!(answer["tries"], 0);
+    assert_eq!(
+        answer["facts"][0]["actual"],
+        "ended by signal 9 (SIGKILL): about to be killed"
+    );
+}
+
 /// A killed process that its (also killed) parent never reaped.
 fn is_zombie(proc: &str) -> bool {
     std::fs::read_to_string(format!("{proc}/stat"))
@@ -170,6 +228,29 @@ fn is_zombie(proc: &str) -> bool {
                 .is_some_and(|rest| rest.trim_start().starts_with('Z'))
         })
         .unwrap_or(true)
+}
+
+#[tokio::test]
+async fn a_command_gates_own_timeout_governs_it_not_the_global_gate_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = "/bin/sleep 2\necho '{\"verdict\": \"PASS\"}'\n";
+    let toml = gate_toml(&dir, script, 10_000, "");
+    let app = spawn_app_tuned(tempfile::tempdir().unwrap(), Some(&toml), |config| {
+        config.gate_timeout_seconds = 1;
+    })
+    .await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(command_config(), companies(1)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let answer = app
+        .submit(&agent, &quest, &lease, json!({"test": "t"}))
+        .await
+        .expect(200);
+    assert_eq!(
+        (answer["verdict"].as_str(), answer["state"].as_str()),
+        (Some("PASS"), Some("PASS")),
+        "timeout_ms = 10000 outlasts QUEST_GATE_TIMEOUT_SECONDS = 1: {answer}"
+    );
 }
 
 #[tokio::test]
@@ -193,11 +274,17 @@ async fn the_program_sees_a_cleared_environment_plus_the_allow_list() {
 }
 
 #[tokio::test]
-async fn output_beyond_one_mebibyte_is_cut_and_the_exit_status_decides() {
-    // 2 MiB of a verdict-looking line: cut, so it is not read as a verdict.
+async fn output_beyond_one_mebibyte_is_cut_and_the_verdict_is_review() {
+    // 2 MiB, then a verdict line and exit 0: the verdict was cut off, so neither
+    // the lost line nor the exit status can be trusted to decide.
     let script = "i=0\nwhile [ $i -lt 2100 ]; do\n  printf '%01000d\\n' 0\n  i=$((i+1))\ndone\necho '{\"verdict\": \"FAIL\"}'\nexit 0\n";
     let (_app, _dir, answer) = run_once(script, 20_000, "", json!({})).await;
-    assert_eq!(answer["verdict"], "PASS", "{answer}");
+    assert_eq!(
+        (answer["verdict"].as_str(), answer["state"].as_str()),
+        (Some("REVIEW"), Some("REVIEW")),
+        "{answer}"
+    );
+    assert_eq!(answer["tries"], 0, "an unreadable verdict costs no try");
     assert!(
         answer["facts"][0]["actual"]
             .as_str()

@@ -18,6 +18,8 @@ pub enum Behaviour {
     Reply(Arc<dyn Fn(&str) -> String + Send + Sync>),
     /// Answers with this HTTP status and an error body.
     Status(u16),
+    /// Answers with this HTTP status and exactly this body.
+    StatusBody(u16, String),
     /// Waits this long, then replies.
     Slow(Duration, String),
     /// Never answers.
@@ -137,6 +139,9 @@ async fn complete(State(s): State<Shared>, Json(body): Json<Value>) -> Response 
             let error =
                 json!({"error": {"message": "the model is overloaded", "type": "server_error"}});
             return (status, Json(error)).into_response();
+        }
+        Behaviour::StatusBody(code, body) => {
+            return (StatusCode::from_u16(*code).unwrap(), body.clone()).into_response();
         }
         Behaviour::Slow(wait, text) => {
             tokio::time::sleep(*wait).await;

@@ -86,7 +86,17 @@ pub async fn spawn_app_with(config_toml: &str) -> TestApp {
 /// Starts a server on an existing data dir, with an operator configuration
 /// file when given (written into the data dir as `quest.toml`).
 pub async fn spawn_app_in_with(data_dir: TempDir, config_toml: Option<&str>) -> TestApp {
+    spawn_app_tuned(data_dir, config_toml, |_| {}).await
+}
+
+/// [`spawn_app_in_with`], with the server's settings changed by `tune` first.
+pub async fn spawn_app_tuned(
+    data_dir: TempDir,
+    config_toml: Option<&str>,
+    tune: impl FnOnce(&mut Config),
+) -> TestApp {
     let mut config = Config::with_data_dir(data_dir.path());
+    tune(&mut config);
     if let Some(toml) = config_toml {
         let path = data_dir.path().join("quest.toml");
         std::fs::write(&path, toml).expect("the config file is written");

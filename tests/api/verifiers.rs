@@ -111,6 +111,11 @@ async fn three_verifiers_that_all_clear_lock_the_quest_pass_and_the_agent_moves_
         view["receipt"], answer["receipt"],
         "the L1 receipt is the quest's"
     );
+    assert_eq!(
+        fact_checks(&view),
+        ["l2:alpha", "l2:beta", "l2:gamma"],
+        "every answer is a fact for the record"
+    );
     let answers = view["l2_answers"].as_array().unwrap();
     assert_eq!(answers.len(), 3);
     for a in answers {
@@ -130,7 +135,8 @@ async fn three_verifiers_that_all_clear_lock_the_quest_pass_and_the_agent_moves_
         let requests = fake.requests();
         assert_eq!(requests.len(), 1);
         assert_eq!(requests[0]["messages"][0]["role"], "system");
-        assert_eq!(requests[0]["temperature"], 0);
+        assert_eq!(requests[0]["temperature"].as_f64(), Some(0.0));
+        assert_eq!(requests[0]["max_tokens"], 100);
     }
 
     let status = app.status(&session).await;
@@ -200,9 +206,18 @@ async fn enough_flags_send_the_quest_to_review_with_the_facts_for_the_reviewer()
         checks.contains(&"l2:alpha".into()) && checks.contains(&"l2:beta".into()),
         "{checks:?}"
     );
-    assert!(
-        !checks.contains(&"l2:gamma".into()),
-        "a clear answer raises no doubt: {checks:?}"
+    let gamma = view["last_facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "l2:gamma")
+        .expect("a clear answer is a fact for the reviewer too");
+    assert_eq!(
+        (gamma["actual"].as_str(), gamma["hint"].as_str()),
+        (
+            Some("NO: looks fine"),
+            Some("this AI verifier raised no doubt")
+        )
     );
     let threshold = view["last_facts"]
         .as_array()
@@ -218,6 +233,10 @@ async fn enough_flags_send_the_quest_to_review_with_the_facts_for_the_reviewer()
         .find(|f| f["check"] == "l2:alpha")
         .unwrap();
     assert_eq!(alpha["actual"], "YES: gmail.com is a free mail provider");
+    assert_eq!(
+        alpha["hint"],
+        "this AI verifier doubts the result; a person decides"
+    );
 
     let queue = |check: &str| {
         let path = format!("/v1/review?session={session}&check={check}");
@@ -233,7 +252,10 @@ async fn enough_flags_send_the_quest_to_review_with_the_facts_for_the_reviewer()
         "the reviewer sees every answer"
     );
     assert_eq!(queue("l2:*").await.as_array().unwrap().len(), 1);
-    assert!(queue("l2:gamma").await.as_array().unwrap().is_empty());
+    assert!(
+        queue("l2:gamma").await.as_array().unwrap().is_empty(),
+        "gamma's clear answer is a fact, but gamma raised no doubt"
+    );
     assert!(queue("review_when").await.as_array().unwrap().is_empty());
 
     app.post(&format!("/v1/review/{quest}/claim"), &reviewer, json!({}))
@@ -287,8 +309,13 @@ async fn fewer_flags_than_the_threshold_lock_the_quest_pass() {
     assert_eq!(view["state"], "PASS");
     assert_eq!(
         fact_checks(&view),
-        ["l2:alpha"],
-        "the minority doubt stays on record"
+        ["l2:alpha", "l2:beta", "l2:gamma"],
+        "every answer is on record, the minority doubt too"
+    );
+    let hint = view["last_facts"][0]["hint"].as_str().unwrap();
+    assert!(
+        hint.contains("passed without a person") && !hint.contains("should check"),
+        "no person will look at a PASS, and the fact says so: {hint}"
     );
 }
 
@@ -302,11 +329,26 @@ async fn two_backends_down_is_review_for_lack_of_quorum() {
     ]);
     let app = spawn_app_with(&toml).await;
     let agent = app.token("agent", "bot").await;
+    let reviewer = app.token("reviewer", "ana").await;
     let session = app.scan(verified_config(1, 2), companies(1)).await;
     let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
 
     let view = app.settled(&quest).await;
     assert_eq!(view["state"], "REVIEW");
+    let listed = |check: &str| {
+        let path = format!("/v1/review?session={session}&check={check}");
+        let (app, reviewer) = (&app, reviewer.clone());
+        async move {
+            app.get(&path, &reviewer)
+                .await
+                .expect(200)
+                .as_array()
+                .unwrap()
+                .len()
+        }
+    };
+    assert_eq!(listed("l2:beta").await, 1, "no answer is a doubt");
+    assert_eq!(listed("l2:alpha").await, 0, "alpha answered clear");
     let quorum = view["last_facts"]
         .as_array()
         .unwrap()
@@ -379,7 +421,14 @@ async fn a_slow_backend_past_its_timeout_counts_as_no_answer() {
             .starts_with("no valid answer within 400 ms"),
         "{gamma}"
     );
-    assert_eq!(fact_checks(&view), ["l2:gamma"]);
+    assert_eq!(fact_checks(&view), ["l2:alpha", "l2:beta", "l2:gamma"]);
+    assert!(
+        view["last_facts"][2]["actual"]
+            .as_str()
+            .unwrap()
+            .starts_with("no answer: no valid answer within 400 ms"),
+        "{view}"
+    );
 }
 
 #[tokio::test]
@@ -417,6 +466,36 @@ async fn a_reply_that_is_neither_yes_nor_no_counts_as_no_answer() {
         "{beta}"
     );
     assert_eq!(beta["attempts"], 1, "a reply is not retried");
+}
+
+#[tokio::test]
+async fn hedged_replies_that_start_with_yes_or_no_are_no_answers_and_miss_the_quorum() {
+    let (app, _fakes) = three(
+        Behaviour::says("No idea, the snippet does not say."),
+        Behaviour::says("Yes and no: it depends"),
+        Behaviour::says("NO ANSWER"),
+        5_000,
+    )
+    .await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(verified_config(1, 3), companies(1)).await;
+    let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
+    let view = app.settled(&quest).await;
+    assert_eq!(view["state"], "REVIEW", "a hedge never passes a quest");
+    for a in view["l2_answers"].as_array().unwrap() {
+        assert!(a["answer"].is_null(), "{a}");
+        assert_eq!(a["flagged"], false, "{a}");
+    }
+    let quorum = view["last_facts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["check"] == "l2")
+        .unwrap();
+    assert_eq!(
+        (quorum["expected"].as_str(), quorum["actual"].as_str()),
+        (Some("at least 3 valid answers"), Some("0 of 3"))
+    );
 }
 
 #[tokio::test]
@@ -800,6 +879,61 @@ async fn each_backend_is_held_to_its_concurrency_and_transient_errors_are_retrie
 }
 
 #[tokio::test]
+async fn credentials_in_a_base_url_and_upstream_error_bodies_never_reach_viewers() {
+    let key = "sk-live-0123456789abcdef0123";
+    let leaky = FakeLlm::start(
+        "judge-beta",
+        Behaviour::StatusBody(
+            401,
+            format!(r#"{{"error": {{"message": "Incorrect API key provided: {key}. Internal trace 7f6e5d4c3b2a19080706f5e4d3c2b1a0"}}}}"#),
+        ),
+    )
+    .await;
+    let fine = FakeLlm::start("judge-gamma", Behaviour::says("NO: fine")).await;
+    let down_with_password =
+        down_url().replace("http://", "http://quest:hunter2@") + "?api-key=querysecret";
+    let app = spawn_app_with(&verifiers_toml(&[
+        ("alpha", &down_with_password, 600, 4),
+        ("beta", &leaky.base_url, 5_000, 4),
+        ("gamma", &fine.base_url, 5_000, 4),
+    ]))
+    .await;
+    let agent = app.token("agent", "bot").await;
+    let viewer = app.token("viewer", "eve").await;
+    let session = app.scan(verified_config(1, 1), companies(1)).await;
+    let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
+    app.settled(&quest).await;
+    let view = app
+        .get(&format!("/v1/quests/{quest}"), &viewer)
+        .await
+        .expect(200);
+    let answers = view["l2_answers"].as_array().unwrap();
+    let detail = |name: &str| {
+        answers.iter().find(|a| a["verifier"] == name).unwrap()["detail"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        detail("alpha").contains("no reply from http://***@127.0.0.1"),
+        "{}",
+        detail("alpha")
+    );
+    assert!(
+        detail("beta").starts_with("HTTP 401 Unauthorized: Incorrect API key provided: ***"),
+        "{}",
+        detail("beta")
+    );
+    let shown = view.to_string();
+    for secret in ["hunter2", "querysecret", "0123456789abcdef", "7f6e5d4c3b2a"] {
+        assert!(
+            !shown.contains(secret),
+            "{secret} reached a viewer: {shown}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_command_verifier_reads_the_request_on_stdin_and_prints_its_answer() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("judge.sh");
@@ -899,4 +1033,370 @@ async fn unknown_verifiers_and_gates_that_declare_no_fields_are_refused_at_scan(
             .unwrap()
             .is_empty()
     );
+}
+
+#[tokio::test]
+async fn thresholds_and_quorums_that_cannot_work_are_refused_at_scan() {
+    let fake = FakeLlm::start("judge", Behaviour::says("NO")).await;
+    let app = spawn_app_with(&verifiers_toml(&[
+        ("alpha", &fake.base_url, 1_000, 1),
+        ("beta", &fake.base_url, 1_000, 1),
+        ("gamma", &fake.base_url, 1_000, 1),
+    ]))
+    .await;
+    for (threshold, quorum, says) in [
+        (3, 2, "more than the quorum"),
+        (4, 3, "number of verifiers"),
+        (1, 4, "number of verifiers"),
+        (0, 2, "between 1"),
+        (1, 0, "between 1"),
+    ] {
+        let refused = app
+            .post(
+                "/v1/sessions",
+                &app.admin,
+                json!({"config": verified_config(threshold, quorum), "items": companies(1)}),
+            )
+            .await;
+        refused.refused(422, "invalid_config");
+        let message = refused.body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(says),
+            "threshold {threshold}, quorum {quorum}: {message}"
+        );
+    }
+    assert!(
+        app.get("/v1/sessions", &app.admin)
+            .await
+            .expect(200)
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "nothing was stored"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_the_store_failed_to_record_is_retried_without_asking_the_backend_again() {
+    let no = || Behaviour::says("NO: the company's own domain");
+    let (app, fakes) = three(no(), no(), no(), 5_000).await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(verified_config(1, 2), companies(1)).await;
+
+    // Every attempt to record an answer fails until the trigger is dropped.
+    let url = format!(
+        "sqlite://{}",
+        app.data_dir.path().join("quest.db").display()
+    );
+    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
+        .await
+        .unwrap();
+    sqlx::query(
+        "CREATE TRIGGER test_store_fails BEFORE INSERT ON l2_answers
+         BEGIN SELECT RAISE(ABORT, 'injected store failure'); END",
+    )
+    .execute(&mut db)
+    .await
+    .unwrap();
+
+    let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
+    for fake in &fakes {
+        for _ in 0..500 {
+            if !fake.requests().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(fake.requests().len(), 1, "every verifier was asked");
+    }
+    // Long enough for the first attempts to record to fail.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(app.quest(&quest).await["phase"], "verifying");
+    sqlx::query("DROP TRIGGER test_store_fails")
+        .execute(&mut db)
+        .await
+        .unwrap();
+
+    let view = app.settled(&quest).await;
+    assert_eq!(
+        view["state"], "PASS",
+        "the answers were recorded on a retry"
+    );
+    assert_eq!(view["l2_answers"].as_array().unwrap().len(), 3);
+    for fake in &fakes {
+        assert_eq!(
+            fake.requests().len(),
+            1,
+            "the answer is kept across the retries, not asked for again"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_restart_with_submissions_still_being_checked_asks_each_verifier_each_question_once() {
+    use quest::store::{NewSubmission, SqliteStore, Store, SubmitOutcome};
+    let no = || Behaviour::says("NO: the company's own domain");
+    let fakes = [
+        FakeLlm::start("judge-alpha", no()).await,
+        FakeLlm::start("judge-beta", no()).await,
+        FakeLlm::start("judge-gamma", no()).await,
+    ];
+    let toml = verifiers_toml(&[
+        ("alpha", &fakes[0].base_url, 5_000, 4),
+        ("beta", &fakes[1].base_url, 5_000, 4),
+        ("gamma", &fakes[2].base_url, 5_000, 4),
+    ]);
+    const N: usize = 12;
+    let app = spawn_app_with(&toml).await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(verified_config(1, 2), companies(N)).await;
+    let mut leased = Vec::new();
+    for i in 0..N {
+        leased.push(assigned(
+            &app.next(&agent, &session, &format!("a{i}")).await,
+        ));
+    }
+    let dir = app.stop().await;
+
+    // Submissions recorded the way `submit` does, with no gate running: as if
+    // the server died between the durable write and the verdict.
+    let store = SqliteStore::open(
+        &dir.path().join("quest.db"),
+        std::sync::Arc::new(quest::testing::ManualClock::new()),
+        tokio::sync::broadcast::channel(8).0,
+    )
+    .await
+    .unwrap();
+    let bot = store
+        .list_tokens()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.name == "bot")
+        .unwrap();
+    for (i, (quest, lease)) in leased.iter().enumerate() {
+        let result = json!({"email": format!("info{i}@acme.test")});
+        let recorded = store
+            .submit(NewSubmission {
+                quest_id: quest.parse().unwrap(),
+                lease_id: lease.parse().unwrap(),
+                token_id: bot.id,
+                result_hash: quest::domain::receipt::digest(&result),
+                result,
+            })
+            .await
+            .unwrap();
+        assert!(matches!(recorded, SubmitOutcome::Recorded(_)));
+    }
+    drop(store);
+
+    let app = spawn_app_in_with(dir, Some(&toml)).await;
+    for (quest, _) in &leased {
+        assert_eq!(app.settled(quest).await["state"], "PASS");
+    }
+    for fake in &fakes {
+        assert_eq!(
+            fake.requests().len(),
+            N,
+            "each verifier is asked each question of each quest exactly once"
+        );
+    }
+    let status = app.status(&session).await;
+    for figures in status["verifiers"].as_array().unwrap() {
+        assert_eq!(figures["answers"], N, "{status}");
+    }
+}
+
+#[tokio::test]
+async fn a_job_queued_twice_or_run_again_after_its_answer_is_asked_once() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use quest::domain::Verdict;
+    use quest::domain::session::SessionConfig;
+    use quest::domain::verify::{Artifact, Contract, VerifierRequest, parse_reply};
+    use quest::store::{
+        GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, SubmitOutcome,
+    };
+    use quest::verifiers::{AskError, Reply, Verifier, VerifierRegistry};
+    use quest::workers::VerifierRunner;
+
+    /// Answers NO after a pause long enough for a duplicate to start too.
+    struct Counting(AtomicUsize);
+
+    #[async_trait]
+    impl Verifier for Counting {
+        fn model(&self) -> &str {
+            "counting"
+        }
+        async fn ask(&self, _: &VerifierRequest, _: &str) -> Result<Reply, AskError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok(Reply {
+                raw: "NO: fine".into(),
+                parsed: parse_reply("NO: fine"),
+            })
+        }
+    }
+
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = Arc::new(
+        SqliteStore::open(
+            &dir.path().join("q.db"),
+            Arc::new(quest::domain::SystemClock),
+            tokio::sync::broadcast::channel(64).0,
+        )
+        .await
+        .unwrap(),
+    );
+    let token = store
+        .create_token("bot", quest::domain::Role::Agent, "hash")
+        .await
+        .unwrap();
+    let mut config = contact_config(3);
+    config["verify"] = json!({"verifiers": ["alpha"], "questions": [QUESTION]});
+    let input = json!({"company": "Acme"}).as_object().unwrap().clone();
+    let session = store
+        .create_session(NewSession {
+            id: uuid::Uuid::now_v7(),
+            name: "s".into(),
+            key_column: "company".into(),
+            config: SessionConfig::parse(config).unwrap(),
+            columns: vec!["company".into()],
+            source_name: "s.jsonl".into(),
+            source_type: "application/x-ndjson".into(),
+            source: Vec::new(),
+            created_by: "admin".into(),
+            rows: vec![("Acme".into(), input)],
+        })
+        .await
+        .unwrap();
+    let LeaseOutcome::Assigned { quest, lease, .. } = store
+        .lease_next(session.id, &format!("{}/bot", token.id))
+        .await
+        .unwrap()
+    else {
+        panic!("a quest is open")
+    };
+    let result = json!({"email": "info@acme.test"});
+    let SubmitOutcome::Recorded(submission) = store
+        .submit(NewSubmission {
+            quest_id: quest.id,
+            lease_id: lease.id,
+            token_id: token.id,
+            result_hash: quest::domain::receipt::digest(&result),
+            result: result.clone(),
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("recorded")
+    };
+    let decided = store
+        .apply_verdict(
+            submission.id,
+            GateDecision {
+                verdict: Verdict::Pass,
+                facts: vec![],
+                evidence: vec![],
+                gate: "schema".into(),
+                gate_version: "1".into(),
+                receipt: "receipt".into(),
+                verify: Some(VerifierRequest {
+                    contract: Contract {
+                        task: "Find the contact email.".into(),
+                        input: json!({"company": "Acme"}),
+                    },
+                    artifact: Artifact {
+                        result,
+                        evidence: vec![],
+                    },
+                }),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(decided.l2_jobs.len(), 1);
+
+    let counting = Arc::new(Counting(AtomicUsize::new(0)));
+    let mut registry = VerifierRegistry::default();
+    registry.insert("alpha", counting.clone(), 4, Duration::from_secs(5));
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let runner = VerifierRunner::start(store.clone(), Arc::new(registry), shutdown.clone());
+    runner.enqueue(decided.l2_jobs.clone());
+    runner.enqueue(decided.l2_jobs.clone());
+    for _ in 0..500 {
+        if store.get_quest(quest.id).await.unwrap().state != quest::domain::State::Todo {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        store.get_quest(quest.id).await.unwrap().state,
+        quest::domain::State::Pass
+    );
+    assert!(
+        runner.run_once(decided.l2_jobs[0]).await.unwrap().is_none(),
+        "an answered job is not run again"
+    );
+    assert_eq!(counting.0.load(Ordering::SeqCst), 1, "asked exactly once");
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_verifier_reads_the_task_rendered_for_the_quest_or_else_the_gates_own_task() {
+    let fake = FakeLlm::start("judge", Behaviour::says("NO: fine")).await;
+    let app = spawn_app_with(&verifiers_toml(&[("alpha", &fake.base_url, 5_000, 4)])).await;
+    let agent = app.token("agent", "bot").await;
+    let mut templated = contact_config(3);
+    templated["prompt"]["instructions"] =
+        json!("Find the contact email of {{ company }} in {{ city }}.");
+    templated["verify"] = json!({"verifiers": ["alpha"], "questions": [QUESTION]});
+    let mut plain = templated.clone();
+    plain["prompt"]["instructions"] = json!("");
+    for config in [templated, plain] {
+        let session = app.scan(config, companies(1)).await;
+        let (quest, _) =
+            submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
+        assert_eq!(app.settled(&quest).await["state"], "PASS");
+    }
+    let requests = fake.requests();
+    let task = |i: usize| {
+        let prompt = requests[i]["messages"][1]["content"].as_str().unwrap();
+        prompt["# Contract\n\n## Task\n".len()..prompt.find("\n\n## Input").unwrap()].to_owned()
+    };
+    assert_eq!(
+        task(0),
+        "Find the contact email of Company 0000 in Seoul.",
+        "the template rendered for the quest, not the raw template"
+    );
+    assert!(
+        task(1).starts_with("Produce the result for the input below as one JSON object"),
+        "an empty task falls back to the gate's own: {}",
+        task(1)
+    );
+}
+
+#[tokio::test]
+async fn a_verifier_can_leave_max_tokens_and_temperature_out_of_its_requests() {
+    let fake = FakeLlm::start("reasoner", Behaviour::says("NO: fine")).await;
+    let toml = format!(
+        "[verifiers.alpha]\nkind = \"openai\"\nbase_url = \"{}\"\nmodel = \"reasoner\"\n\
+         omit = [\"max_tokens\", \"temperature\"]\n",
+        fake.base_url
+    );
+    let app = spawn_app_with(&toml).await;
+    let agent = app.token("agent", "bot").await;
+    let mut config = contact_config(3);
+    config["verify"] = json!({"verifiers": ["alpha"], "questions": [QUESTION]});
+    let session = app.scan(config, companies(1)).await;
+    let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
+    assert_eq!(app.settled(&quest).await["state"], "PASS");
+    let sent = &fake.requests()[0];
+    assert!(
+        sent.get("max_tokens").is_none() && sent.get("temperature").is_none(),
+        "{sent}"
+    );
+    assert_eq!(sent["model"], "reasoner");
 }
