@@ -164,6 +164,26 @@ async fn missing_and_malformed_fields_fail_format_and_skip_what_they_would_feed(
 }
 
 #[tokio::test]
+async fn an_encoded_or_invisible_domain_fails_format_and_no_dns_is_asked() {
+    // A parser would read each of these as acme.test, which is on the page and
+    // has MX records, while the export kept the address as written.
+    for email in [
+        "info@acme%2Etest",
+        "info@acme%E2%80%8B.test",
+        "info@ac%C2%ADme.test",
+        "info@ac\u{AD}me.test",
+        "info@\u{FF41}cme.test",
+    ] {
+        let w = acme();
+        let o = check(&w, claim(email, "https://acme.test", CONTACT)).await;
+        assert_eq!(o.verdict, Verdict::Fail, "{email}: {:?}", o.facts);
+        assert_eq!(where_(&o), [("format", "/email")], "{email}");
+        assert_eq!(o.facts[0].actual, email);
+        assert!(w.resolver.calls().is_empty(), "{email}");
+    }
+}
+
+#[tokio::test]
 async fn internationalised_domains_go_to_review_as_possible_homoglyphs() {
     // "аcme.test" with a Cyrillic "а".
     let lookalike = "\u{430}cme.test";
