@@ -1082,14 +1082,14 @@ async fn a_scanned_session_of_twenty_companies_is_decided_by_the_email_gate() {
             .contains("169.254.169.254 is a link-local"),
         "{ssrf}"
     );
+    // The fact names the host the agent gave, never the addresses behind it.
     let private = fact("Tau Shipping", 0, 0);
-    assert!(
-        private["actual"]
-            .as_str()
-            .unwrap()
-            .contains("10.0.0.1 is a private address"),
-        "{private}"
+    assert_eq!(
+        private["actual"],
+        "refused before connecting: intranet.tau.test resolves only to non-public addresses"
     );
+    let tau = quest("Tau Shipping").await;
+    assert!(!tau.to_string().contains("10.0.0.1"), "{tau}");
 
     // Other letter case: the fact shows the address as written.
     assert_eq!(

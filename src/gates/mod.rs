@@ -225,10 +225,10 @@ mod tests {
     use serde_json::json;
 
     fn offline_registry() -> GateRegistry {
-        GateRegistry::with_builtin_gates(email::EmailWorld {
-            fetcher: Arc::new(crate::testing::FakeFetcher::new()),
-            resolver: Arc::new(crate::testing::FakeResolver::new()),
-        })
+        GateRegistry::with_builtin_gates(email::EmailWorld::new(
+            Arc::new(crate::testing::FakeFetcher::new()),
+            Arc::new(crate::testing::FakeResolver::new()),
+        ))
     }
 
     #[test]

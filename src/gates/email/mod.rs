@@ -30,7 +30,7 @@ use self::address::{Email, has_idn_host, is_within, parse_email, parse_web_url, 
 use self::lists::Lists;
 use self::page::{Found, PageText};
 use super::dns::{MailAnswer, Resolver};
-use super::fetch::{CachedFetcher, FetchError, Fetcher, Page};
+use super::fetch::{FetchError, Fetcher, Page, PageCache};
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt};
 use crate::domain::session::Example;
 use crate::domain::verify::Question;
@@ -42,11 +42,24 @@ pub const KIND: &str = "email";
 /// How many of a page's addresses a fact's hint and the evidence list.
 const LISTED_ADDRESSES: usize = 20;
 
-/// The outside world the email gate asks: the web and DNS.
+/// The outside world the email gate asks: the web and DNS, and the page cache
+/// every session's gate shares (each in its own namespace).
 #[derive(Clone)]
 pub struct EmailWorld {
     pub fetcher: Arc<dyn Fetcher>,
     pub resolver: Arc<dyn Resolver>,
+    pub pages: Arc<PageCache>,
+}
+
+impl EmailWorld {
+    /// The world behind `fetcher` and `resolver`, with a page cache of the default budget.
+    pub fn new(fetcher: Arc<dyn Fetcher>, resolver: Arc<dyn Resolver>) -> EmailWorld {
+        EmailWorld {
+            fetcher,
+            resolver,
+            pages: Arc::new(PageCache::new()),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -67,7 +80,8 @@ pub struct EmailGate {
 
 impl EmailGate {
     /// Builds the gate from `config.gate`'s parameters (`freemail` and
-    /// `blacklist`, both lists of strings), with a page cache of its own.
+    /// `blacklist`, both lists of strings), with a namespace of its own in the
+    /// world's page cache.
     pub fn from_params(
         params: &Map<String, Value>,
         world: &EmailWorld,
@@ -84,7 +98,7 @@ impl EmailGate {
         let lists = Lists::new(&params.freemail, &params.blacklist)
             .map_err(|bad| GateConfigError::new(bad.field, bad.message))?;
         Ok(EmailGate {
-            fetcher: Arc::new(CachedFetcher::new(world.fetcher.clone())),
+            fetcher: Arc::new(world.pages.fetcher(world.fetcher.clone())),
             resolver: world.resolver.clone(),
             lists,
         })
@@ -495,7 +509,9 @@ fn source_check(
                     error.to_string(),
                     "open the URL in a browser and cite the page it ends on",
                 )),
-                FetchError::Timeout(_) | FetchError::Unreachable(_) => findings.review(fact(
+                FetchError::Timeout(_)
+                | FetchError::NoConnection { .. }
+                | FetchError::Unreachable(_) => findings.review(fact(
                     "a page that answers".into(),
                     error.to_string(),
                     "the page could not be checked now; if the URL is right there is nothing to fix, a person will look",

@@ -18,10 +18,7 @@ fn world_with(fetcher: FakeFetcher, resolver: FakeResolver, params: Value) -> Wo
     let resolver = Arc::new(resolver);
     let gate = EmailGate::from_params(
         params.as_object().unwrap(),
-        &EmailWorld {
-            fetcher: fetcher.clone(),
-            resolver: resolver.clone(),
-        },
+        &EmailWorld::new(fetcher.clone(), resolver.clone()),
     )
     .unwrap();
     World {
@@ -549,7 +546,7 @@ async fn fetch_failures_fail_when_the_world_contradicts_and_review_when_it_is_si
             "a page that loads",
         ),
         (
-            FetchError::Timeout(15000),
+            FetchError::Timeout(std::time::Duration::from_millis(15000)),
             Verdict::Review,
             "a page that answers",
         ),
@@ -730,10 +727,7 @@ async fn a_page_cited_by_many_quests_is_fetched_once_per_session() {
     // Another session's gate has its own cache.
     let other = EmailGate::from_params(
         &Map::new(),
-        &EmailWorld {
-            fetcher: w.fetcher.clone(),
-            resolver: w.resolver.clone(),
-        },
+        &EmailWorld::new(w.fetcher.clone(), w.resolver.clone()),
     )
     .unwrap();
     other.check(&json!({}), &honest()).await;
@@ -757,10 +751,7 @@ async fn the_email_domain_is_compared_and_looked_up_in_lower_case() {
 
 #[test]
 fn bad_parameters_are_refused_with_the_field_named() {
-    let world = EmailWorld {
-        fetcher: Arc::new(FakeFetcher::new()),
-        resolver: Arc::new(FakeResolver::new()),
-    };
+    let world = EmailWorld::new(Arc::new(FakeFetcher::new()), Arc::new(FakeResolver::new()));
     let err = |p: Value| {
         EmailGate::from_params(p.as_object().unwrap(), &world)
             .err()
