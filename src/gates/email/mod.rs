@@ -576,6 +576,14 @@ fn source_check(
             ));
             ("comment", Some(snippet))
         }
+        Found::Hidden { snippet } => {
+            findings.review(efact(
+                "only where visitors do not see it (a script, a style sheet, CDATA or an attribute value)".into(),
+                "a person will confirm it; cite a page that shows the address if there is one"
+                    .into(),
+            ));
+            ("hidden", Some(snippet))
+        }
         Found::BetweenTags { snippet } => {
             findings.review(efact(
                 "only with HTML tags between its parts".into(),

@@ -463,6 +463,16 @@ async fn hidden_split_or_obfuscated_forms_go_to_review() {
         ("<p>x</p><!-- info@acme.test -->", "comment", "HTML comment"),
         ("<b>info</b>@<b>acme.test</b>", "between_tags", "HTML tags"),
         (
+            "<p>x</p><script>mail('info@acme.test')</script>",
+            "hidden",
+            "visitors do not see",
+        ),
+        (
+            "<input type=\"hidden\" value=\"info@acme.test\">",
+            "hidden",
+            "visitors do not see",
+        ),
+        (
             "info [at] acme.test",
             "obfuscated",
             "obfuscated form: info [at] acme.test",
