@@ -157,7 +157,10 @@ fn world(companies: &[Company]) -> EmailWorld {
             Kind::Down => String::new(),
         };
         web = match c.kind {
-            Kind::Down => web.answer(&c.source, Err(FetchError::Timeout(std::time::Duration::from_secs(15)))),
+            Kind::Down => web.answer(
+                &c.source,
+                Err(FetchError::Timeout(std::time::Duration::from_secs(15))),
+            ),
             _ => web.html(&c.source, &body),
         };
         if c.kind == Kind::Moved {
@@ -237,7 +240,10 @@ impl Style {
                 } else {
                     seen
                 };
-                (candidates[(n as usize).saturating_sub(1) % candidates.len()].clone(), source)
+                (
+                    candidates[(n as usize).saturating_sub(1) % candidates.len()].clone(),
+                    source,
+                )
             }
         };
         json!({"site": site, "email": email, "source": source})

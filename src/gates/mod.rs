@@ -9,6 +9,11 @@
 //! Each gate also says which result fields it *declares* (the only ones AI
 //! verifiers may see, so that free text an agent adds never reaches them) and
 //! may ship default questions for those verifiers.
+//!
+//! A gate may also name result fields whose value should belong to one quest
+//! of a session only ([`Gate::unique_fields`]); the gate runner looks up which
+//! other quests hold the same value and hands that to the check as a
+//! [`SessionView`], so that the gate stays free of the store.
 
 pub mod command;
 pub mod dns;
@@ -16,7 +21,7 @@ pub mod email;
 pub mod fetch;
 pub mod schema;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -55,6 +60,36 @@ impl GateOutcome {
     }
 }
 
+/// What a gate may know about the rest of its session when it checks a result.
+///
+/// The session's state is part of the world a verdict depends on: the same
+/// submission checked against the same view gets the same verdict.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionView {
+    /// For each field the gate names in [`Gate::unique_fields`] that the
+    /// result holds as a string: the keys of the session's *other* quests
+    /// whose result holds the same value (ASCII letter case ignored), in
+    /// upload order and at most [`HOLDERS_SHOWN`]. A result counts while it
+    /// is accepted (PASS), awaiting a decision (REVIEW, the AI verifiers) or
+    /// still being checked; not after a FAIL or a rejection.
+    pub holders: BTreeMap<String, Vec<String>>,
+}
+
+/// How many other quests a [`SessionView`] names for one value.
+pub const HOLDERS_SHOWN: usize = 5;
+
+impl SessionView {
+    /// A view in which no other quest holds anything (a session of one quest).
+    pub fn alone() -> SessionView {
+        SessionView::default()
+    }
+
+    /// The other quests holding the same `field` value.
+    pub fn holders_of(&self, field: &str) -> &[String] {
+        self.holders.get(field).map_or(&[], Vec::as_slice)
+    }
+}
+
 /// A gate's default task text and example, used where a session's prompt leaves them out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatePrompt {
@@ -77,8 +112,15 @@ pub trait Gate: Send + Sync {
     fn name(&self) -> &'static str;
     /// Changes whenever the gate could decide the same submission differently.
     fn version(&self) -> &'static str;
-    /// Checks one result for one quest input. Runs every check, so the agent gets all facts at once.
-    async fn check(&self, input: &Value, result: &Value) -> GateOutcome;
+    /// Checks one result for one quest input, knowing what `session` says about
+    /// the other quests. Runs every check, so the agent gets all facts at once.
+    async fn check(&self, input: &Value, result: &Value, session: &SessionView) -> GateOutcome;
+
+    /// Top-level result fields whose value should belong to one quest of a
+    /// session only; the runner fills [`SessionView::holders`] for them.
+    fn unique_fields(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// The top-level result fields this gate declares. Only these reach AI
     /// verifiers; a gate that declares none cannot be verified.

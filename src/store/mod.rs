@@ -422,6 +422,19 @@ pub trait Store: Send + Sync + 'static {
     /// Everything the gate needs to decide a submission.
     async fn gate_job(&self, submission_id: Uuid) -> Result<GateJob, StoreError>;
     async fn get_submission(&self, id: Uuid) -> Result<SubmissionRow, StoreError>;
+    /// The keys of the session's quests other than `except` whose result holds
+    /// `value` at the top-level `field` (ASCII letter case ignored), in upload
+    /// order, at most `limit`. A result counts while it is accepted (PASS),
+    /// awaiting a decision (REVIEW, verifying) or in a submission still being
+    /// checked (PENDING). `field` is a plain name (letters, digits, `_`).
+    async fn result_holders(
+        &self,
+        session_id: Uuid,
+        except: Uuid,
+        field: &str,
+        value: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError>;
     /// A submission, its quest, the session's limit, `remaining` and the live lease.
     async fn submission_view(&self, id: Uuid) -> Result<SubmissionView, StoreError>;
 

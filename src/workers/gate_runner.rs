@@ -24,8 +24,8 @@ use crate::domain::receipt::ReceiptParts;
 use crate::domain::session::GateConfig;
 use crate::domain::verify::{Artifact, Contract, VerifierRequest};
 use crate::domain::{Fact, Verdict};
-use crate::gates::{Gate, GateOutcome, GateRegistry};
-use crate::store::{Decided, GateDecision, Store, StoreError};
+use crate::gates::{Gate, GateOutcome, GateRegistry, HOLDERS_SHOWN, SessionView};
+use crate::store::{Decided, GateDecision, GateJob, Store, StoreError};
 use crate::workers::VerifierRunner;
 
 /// Runs gates for queued submissions.
@@ -196,8 +196,10 @@ impl Inner {
         let gate = self.gate(job.submission.session_id, &job.config.gate);
         let (outcome, name, version) = match &gate {
             Ok(gate) => {
+                let session = self.session_view(&job, gate.as_ref()).await?;
                 let check =
-                    AssertUnwindSafe(gate.check(&job.input, &job.submission.result)).catch_unwind();
+                    AssertUnwindSafe(gate.check(&job.input, &job.submission.result, &session))
+                        .catch_unwind();
                 let outcome = match tokio::time::timeout(self.timeout, check).await {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(_)) => {
@@ -275,6 +277,35 @@ impl Inner {
         Ok(decided)
     }
 
+    /// Which other quests of the session hold the values of the gate's unique
+    /// fields. A store failure here is retried like any other.
+    async fn session_view(
+        &self,
+        job: &GateJob,
+        gate: &dyn Gate,
+    ) -> Result<SessionView, StoreError> {
+        let mut view = SessionView::default();
+        for field in gate.unique_fields() {
+            let Some(value) = job.submission.result.get(&field).and_then(|v| v.as_str()) else {
+                continue;
+            };
+            let holders = self
+                .store
+                .result_holders(
+                    job.submission.session_id,
+                    job.submission.quest_id,
+                    &field,
+                    value,
+                    HOLDERS_SHOWN as u32,
+                )
+                .await?;
+            if !holders.is_empty() {
+                view.holders.insert(field, holders);
+            }
+        }
+        Ok(view)
+    }
+
     fn gate(&self, session_id: Uuid, config: &GateConfig) -> Result<Arc<dyn Gate>, String> {
         let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(gate) = gates.get(session_id) {
@@ -311,7 +342,10 @@ mod tests {
         let [a, b, c] = [Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4()];
         recent.insert(a, gate());
         recent.insert(b, gate());
-        assert!(recent.get(a).is_some(), "a is used again, so b is now the oldest");
+        assert!(
+            recent.get(a).is_some(),
+            "a is used again, so b is now the oldest"
+        );
         recent.insert(c, gate());
         assert_eq!(recent.gates.len(), 2);
         assert!(recent.get(b).is_none());

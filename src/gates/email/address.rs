@@ -165,10 +165,7 @@ fn check_written_host(host: &str) -> Result<(), String> {
 /// removed), or `None` when the text has no `scheme://` authority.
 fn written_host(text: &str) -> Option<&str> {
     let (_, rest) = text.split_once("://")?;
-    let authority = rest
-        .split(['/', '?', '#', '\\'])
-        .next()
-        .unwrap_or_default();
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or_default();
     let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
     if host.starts_with('[') {
         return None;

@@ -10,6 +10,9 @@
 //! 5. **source**: the cited page is fetched and the address must be written on
 //!    it; not there is FAIL with the addresses that are; an unanswering world is REVIEW.
 //! 6. **mx**: the email's domain accepts mail.
+//! 7. **duplicate**: an address another quest of the session already holds
+//!    (accepted, awaiting a decision or being checked) goes to REVIEW, naming
+//!    that quest: one real address cannot pass for every company of a table.
 //!
 //! The web and DNS are reached only through [`EmailWorld`]; the gate keeps a
 //! per-session page cache in front of the fetcher.
@@ -31,7 +34,7 @@ use self::lists::Lists;
 use self::page::{Found, PageText};
 use super::dns::{MailAnswer, Resolver};
 use super::fetch::{FetchError, Fetcher, Page, PageCache};
-use super::{Gate, GateConfigError, GateOutcome, GatePrompt};
+use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
 use crate::domain::session::Example;
 use crate::domain::verify::Question;
 use crate::domain::{Fact, Verdict};
@@ -220,7 +223,11 @@ impl Gate for EmailGate {
         ]
     }
 
-    async fn check(&self, _input: &Value, result: &Value) -> GateOutcome {
+    fn unique_fields(&self) -> Vec<String> {
+        vec!["email".into()]
+    }
+
+    async fn check(&self, _input: &Value, result: &Value, session: &SessionView) -> GateOutcome {
         let claim = Claim::read(result);
         let email = claim.email.as_ref().ok();
         let site = claim.site.as_ref().ok();
@@ -343,6 +350,14 @@ impl Gate for EmailGate {
             (Some(e), None) => json!({"check": "mx", "domain": e.domain, "skipped": "the address is a placeholder"}),
             (None, _) => json!({"check": "mx", "skipped": "no valid email address"}),
         });
+        // 7. duplicate
+        if let Some(e) = email.filter(|_| email_blacklisted.is_none()) {
+            evidence.extend(duplicate_check(
+                &mut findings,
+                e,
+                session.holders_of("email"),
+            ));
+        }
         let mut outcome =
             GateOutcome::from_checks(findings.0.into_iter().map(|(v, f)| (v, Some(f))));
         outcome.evidence = evidence;
@@ -632,6 +647,28 @@ fn source_check(
     evidence["found"] = json!(found);
     evidence["snippet"] = json!(snippet);
     evidence
+}
+
+/// Check 7: no other quest of the session holds the same address. Returns
+/// evidence when one does.
+fn duplicate_check(findings: &mut Findings, email: &Email, holders: &[String]) -> Option<Value> {
+    if holders.is_empty() {
+        return None;
+    }
+    let named = holders
+        .iter()
+        .map(|key| format!("\"{key}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    findings.review(Fact::new(
+        "duplicate",
+        "/email",
+        "an address no other company of this session has",
+        format!("{} is also the result for {named}", email.address()),
+        "two companies rarely share one contact address, so a person will compare the quests; \
+         if the address belongs to the other company, find this company's own",
+    ));
+    Some(json!({"check": "duplicate", "email": email.address(), "quests": holders}))
 }
 
 /// Check 6: the email's domain accepts mail. Returns the evidence.

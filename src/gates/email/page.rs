@@ -50,11 +50,15 @@ static INVISIBLE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new("[\u{200B}-\u{200D}\u{2060}\u{FEFF}\u{00AD}]").unwrap());
 /// The ways an obfuscated address writes `@`, at the start of the text searched.
 static OBFUSCATED_AT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)\A\s*(?:\[\s*at\s*\]|\(\s*at\s*\)|\{\s*at\s*\}|<\s*at\s*>|\s+at\s+|＠|@)\s*").unwrap()
+    Regex::new(r"(?i)\A\s*(?:\[\s*at\s*\]|\(\s*at\s*\)|\{\s*at\s*\}|<\s*at\s*>|\s+at\s+|＠|@)\s*")
+        .unwrap()
 });
 /// The ways an obfuscated address writes the dots of its domain.
 static OBFUSCATED_DOT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r"(?i)\A\s*(?:\[\s*dot\s*\]|\(\s*dot\s*\)|\{\s*dot\s*\}|<\s*dot\s*>|\s+dot\s+|．|\.)\s*").unwrap()
+    Regex::new(
+        r"(?i)\A\s*(?:\[\s*dot\s*\]|\(\s*dot\s*\)|\{\s*dot\s*\}|<\s*dot\s*>|\s+dot\s+|．|\.)\s*",
+    )
+    .unwrap()
 });
 
 /// Endings that make an `x@y.png` token a file name, not an address.
@@ -293,7 +297,11 @@ fn obfuscated(text: &str, email: &Email) -> Option<(usize, usize)> {
     let local = email.local.to_ascii_lowercase();
     let labels: Vec<&str> = email.domain.split('.').collect();
     'candidates: for (start, _) in lower.match_indices(&local) {
-        if lower[..start].chars().next_back().is_some_and(is_local_char) {
+        if lower[..start]
+            .chars()
+            .next_back()
+            .is_some_and(is_local_char)
+        {
             continue;
         }
         let mut at = start + local.len();
@@ -510,7 +518,10 @@ mod tests {
             assert!(is_exact(&find(html, "info@acme.test")), "{html}");
         }
         assert_eq!(
-            find("<a href=\"mailto:info@acme.test\">mail</a>", "info@acme.test"),
+            find(
+                "<a href=\"mailto:info@acme.test\">mail</a>",
+                "info@acme.test"
+            ),
             Found::Exact {
                 snippet: "<a info@acme.test>mail</a>".into()
             },

@@ -52,7 +52,13 @@ fn honest() -> Value {
 }
 
 async fn check(w: &World, result: Value) -> GateOutcome {
-    w.gate.check(&json!({"company": "Acme"}), &result).await
+    check_in(w, result, &SessionView::alone()).await
+}
+
+async fn check_in(w: &World, result: Value, session: &SessionView) -> GateOutcome {
+    w.gate
+        .check(&json!({"company": "Acme"}), &result, session)
+        .await
 }
 
 /// The facts as (check, field) pairs, in order.
@@ -740,7 +746,9 @@ async fn a_page_cited_by_many_quests_is_fetched_once_per_session() {
         &EmailWorld::new(w.fetcher.clone(), w.resolver.clone()),
     )
     .unwrap();
-    other.check(&json!({}), &honest()).await;
+    other
+        .check(&json!({}), &honest(), &SessionView::alone())
+        .await;
     assert_eq!(w.fetcher.calls().len(), 2);
 }
 
@@ -774,4 +782,39 @@ fn bad_parameters_are_refused_with_the_field_named() {
     );
     assert_eq!(err(json!({"freemail": "gmail.com"})).field, "");
     assert_eq!(err(json!({"schema": {}})).field, "");
+}
+
+#[tokio::test]
+async fn an_address_another_quest_holds_goes_to_review_naming_that_quest() {
+    let w = acme();
+    let mut session = SessionView::default();
+    session.holders.insert(
+        "email".into(),
+        vec!["Acme Corp".into(), "Acme Holdings".into()],
+    );
+    assert_eq!(w.gate.unique_fields(), ["email"]);
+    let o = check_in(&w, honest(), &session).await;
+    assert_eq!(o.verdict, Verdict::Review, "{:?}", o.facts);
+    assert_eq!(where_(&o), [("duplicate", "/email")]);
+    assert_eq!(
+        o.facts[0].actual,
+        "info@acme.test is also the result for \"Acme Corp\", \"Acme Holdings\""
+    );
+    assert_eq!(
+        evidence(&o, "duplicate"),
+        &json!({"check": "duplicate", "email": "info@acme.test", "quests": ["Acme Corp", "Acme Holdings"]})
+    );
+    // Every other check still runs: a wrong claim is still a FAIL.
+    let o = check_in(
+        &w,
+        claim("ceo@acme.test", "https://acme.test", CONTACT),
+        &session,
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(where_(&o), [("source", "/email"), ("duplicate", "/email")]);
+    // A holder of another field is no duplicate; alone, the claim passes.
+    let mut other = SessionView::default();
+    other.holders.insert("site".into(), vec!["Beta".into()]);
+    assert_eq!(check_in(&w, honest(), &other).await.verdict, Verdict::Pass);
 }

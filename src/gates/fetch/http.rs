@@ -433,7 +433,11 @@ mod tests {
         assert!(page.content_type.unwrap().starts_with("text/plain"));
         assert!(!page.truncated);
         assert_eq!(&*page.body, b"<a href=\"mailto:info@acme.test\">mail</a>");
-        assert_eq!(page.fetched_at, fake_fetch_time(), "the time comes from the clock");
+        assert_eq!(
+            page.fetched_at,
+            fake_fetch_time(),
+            "the time comes from the clock"
+        );
 
         let ua = f
             .fetch(&format!("http://acme.test:{port}/ua"))
@@ -706,11 +710,18 @@ mod tests {
             format!("http://ACME.test:{port}/ok"),
             format!("http://acme.test.:{port}/ok"),
         ] {
-            assert_eq!(ends(&f, &url).await, Err(FetchError::Timeout(limit)), "{url}");
+            assert_eq!(
+                ends(&f, &url).await,
+                Err(FetchError::Timeout(limit)),
+                "{url}"
+            );
         }
         drop(busy);
         assert_eq!(
-            ends(&f, &format!("http://acme.test:{port}/ok")).await.unwrap().status,
+            ends(&f, &format!("http://acme.test:{port}/ok"))
+                .await
+                .unwrap()
+                .status,
             200
         );
     }
@@ -724,7 +735,10 @@ mod tests {
         let f = with_settings(loopback_settings(limit), resolver);
         *site.redirect_to.lock().unwrap() = format!("http://other.test:{port}/ok");
         let away = format!("http://acme.test:{port}/away");
-        assert_eq!(ends(&f, &away).await.unwrap().final_url, format!("http://other.test:{port}/ok"));
+        assert_eq!(
+            ends(&f, &away).await.unwrap().final_url,
+            format!("http://other.test:{port}/ok")
+        );
         let busy = occupy(&f, "other.test");
         assert_eq!(ends(&f, &away).await, Err(FetchError::Timeout(limit)));
         drop(busy);

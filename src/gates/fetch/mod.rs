@@ -198,9 +198,7 @@ pub struct CachedFetcher {
 #[async_trait]
 impl Fetcher for CachedFetcher {
     async fn fetch(&self, url: &str) -> Result<Page, FetchError> {
-        let slot = self
-            .cache
-            .slot((self.namespace, cache_key(url).to_owned()));
+        let slot = self.cache.slot((self.namespace, cache_key(url).to_owned()));
         let mut entry = slot.lock().await;
         let result = match &*entry {
             Some((at, result)) if fresh(self.cache.clock.now(), *at, result) => result.clone(),
@@ -322,7 +320,11 @@ mod tests {
         sessions[0].fetch("https://a.test/").await.unwrap();
         sessions[1].fetch("https://a.test/").await.unwrap();
         assert_eq!(fake.calls().len(), 2, "each session fetches for itself");
-        for (session, url) in sessions.iter().zip(["https://a.test/", "https://b.test/", "https://c.test/"]) {
+        for (session, url) in
+            sessions
+                .iter()
+                .zip(["https://a.test/", "https://b.test/", "https://c.test/"])
+        {
             clock.advance(Duration::from_secs(1));
             session.fetch(url).await.unwrap();
         }
