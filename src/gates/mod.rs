@@ -288,7 +288,7 @@ mod tests {
             offline_registry().build(&config)
         };
         let gate = build(json!({"kind": "email", "freemail": ["mailbox.test"]})).unwrap();
-        assert_eq!((gate.name(), gate.version()), ("email", "1"));
+        assert_eq!((gate.name(), gate.version()), ("email", "2"));
         let err = build(json!({"kind": "email", "blacklist": ["a b"]}))
             .err()
             .unwrap();

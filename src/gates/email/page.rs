@@ -16,7 +16,7 @@ use regex::{Captures, Regex};
 use super::address::Email;
 
 /// Characters of a local part as this gate accepts them.
-fn is_local_char(c: char) -> bool {
+pub(crate) fn is_local_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-')
 }
 
