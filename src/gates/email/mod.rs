@@ -608,7 +608,7 @@ impl EmailGate {
             findings.fail(source_fact(
                 "a web page (HTML or text)",
                 format!(
-                    "a {} document",
+                    "{}, not a web page",
                     page.content_type.as_deref().unwrap_or_default()
                 ),
                 "the gate reads web pages, not images, files or documents; cite the HTML page \

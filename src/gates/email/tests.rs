@@ -876,7 +876,7 @@ async fn a_document_the_gate_cannot_read_or_a_page_too_long_fails_with_what_to_c
         // Even bytes that hold the address are not a page a visitor reads.
         answers.push((
             page(CONTACT, 200, Some(kind), "info@acme.test"),
-            format!("a {kind} document"),
+            format!("{kind}, not a web page"),
         ));
     }
     for (answer, says) in answers {
