@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use quest::testing::Dnsmasq;
+#[path = "support/dnsmasq.rs"]
+mod dnsmasq;
+
+use dnsmasq::Dnsmasq;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
