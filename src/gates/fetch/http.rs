@@ -636,6 +636,57 @@ mod tests {
         wire.assert_untouched();
     }
 
+    /// A name that answers an allowed address first and a refused one after:
+    /// DNS rebinding.
+    struct Rebinding {
+        calls: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Resolver for Rebinding {
+        async fn mail_hosts(&self, _domain: &str) -> crate::gates::dns::MailAnswer {
+            crate::gates::dns::MailAnswer::NoDomain
+        }
+        async fn addresses(&self, _host: &str) -> Result<Vec<std::net::IpAddr>, LookupError> {
+            let first = self.calls.fetch_add(1, Ordering::SeqCst) == 0;
+            Ok(vec![
+                if first { "127.0.0.1" } else { "127.0.0.2" }
+                    .parse()
+                    .unwrap(),
+            ])
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rebinding_name_is_resolved_once_and_only_the_checked_address_is_dialled() {
+        let port = serve(Site::default()).await;
+        // The refused address, at the same port: a connection there would show.
+        let wire = Tripwire::bind(&format!("127.0.0.2:{port}")).expect("127.0.0.2 is loopback");
+        let resolver = Arc::new(Rebinding {
+            calls: AtomicUsize::new(0),
+        });
+        let f = HttpFetcher::new(
+            FetchSettings::new(
+                Duration::from_secs(10),
+                vec!["127.0.0.1/32".parse().unwrap()],
+            ),
+            resolver.clone(),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        let page = f
+            .fetch(&format!("http://rebind.test:{port}/ok"))
+            .await
+            .unwrap();
+        assert_eq!(page.status, 200);
+        assert_eq!(
+            resolver.calls.load(Ordering::SeqCst),
+            1,
+            "no separate check to outrun: the connector's lookup is the only one"
+        );
+        wire.assert_untouched();
+    }
+
     #[tokio::test]
     async fn with_no_allow_list_the_cloud_metadata_address_is_refused() {
         let f = fetcher(
