@@ -547,6 +547,29 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_body_cut_off_is_unreachable_in_a_few_words() {
+        // A server that promises 100 bytes, sends 5 and hangs up.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = socket.read(&mut request).await;
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
+                .await;
+        });
+        let f = fetcher(&["127.0.0.0/8"], loopback_world());
+        assert_eq!(
+            f.fetch(&format!("http://acme.test:{port}/")).await,
+            Err(FetchError::Unreachable(
+                "the connection broke off before the page was read".into()
+            ))
+        );
+    }
+
+    #[tokio::test]
     async fn at_most_two_requests_to_one_host_are_in_flight() {
         let site = Site::default();
         let port = serve(site.clone()).await;
