@@ -310,6 +310,23 @@ mod tests {
     }
 
     #[test]
+    fn the_unique_fields_of_the_builtin_gates_are_plain_names_the_store_looks_up() {
+        let registry = offline_registry();
+        for gate in [
+            json!({"kind": "email"}),
+            json!({"kind": "schema", "schema": {"type": "object"}}),
+        ] {
+            let config: GateConfig = serde_json::from_value(gate).unwrap();
+            let gate = registry.build(&config).unwrap();
+            for field in gate.unique_fields() {
+                assert!(crate::store::is_plain_field(&field), "{field}");
+            }
+        }
+        assert!(!crate::store::is_plain_field("email') --"));
+        assert!(!crate::store::is_plain_field(""));
+    }
+
+    #[test]
     fn outcomes_fold_fail_over_review_and_keep_every_fact() {
         let fact = |c: &str| Some(Fact::new(c, "", "", "", ""));
         let o = GateOutcome::from_checks([

@@ -53,6 +53,12 @@ impl StoreError {
     }
 }
 
+/// Whether `name` is a plain result field name (letters, digits, `_`), the
+/// only kind [`Store::result_holders`] looks up.
+pub fn is_plain_field(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// A session and its counts, as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionRow {

@@ -1481,7 +1481,7 @@ impl Store for SqliteStore {
         value: &str,
         limit: u32,
     ) -> Result<Vec<String>, StoreError> {
-        if field.is_empty() || !field.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        if !super::is_plain_field(field) {
             return Err(StoreError::Corrupt(format!(
                 "`{field}` is not a plain result field name"
             )));

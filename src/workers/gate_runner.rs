@@ -25,7 +25,7 @@ use crate::domain::session::GateConfig;
 use crate::domain::verify::{Artifact, Contract, VerifierRequest};
 use crate::domain::{Fact, Verdict};
 use crate::gates::{Gate, GateOutcome, GateRegistry, HOLDERS_SHOWN, SessionView};
-use crate::store::{Decided, GateDecision, GateJob, Store, StoreError};
+use crate::store::{Decided, GateDecision, GateJob, Store, StoreError, is_plain_field};
 use crate::workers::VerifierRunner;
 
 /// Runs gates for queued submissions.
@@ -286,6 +286,15 @@ impl Inner {
     ) -> Result<SessionView, StoreError> {
         let mut view = SessionView::default();
         for field in gate.unique_fields() {
+            if !is_plain_field(&field) {
+                // A gate's mistake, not the store's: retrying would never help.
+                tracing::error!(
+                    gate = gate.name(),
+                    field,
+                    "a unique field that is no plain name is not looked up"
+                );
+                continue;
+            }
             let Some(value) = job.submission.result.get(&field).and_then(|v| v.as_str()) else {
                 continue;
             };
