@@ -1,5 +1,5 @@
 //! The `email` gate (SPEC §4.1): a company's contact email is accepted only
-//! when the machine re-derives it. Six checks, in order:
+//! when the machine re-derives it. Seven checks, in order:
 //!
 //! 1. **format**: the email is a plain address; `site` and `source` are
 //!    absolute http(s) URLs. Internationalised domains go to REVIEW (homoglyphs).
@@ -8,14 +8,20 @@
 //! 4. **domain**: the email's domain is the site's registrable domain or a
 //!    subdomain of it, else FAIL; a source page (or its redirect) off the site is REVIEW.
 //! 5. **source**: the cited page is fetched and the address must be written on
-//!    it; not there is FAIL with the addresses that are; an unanswering world is REVIEW.
+//!    it where a visitor sees it; not there is FAIL with the addresses that
+//!    are. A world that does not answer is REVIEW; one that answers with
+//!    something no visitor reads the address on (a port nobody serves, a
+//!    file, a login wall, a page too long) is FAIL, so that a human review
+//!    cannot be had for free. A URL that could make its page echo the
+//!    address proves nothing (see `echo`).
 //! 6. **mx**: the email's domain accepts mail.
 //! 7. **duplicate**: an address another quest of the session already holds
 //!    (accepted, awaiting a decision or being checked) goes to REVIEW, naming
 //!    that quest: one real address cannot pass for every company of a table.
 //!
-//! The web and DNS are reached only through [`EmailWorld`]; the gate keeps a
-//! per-session page cache in front of the fetcher.
+//! The web and DNS are reached only through [`EmailWorld`]; the gate reads
+//! pages through its own namespace of the world's page cache. What the other
+//! quests of the session hold comes from the gate runner as a [`SessionView`].
 
 pub mod address;
 mod echo;
