@@ -15,12 +15,12 @@ use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, EmailSettings};
 use crate::domain::{Clock, Role, SystemClock, token_hash};
 use crate::gates::GateRegistry;
 use crate::gates::dns::{HickoryResolver, Resolver, UnavailableResolver};
 use crate::gates::email::EmailWorld;
-use crate::gates::fetch::{FetchSettings, HttpFetcher};
+use crate::gates::fetch::{CACHE_BUDGET, FetchSettings, HttpFetcher, PageCache};
 use crate::http::{self, AppState};
 use crate::process::{ProcessRunner, SystemProcessRunner};
 use crate::service::{Service, new_secret};
@@ -81,7 +81,7 @@ impl App {
         })?;
         let (events, _) = broadcast::channel(4096);
         let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(&config.database_path(), clock, events.clone())
+            SqliteStore::open(&config.database_path(), clock.clone(), events.clone())
                 .await
                 .with_context(|| {
                     format!(
@@ -99,7 +99,7 @@ impl App {
         let processes: Arc<dyn ProcessRunner> = Arc::new(SystemProcessRunner);
         let world = match world {
             Some(world) => world,
-            None => email_world(&config)?,
+            None => email_world(&config.email_settings(&operator.email), clock.clone())?,
         };
         let registry = Arc::new(GateRegistry::with_operator_gates(
             world,
@@ -213,9 +213,11 @@ impl App {
 /// The real web and DNS for the email gate: one resolver for MX lookups and
 /// for the fetcher's names, so that `QUEST_DNS_SERVERS` points the whole gate
 /// at one DNS server.
-fn email_world(config: &Config) -> anyhow::Result<EmailWorld> {
-    let dns_timeout = Duration::from_millis(config.dns_timeout_ms);
-    let resolver: Arc<dyn Resolver> = match HickoryResolver::new(&config.dns_servers, dns_timeout) {
+fn email_world(config: &EmailSettings, clock: Arc<dyn Clock>) -> anyhow::Result<EmailWorld> {
+    let resolver: Arc<dyn Resolver> = match HickoryResolver::new(
+        &config.dns_servers,
+        config.dns_timeout,
+    ) {
         Ok(resolver) => Arc::new(resolver),
         Err(e) if config.dns_servers.is_empty() => {
             // The server still serves every other gate; email checks go to REVIEW.
@@ -226,15 +228,13 @@ fn email_world(config: &Config) -> anyhow::Result<EmailWorld> {
         }
         Err(e) => return Err(e).context("cannot build the DNS resolver for QUEST_DNS_SERVERS"),
     };
-    let settings = FetchSettings::new(
-        Duration::from_millis(config.fetch_timeout_ms),
-        config.fetch_allow.clone(),
-    );
-    let fetcher = HttpFetcher::new(settings, resolver.clone())
+    let settings = FetchSettings::new(config.fetch_timeout, config.fetch_allow.clone());
+    let fetcher = HttpFetcher::new(settings, resolver.clone(), clock.clone())
         .context("cannot build the HTTP client for the email gate")?;
     Ok(EmailWorld {
         fetcher: Arc::new(fetcher),
         resolver,
+        pages: Arc::new(PageCache::with_limits(CACHE_BUDGET, clock)),
     })
 }
 

@@ -5,6 +5,9 @@
 //! The operator's configuration file (`--config FILE`, TOML) declares what only
 //! the operator may point the service at: AI verifier backends (`[verifiers.NAME]`)
 //! and command gates (`[gates.NAME]`). HTTP clients only choose among the names.
+//! Its `[email]` table may also hold the email gate's web and DNS settings;
+//! for those, a `QUEST_*` variable or a flag wins over the file, and the file
+//! over the defaults ([`Config::email_settings`]).
 //! Secrets never sit in the file: `api_key_env` names a variable that is read
 //! here, at start-up, and the key is redacted wherever it could be printed.
 
@@ -45,29 +48,62 @@ pub struct Config {
     /// Log format: `text` or `json`.
     #[arg(long, env = "QUEST_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
-    /// The operator's configuration file (TOML): `[verifiers.NAME]` and `[gates.NAME]` tables.
+    /// The operator's configuration file (TOML): `[verifiers.NAME]` and `[gates.NAME]`
+    /// tables, and an `[email]` table with the email gate's web and DNS settings.
     #[arg(long = "config", env = "QUEST_CONFIG")]
     pub config_file: Option<PathBuf>,
     /// DNS servers the gates ask, comma-separated `ip:port` (port 53 when left
-    /// out); the system's resolver when unset. Page fetches resolve through them too.
-    #[arg(long, env = "QUEST_DNS_SERVERS", default_value = "", hide_default_value = true,
+    /// out); the system's resolver when unset and not in the file. Page fetches
+    /// resolve through them too.
+    #[arg(long, env = "QUEST_DNS_SERVERS",
           value_parser = |text: &str| parse_list(text, parse_dns_server))]
-    // The full path keeps clap from reading a Vec as "repeat the flag": the
-    // whole comma-separated value is one, and an empty one means none.
-    pub dns_servers: ::std::vec::Vec<SocketAddr>,
+    // Unset means "as the file says, else the default"; an empty value means none.
+    pub dns_servers: Option<DnsServers>,
     /// Comma-separated CIDR ranges the page fetcher may reach although they are
-    /// not public (loopback, private, ...). Empty by default: for tests and private deployments.
-    #[arg(long, env = "QUEST_FETCH_ALLOW", default_value = "", hide_default_value = true,
+    /// not public (loopback, private, ...). None by default: for tests and private deployments.
+    #[arg(long, env = "QUEST_FETCH_ALLOW",
           value_parser = |text: &str| parse_list(text, parse_cidr))]
-    pub fetch_allow: ::std::vec::Vec<IpNet>,
-    /// Longest one page fetch may take, body included, in milliseconds.
-    #[arg(long, env = "QUEST_FETCH_TIMEOUT_MS", default_value_t = 15_000,
-          value_parser = clap::value_parser!(u64).range(1..=600_000))]
-    pub fetch_timeout_ms: u64,
-    /// Longest one DNS question may take, retries included, in milliseconds.
-    #[arg(long, env = "QUEST_DNS_TIMEOUT_MS", default_value_t = 5_000,
-          value_parser = clap::value_parser!(u64).range(1..=60_000))]
-    pub dns_timeout_ms: u64,
+    pub fetch_allow: Option<AllowedRanges>,
+    /// Longest one page fetch may take, body included, in milliseconds [default: 15000].
+    #[arg(long, env = "QUEST_FETCH_TIMEOUT_MS",
+          value_parser = clap::value_parser!(u64).range(FETCH_TIMEOUT_MS_RANGE))]
+    pub fetch_timeout_ms: Option<u64>,
+    /// Longest one DNS question may take, retries included, in milliseconds [default: 5000].
+    #[arg(long, env = "QUEST_DNS_TIMEOUT_MS",
+          value_parser = clap::value_parser!(u64).range(DNS_TIMEOUT_MS_RANGE))]
+    pub dns_timeout_ms: Option<u64>,
+}
+
+/// DNS servers, each `ip:port`. (An alias, so that clap takes the whole
+/// comma-separated value as one instead of repeating the flag.)
+pub type DnsServers = Vec<SocketAddr>;
+/// CIDR ranges exempt from the SSRF guard.
+pub type AllowedRanges = Vec<IpNet>;
+
+const FETCH_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=600_000;
+const DNS_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=60_000;
+const DEFAULT_FETCH_TIMEOUT_MS: u64 = 15_000;
+const DEFAULT_DNS_TIMEOUT_MS: u64 = 5_000;
+
+/// How the email gate reaches the web and DNS, resolved from the defaults,
+/// the file's `[email]` table and the `QUEST_*` variables and flags, in that
+/// order of strength.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmailSettings {
+    /// Empty: the system's resolver.
+    pub dns_servers: Vec<SocketAddr>,
+    pub fetch_allow: Vec<IpNet>,
+    pub fetch_timeout: Duration,
+    pub dns_timeout: Duration,
+}
+
+/// The `[email]` table of the operator's file: each setting optional.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EmailFileSettings {
+    pub dns_servers: Option<Vec<SocketAddr>>,
+    pub fetch_allow: Option<Vec<IpNet>>,
+    pub fetch_timeout_ms: Option<u64>,
+    pub dns_timeout_ms: Option<u64>,
 }
 
 /// A comma-separated list; empty entries (and an empty value) are skipped.
@@ -107,10 +143,37 @@ impl Config {
             sweep_seconds: 5,
             log_format: "text".into(),
             config_file: None,
-            dns_servers: Vec::new(),
-            fetch_allow: Vec::new(),
-            fetch_timeout_ms: 15_000,
-            dns_timeout_ms: 5_000,
+            dns_servers: None,
+            fetch_allow: None,
+            fetch_timeout_ms: None,
+            dns_timeout_ms: None,
+        }
+    }
+
+    /// The email gate's web and DNS settings: a variable or flag wins over
+    /// the file's `[email]` table, which wins over the defaults.
+    pub fn email_settings(&self, file: &EmailFileSettings) -> EmailSettings {
+        EmailSettings {
+            dns_servers: self
+                .dns_servers
+                .clone()
+                .or_else(|| file.dns_servers.clone())
+                .unwrap_or_default(),
+            fetch_allow: self
+                .fetch_allow
+                .clone()
+                .or_else(|| file.fetch_allow.clone())
+                .unwrap_or_default(),
+            fetch_timeout: Duration::from_millis(
+                self.fetch_timeout_ms
+                    .or(file.fetch_timeout_ms)
+                    .unwrap_or(DEFAULT_FETCH_TIMEOUT_MS),
+            ),
+            dns_timeout: Duration::from_millis(
+                self.dns_timeout_ms
+                    .or(file.dns_timeout_ms)
+                    .unwrap_or(DEFAULT_DNS_TIMEOUT_MS),
+            ),
         }
     }
 
@@ -210,6 +273,8 @@ pub struct OperatorConfig {
     pub verifiers: Vec<VerifierConfig>,
     /// Command gates, by name order.
     pub gates: Vec<CommandGateConfig>,
+    /// The email gate's web and DNS settings the file sets.
+    pub email: EmailFileSettings,
 }
 
 /// One AI verifier backend.
@@ -318,6 +383,59 @@ struct FileConfig {
     verifiers: BTreeMap<String, VerifierEntry>,
     #[serde(default)]
     gates: BTreeMap<String, GateEntry>,
+    #[serde(default)]
+    email: EmailEntry,
+}
+
+/// `[email]`: lists are TOML arrays of strings, read like the variables' entries.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct EmailEntry {
+    dns_servers: Option<Vec<String>>,
+    fetch_allow: Option<Vec<String>>,
+    fetch_timeout_ms: Option<u64>,
+    dns_timeout_ms: Option<u64>,
+}
+
+impl EmailEntry {
+    fn resolve(self) -> Result<EmailFileSettings, OperatorConfigError> {
+        let err = |key: String, message: String| OperatorConfigError {
+            at: format!("email.{key}"),
+            message,
+        };
+        fn each<T>(
+            key: &str,
+            list: Option<Vec<String>>,
+            item: fn(&str) -> Result<T, String>,
+            err: &dyn Fn(String, String) -> OperatorConfigError,
+        ) -> Result<Option<Vec<T>>, OperatorConfigError> {
+            list.map(|list| {
+                list.iter()
+                    .enumerate()
+                    .map(|(i, text)| item(text).map_err(|m| err(format!("{key}[{i}]"), m)))
+                    .collect()
+            })
+            .transpose()
+        }
+        let millis =
+            |key: &str, value: Option<u64>, range: std::ops::RangeInclusive<u64>| match value {
+                Some(ms) if !range.contains(&ms) => Err(err(
+                    key.into(),
+                    format!("{ms} is not between {} and {}", range.start(), range.end()),
+                )),
+                other => Ok(other),
+            };
+        Ok(EmailFileSettings {
+            dns_servers: each("dns_servers", self.dns_servers, parse_dns_server, &err)?,
+            fetch_allow: each("fetch_allow", self.fetch_allow, parse_cidr, &err)?,
+            fetch_timeout_ms: millis(
+                "fetch_timeout_ms",
+                self.fetch_timeout_ms,
+                FETCH_TIMEOUT_MS_RANGE,
+            )?,
+            dns_timeout_ms: millis("dns_timeout_ms", self.dns_timeout_ms, DNS_TIMEOUT_MS_RANGE)?,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -396,7 +514,10 @@ impl OperatorConfig {
                     .map(|s| format!(" (at byte {})", s.start))
                     .unwrap_or_default(),
         })?;
-        let mut out = OperatorConfig::default();
+        let mut out = OperatorConfig {
+            email: file.email.resolve()?,
+            ..OperatorConfig::default()
+        };
         for (name, entry) in file.verifiers {
             let at = format!("verifiers.{name}");
             let err = |message: String| OperatorConfigError {
@@ -612,12 +733,23 @@ mod tests {
         Cli::try_parse_from(std::iter::once("quest").chain(args.iter().copied())).map(|c| c.config)
     }
 
+    fn no_file() -> EmailFileSettings {
+        EmailFileSettings::default()
+    }
+
     #[test]
     fn the_gate_settings_default_to_the_system_resolver_and_no_exemptions() {
         let c = parse(&[]).unwrap();
         let d = Config::with_data_dir("./quest-data");
-        assert!(c.dns_servers.is_empty() && c.fetch_allow.is_empty());
-        assert_eq!((c.fetch_timeout_ms, c.dns_timeout_ms), (15_000, 5_000));
+        assert_eq!(
+            c.email_settings(&no_file()),
+            EmailSettings {
+                dns_servers: vec![],
+                fetch_allow: vec![],
+                fetch_timeout: Duration::from_millis(15_000),
+                dns_timeout: Duration::from_millis(5_000),
+            }
+        );
         assert_eq!(
             format!("{c:?}"),
             format!("{d:?}"),
@@ -637,7 +769,8 @@ mod tests {
             "--dns-timeout-ms",
             "700",
         ])
-        .unwrap();
+        .unwrap()
+        .email_settings(&no_file());
         assert_eq!(
             c.dns_servers,
             ["127.0.0.1:5353", "[::1]:53", "10.0.0.2:53"].map(|s| s.parse::<SocketAddr>().unwrap())
@@ -646,13 +779,115 @@ mod tests {
             c.fetch_allow,
             ["127.0.0.0/8", "::1/128"].map(|s| s.parse::<IpNet>().unwrap())
         );
-        assert_eq!((c.fetch_timeout_ms, c.dns_timeout_ms), (2000, 700));
+        assert_eq!(
+            (c.fetch_timeout, c.dns_timeout),
+            (Duration::from_millis(2000), Duration::from_millis(700))
+        );
     }
 
     #[test]
     fn an_empty_list_means_none() {
         let c = parse(&["--dns-servers", "", "--fetch-allow", " , "]).unwrap();
-        assert!(c.dns_servers.is_empty() && c.fetch_allow.is_empty());
+        assert_eq!(c.dns_servers.as_deref(), Some(&[][..]));
+        assert_eq!(c.fetch_allow.as_deref(), Some(&[][..]));
+        let s = c.email_settings(&no_file());
+        assert!(s.dns_servers.is_empty() && s.fetch_allow.is_empty());
+    }
+
+    const EMAIL_FILE: &str = r#"
+        [email]
+        dns_servers = ["127.0.0.1:5353", "10.0.0.2"]
+        fetch_allow = ["127.0.0.0/8", "::1"]
+        fetch_timeout_ms = 9000
+        dns_timeout_ms = 800
+    "#;
+
+    #[test]
+    fn the_file_sets_the_email_gate_settings_and_variables_or_flags_win() {
+        let file = OperatorConfig::parse(EMAIL_FILE, &env).unwrap().email;
+        assert_eq!(
+            file,
+            EmailFileSettings {
+                dns_servers: Some(vec![
+                    "127.0.0.1:5353".parse().unwrap(),
+                    "10.0.0.2:53".parse().unwrap()
+                ]),
+                fetch_allow: Some(vec![
+                    "127.0.0.0/8".parse().unwrap(),
+                    "::1/128".parse().unwrap()
+                ]),
+                fetch_timeout_ms: Some(9000),
+                dns_timeout_ms: Some(800),
+            }
+        );
+        // defaults < file
+        let from_file = parse(&[]).unwrap().email_settings(&file);
+        assert_eq!(from_file.dns_servers, file.dns_servers.clone().unwrap());
+        assert_eq!(from_file.fetch_allow, file.fetch_allow.clone().unwrap());
+        assert_eq!(
+            (from_file.fetch_timeout, from_file.dns_timeout),
+            (Duration::from_millis(9000), Duration::from_millis(800))
+        );
+        // file < QUEST_* variables and flags (one clap argument each), an empty
+        // list included: `QUEST_FETCH_ALLOW=` takes the file's exemptions away.
+        let overridden = parse(&[
+            "--dns-servers",
+            "127.0.0.1:53",
+            "--fetch-allow",
+            "",
+            "--fetch-timeout-ms",
+            "2000",
+        ])
+        .unwrap()
+        .email_settings(&file);
+        assert_eq!(
+            overridden.dns_servers,
+            ["127.0.0.1:53".parse::<SocketAddr>().unwrap()]
+        );
+        assert!(overridden.fetch_allow.is_empty());
+        assert_eq!(overridden.fetch_timeout, Duration::from_millis(2000));
+        assert_eq!(
+            overridden.dns_timeout,
+            Duration::from_millis(800),
+            "not overridden"
+        );
+        // A file without the table leaves the defaults.
+        assert_eq!(
+            OperatorConfig::parse(FILE, &env).unwrap().email,
+            EmailFileSettings::default()
+        );
+    }
+
+    #[test]
+    fn bad_email_settings_in_the_file_name_their_key() {
+        for (text, at) in [
+            (
+                "[email]\ndns_servers = [\"localhost:53\"]",
+                "email.dns_servers[0]",
+            ),
+            (
+                "[email]\nfetch_allow = [\"127.0.0.0/8\", \"bogus\"]",
+                "email.fetch_allow[1]",
+            ),
+            ("[email]\nfetch_timeout_ms = 0", "email.fetch_timeout_ms"),
+            ("[email]\ndns_timeout_ms = 60001", "email.dns_timeout_ms"),
+        ] {
+            assert_eq!(
+                OperatorConfig::parse(text, &env).unwrap_err().at,
+                at,
+                "{text}"
+            );
+        }
+        for text in [
+            "[email]\ndns_servers = \"127.0.0.1:53\"",
+            "[email]\nfetch_timeout = 5",
+        ] {
+            assert_eq!(
+                OperatorConfig::parse(text, &env).unwrap_err().at,
+                "toml",
+                "{text}"
+            );
+        }
     }
 
     #[test]

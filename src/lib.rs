@@ -14,7 +14,7 @@
 //! - [`http`]: router, extractors, the error body; thin handlers.
 //! - [`cli`]: the client verbs of the binary (the agent loop and operator verbs).
 //! - [`config`] and [`app`]: one configuration (flags, env, the operator's file), and the wiring that runs it.
-//! - [`testing`]: fakes of the outside world, a hand-moved clock and a local DNS server, for tests only.
+//! - [`testing`]: fakes of the outside world and a hand-moved clock, for tests and `quest demo`'s simulation.
 
 pub mod api;
 pub mod app;

@@ -1,12 +1,12 @@
-//! Fakes and helpers for tests: a [`FakeFetcher`] and a [`FakeResolver`] so that
-//! gates run offline, and [`Dnsmasq`], a real DNS server on loopback for the
-//! tests that need one. The server never uses this module; `quest demo` builds
-//! its simulated world from the same fakes.
+//! A simulated outside world: a [`FakeFetcher`] and a [`FakeResolver`] with
+//! canned answers, and a [`ManualClock`]. Unit and API tests run gates offline
+//! with them, and `quest demo` builds its simulated world from them; the
+//! server itself never uses them. Nothing here reads the environment or
+//! starts a process (the real DNS server of the end-to-end tests lives in
+//! `tests/support/`).
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 
 use crate::domain::Clock;
-use crate::gates::dns::{HickoryResolver, LookupError, MailAnswer, MxHost, Resolver};
+use crate::gates::dns::{LookupError, MailAnswer, MxHost, Resolver};
 use crate::gates::fetch::{FetchError, Fetcher, Page};
 
 /// The time every fake page says it was fetched at.
@@ -184,121 +184,4 @@ impl Resolver for FakeResolver {
             .cloned()
             .unwrap_or_else(|| Err(LookupError::NoDomain(host.to_owned())))
     }
-}
-
-/// A dnsmasq process serving the `.test` zone on 127.0.0.1 at a free high
-/// port; killed when dropped (also when the test panics).
-pub struct Dnsmasq {
-    child: Child,
-    addr: SocketAddr,
-    log: PathBuf,
-}
-
-impl Dnsmasq {
-    /// The dnsmasq binary, looked up on `PATH` and in the sbin folders that a
-    /// non-root `PATH` often lacks.
-    pub fn binary() -> Option<PathBuf> {
-        let path = std::env::var_os("PATH").unwrap_or_default();
-        std::env::split_paths(&path)
-            .chain(["/usr/sbin", "/sbin", "/usr/local/sbin"].map(PathBuf::from))
-            .map(|dir| dir.join("dnsmasq"))
-            .find(|candidate| candidate.is_file())
-    }
-
-    /// Starts dnsmasq with `records` (extra dnsmasq flags such as
-    /// `--mx-host=...`), or returns `None` after printing why the test named
-    /// `test` is skipped. With `CI=true` a missing dnsmasq is a failure, never a skip.
-    pub async fn start_or_skip(test: &str, records: &[String]) -> Option<Dnsmasq> {
-        let Some(binary) = Dnsmasq::binary() else {
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-            assert!(
-                !ci,
-                "{test}: dnsmasq is not installed, and CI=true makes that a failure; \
-                 install it with `apt-get install -y dnsmasq-base`"
-            );
-            eprintln!(
-                "SKIPPED {test}: dnsmasq is not installed (apt-get install -y dnsmasq-base); \
-                 with CI=true this is a failure"
-            );
-            return None;
-        };
-        let mut last_error = String::new();
-        // A port picked as free can be taken before dnsmasq binds it: try again on another.
-        for _ in 0..5 {
-            let port = free_udp_port();
-            let log = std::env::temp_dir()
-                .join(format!("quest-dnsmasq-{}-{port}.log", std::process::id()));
-            let mut child = Command::new(&binary)
-                .args([
-                    "--keep-in-foreground",
-                    "--conf-file=/dev/null",
-                    "--pid-file=",
-                    "--no-resolv",
-                    "--no-hosts",
-                    "--no-poll",
-                    "--listen-address=127.0.0.1",
-                    "--bind-interfaces",
-                    "--local=/test/",
-                ])
-                .arg(format!("--port={port}"))
-                .arg(format!("--log-facility={}", log.display()))
-                .args(records)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("dnsmasq starts");
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            match wait_until_answering(&mut child, addr).await {
-                Ok(()) => return Some(Dnsmasq { child, addr, log }),
-                Err(e) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    let said = std::fs::read_to_string(&log).unwrap_or_default();
-                    let _ = std::fs::remove_file(&log);
-                    last_error = format!("{e}; dnsmasq logged: {said}");
-                }
-            }
-        }
-        panic!("{test}: dnsmasq did not start: {last_error}");
-    }
-
-    /// The address dnsmasq answers on (UDP and TCP).
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-}
-
-impl Drop for Dnsmasq {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.log);
-    }
-}
-
-/// A UDP port on 127.0.0.1 that was free a moment ago.
-pub fn free_udp_port() -> u16 {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("a free UDP port")
-        .port()
-}
-
-/// Polls until the server answers a question (any answer but silence), or it exits.
-async fn wait_until_answering(child: &mut Child, addr: SocketAddr) -> Result<(), String> {
-    let probe = HickoryResolver::new(&[addr], Duration::from_millis(200))
-        .map_err(|e| format!("cannot build a probe resolver: {e}"))?;
-    for _ in 0..100 {
-        if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("dnsmasq exited with {status}"));
-        }
-        match probe.addresses("readiness-probe.test").await {
-            Err(LookupError::Unavailable { .. }) => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            _ => return Ok(()),
-        }
-    }
-    Err(format!("dnsmasq did not answer on {addr}"))
 }

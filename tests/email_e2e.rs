@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use quest::testing::Dnsmasq;
+#[path = "support/dnsmasq.rs"]
+mod dnsmasq;
+
+use dnsmasq::Dnsmasq;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
@@ -31,6 +34,11 @@ enum Answer {
     Redirect(String),
     /// Echoes the `q` query parameter, as a careless search page does.
     Echo,
+    /// A body with its own content type.
+    Typed(&'static str, Vec<u8>),
+    /// At `/~`: every `/~user` page shows `user@host`, as a careless user
+    /// directory does.
+    UserDir,
 }
 
 #[derive(Clone, Default)]
@@ -75,17 +83,27 @@ impl Web {
             .and_then(|h| h.to_str().ok())
             .unwrap_or_default();
         let host = host.split(':').next().unwrap_or_default().to_owned();
-        let answer = self
-            .pages
-            .lock()
-            .unwrap()
-            .get(&(host, uri.path().to_owned()))
-            .cloned();
+        let answer = {
+            let pages = self.pages.lock().unwrap();
+            let user_dir = uri
+                .path()
+                .starts_with("/~")
+                .then(|| pages.get(&(host.clone(), "/~".to_owned())).cloned())
+                .flatten();
+            user_dir.or_else(|| pages.get(&(host.clone(), uri.path().to_owned())).cloned())
+        };
         match answer {
             Some(Answer::Page(body)) => Html(body).into_response(),
             Some(Answer::Status(code)) => StatusCode::from_u16(code).unwrap().into_response(),
             Some(Answer::Hang) => std::future::pending().await,
             Some(Answer::Redirect(to)) => Redirect::temporary(&to).into_response(),
+            Some(Answer::Typed(content_type, body)) => {
+                ([(header::CONTENT_TYPE, content_type)], body).into_response()
+            }
+            Some(Answer::UserDir) => {
+                let user = uri.path().trim_start_matches("/~");
+                Html(format!("<p>Write to {user}@{host}</p>")).into_response()
+            }
             Some(Answer::Echo) => {
                 let q = uri
                     .query()
@@ -133,7 +151,18 @@ struct Server {
 
 impl Server {
     async fn start(env: &[(&str, String)]) -> Server {
+        Server::start_with(env, None).await
+    }
+
+    /// Starts the server with an operator configuration file (TOML) as well.
+    async fn start_with(env: &[(&str, String)], config_toml: Option<&str>) -> Server {
         let data = tempfile::tempdir().unwrap();
+        let mut config_args = Vec::new();
+        if let Some(toml) = config_toml {
+            let path = data.path().join("quest.toml");
+            std::fs::write(&path, toml).unwrap();
+            config_args = vec!["--config".to_owned(), path.display().to_string()];
+        }
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -149,6 +178,7 @@ impl Server {
                 "--data-dir",
             ])
             .arg(data.path())
+            .args(&config_args)
             .env("QUEST_ADMIN_TOKEN", &token)
             .env("QUEST_LOG", "warn")
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
@@ -805,6 +835,60 @@ fn evidence<'a>(submission: &'a Value, check: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no {check} evidence: {submission}"))
 }
 
+/// Every attempt got the scripted verdict and exactly the scripted facts; every
+/// quest ended in its scripted state, with evidence on every verdict and a
+/// receipt on every PASS.
+async fn assert_scripts(server: &Server, companies: &[Company], seen: &HashMap<String, Seen>) {
+    for company in companies {
+        let Seen {
+            quest_id,
+            responses,
+        } = &seen[company.name];
+        assert_eq!(responses.len(), company.script.len(), "{}", company.name);
+        for (i, (attempt, response)) in company.script.iter().zip(responses).enumerate() {
+            assert_eq!(
+                response["verdict"], attempt.verdict,
+                "{} attempt {i}: {response}",
+                company.name
+            );
+            let expected: Vec<(String, String)> = attempt
+                .facts
+                .iter()
+                .map(|(c, f)| (c.to_string(), f.to_string()))
+                .collect();
+            assert_eq!(
+                where_(&response["facts"]),
+                expected,
+                "{} attempt {i}: {response}",
+                company.name
+            );
+        }
+        let last = responses.last().unwrap();
+        assert_eq!(
+            last["state"], company.final_state,
+            "{}: {last}",
+            company.name
+        );
+        let quest = server.get(&format!("/v1/quests/{quest_id}")).await;
+        assert_eq!(quest["state"], company.final_state, "{}", company.name);
+        // Evidence on every verdict: the page (or why it was not read) and the MX answer.
+        for submission in quest["submissions"].as_array().unwrap() {
+            assert_eq!(submission["gate"], "email");
+            assert!(evidence(submission, "source")["check"] == "source");
+            assert!(evidence(submission, "mx")["check"] == "mx");
+        }
+        if company.final_state == "PASS" {
+            assert!(
+                last["receipt"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with("sha256:") && r.len() == 71),
+                "{}: {last}",
+                company.name
+            );
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_scanned_session_of_twenty_companies_is_decided_by_the_email_gate() {
     // A UDP socket that never answers: the upstream of the "failing" names.
@@ -872,54 +956,7 @@ async fn a_scanned_session_of_twenty_companies_is_decided_by_the_email_gate() {
     let seen = seen.lock().unwrap().clone();
 
     // Every attempt got the scripted verdict and exactly the scripted facts.
-    for company in &companies {
-        let Seen {
-            quest_id,
-            responses,
-        } = &seen[company.name];
-        assert_eq!(responses.len(), company.script.len(), "{}", company.name);
-        for (i, (attempt, response)) in company.script.iter().zip(responses).enumerate() {
-            assert_eq!(
-                response["verdict"], attempt.verdict,
-                "{} attempt {i}: {response}",
-                company.name
-            );
-            let expected: Vec<(String, String)> = attempt
-                .facts
-                .iter()
-                .map(|(c, f)| (c.to_string(), f.to_string()))
-                .collect();
-            assert_eq!(
-                where_(&response["facts"]),
-                expected,
-                "{} attempt {i}: {response}",
-                company.name
-            );
-        }
-        let last = responses.last().unwrap();
-        assert_eq!(
-            last["state"], company.final_state,
-            "{}: {last}",
-            company.name
-        );
-        let quest = server.get(&format!("/v1/quests/{quest_id}")).await;
-        assert_eq!(quest["state"], company.final_state, "{}", company.name);
-        // Evidence on every verdict: the page (or why it was not read) and the MX answer.
-        for submission in quest["submissions"].as_array().unwrap() {
-            assert_eq!(submission["gate"], "email");
-            assert!(evidence(submission, "source")["check"] == "source");
-            assert!(evidence(submission, "mx")["check"] == "mx");
-        }
-        if company.final_state == "PASS" {
-            assert!(
-                last["receipt"]
-                    .as_str()
-                    .is_some_and(|r| r.starts_with("sha256:") && r.len() == 71),
-                "{}: {last}",
-                company.name
-            );
-        }
-    }
+    assert_scripts(&server, &companies, &seen).await;
     let quest = |name: &str| {
         let server = server.clone();
         let id = seen[name].quest_id.clone();
@@ -1082,14 +1119,14 @@ async fn a_scanned_session_of_twenty_companies_is_decided_by_the_email_gate() {
             .contains("169.254.169.254 is a link-local"),
         "{ssrf}"
     );
+    // The fact names the host the agent gave, never the addresses behind it.
     let private = fact("Tau Shipping", 0, 0);
-    assert!(
-        private["actual"]
-            .as_str()
-            .unwrap()
-            .contains("10.0.0.1 is a private address"),
-        "{private}"
+    assert_eq!(
+        private["actual"],
+        "refused before connecting: intranet.tau.test resolves only to non-public addresses"
     );
+    let tau = quest("Tau Shipping").await;
+    assert!(!tau.to_string().contains("10.0.0.1"), "{tau}");
 
     // Other letter case: the fact shows the address as written.
     assert_eq!(
@@ -1233,4 +1270,250 @@ async fn with_an_empty_allow_list_the_server_fetches_no_page_on_loopback() {
         0,
         "no request reached the web server"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cheap_tricks_fail_and_a_reused_address_goes_to_review_with_settings_from_the_file() {
+    let names = ["acme", "chi", "phi", "psi", "omega", "tau"];
+    let mut records = Vec::new();
+    for name in names {
+        records.push(format!("--mx-host={name}.test,mail.{name}.test,10"));
+        records.push(format!("--host-record={name}.test,127.0.0.1"));
+    }
+    let Some(dns) = Dnsmasq::start_or_skip(
+        "cheap_tricks_fail_and_a_reused_address_goes_to_review_with_settings_from_the_file",
+        &records,
+    )
+    .await
+    else {
+        return;
+    };
+    let web = Web::default();
+    let port = web.serve().await;
+    // A port nothing listens on (bound a moment ago, then let go).
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let contact =
+        |name: &str, body: &str| contact_at(&web, &format!("{name}.test"), "/contact", body);
+    contact("acme", "<p>Write to info@acme.test</p>");
+    contact("chi", "<p>info@chi.test</p>");
+    contact("phi", "<p>info@phi.test</p>");
+    web.add(
+        "phi.test",
+        "/logo.png",
+        Answer::Typed("image/png", b"\x89PNG\r\n\x1a\n info@phi.test".to_vec()),
+    );
+    contact_at(&web, "psi.test", "/", "<h1>Psi Bank</h1>");
+    web.add("psi.test", "/contact", Answer::Status(403));
+    web.add("psi.test", "/team", Answer::Status(401));
+    web.add(
+        "psi.test",
+        "/catalogue",
+        Answer::Page(format!(
+            "<p>{}</p><p>info@psi.test</p>",
+            "x".repeat(3 << 20)
+        )),
+    );
+    web.add("omega.test", "/~", Answer::UserDir);
+    contact("omega", "<p>contact@omega.test</p>");
+    contact(
+        "tau",
+        "<form><input type=\"hidden\" name=\"to\" value=\"info@tau.test\"><button>Send</button></form>",
+    );
+    // Every web and DNS setting comes from the file: without it, no name resolves.
+    let server = Arc::new(
+        Server::start_with(
+            &[],
+            Some(&format!(
+                "[email]\ndns_servers = [\"{}\"]\nfetch_allow = [\"127.0.0.0/8\"]\nfetch_timeout_ms = {FETCH_TIMEOUT_MS}\ndns_timeout_ms = 1000\n",
+                dns.addr()
+            )),
+        )
+        .await,
+    );
+
+    let url = |host: &str, p: u16, path: &str| format!("http://{host}:{p}{path}");
+    let r = |email: &str, host: &str, site_port: u16, source: String| json!({"site": url(host, site_port, "/"), "email": email, "source": source});
+    let honest = |name: &str, email: &str, path: &str| {
+        let host = format!("{name}.test");
+        r(email, &host, port, url(&host, port, path))
+    };
+    let company = |name, script, final_state| Company {
+        name,
+        city: "Seoul",
+        script,
+        final_state,
+    };
+    let companies = vec![
+        company(
+            "Acme Corp",
+            vec![attempt(
+                honest("acme", "info@acme.test", "/contact"),
+                "PASS",
+                &[],
+            )],
+            "PASS",
+        ),
+        company(
+            "Acme Holdings",
+            vec![attempt(
+                honest("acme", "info@acme.test", "/contact"),
+                "REVIEW",
+                &[("duplicate", "/email")],
+            )],
+            "REVIEW",
+        ),
+        company(
+            "Chi Tools",
+            vec![
+                attempt(
+                    r(
+                        "info@chi.test",
+                        "chi.test",
+                        port,
+                        url("chi.test", closed, "/contact"),
+                    ),
+                    "FAIL",
+                    &[("source", "/source")],
+                ),
+                attempt(
+                    r(
+                        "info@chi.test",
+                        "chi.test",
+                        closed,
+                        url("chi.test", closed, "/contact"),
+                    ),
+                    "FAIL",
+                    &[("source", "/source")],
+                ),
+                attempt(honest("chi", "info@chi.test", "/contact"), "PASS", &[]),
+            ],
+            "PASS",
+        ),
+        company(
+            "Phi Photo",
+            vec![
+                attempt(
+                    honest("phi", "info@phi.test", "/logo.png"),
+                    "FAIL",
+                    &[("source", "/source")],
+                ),
+                attempt(honest("phi", "info@phi.test", "/contact"), "PASS", &[]),
+            ],
+            "PASS",
+        ),
+        company(
+            "Psi Bank",
+            vec![
+                attempt(
+                    honest("psi", "info@psi.test", "/contact"),
+                    "FAIL",
+                    &[("source", "/source")],
+                ),
+                attempt(
+                    honest("psi", "info@psi.test", "/team"),
+                    "FAIL",
+                    &[("source", "/source")],
+                ),
+                attempt(
+                    honest("psi", "info@psi.test", "/catalogue"),
+                    "FAIL",
+                    &[("source", "/email")],
+                ),
+            ],
+            "DONE",
+        ),
+        company(
+            "Omega Books",
+            vec![
+                attempt(
+                    honest("omega", "info@omega.test", "/~info"),
+                    "FAIL",
+                    &[("source", "/source")],
+                ),
+                attempt(
+                    honest("omega", "contact@omega.test", "/contact"),
+                    "PASS",
+                    &[],
+                ),
+            ],
+            "PASS",
+        ),
+        company(
+            "Tau Forms",
+            vec![attempt(
+                honest("tau", "info@tau.test", "/contact"),
+                "REVIEW",
+                &[("source", "/email")],
+            )],
+            "REVIEW",
+        ),
+    ];
+    let session = server
+        .scan_csv(
+            csv_of(&companies),
+            json!({"name": "tricks", "key_column": "company", "gate": {"kind": "email"}, "max_tries": 3}),
+        )
+        .await;
+    let scripts: Arc<HashMap<&'static str, Vec<Value>>> = Arc::new(
+        companies
+            .iter()
+            .map(|c| (c.name, c.script.iter().map(|a| a.result.clone()).collect()))
+            .collect(),
+    );
+    let seen = Arc::new(Mutex::new(HashMap::new()));
+    // One agent: quests are leased in upload order, so Acme Corp is decided
+    // before Acme Holdings cites the same address.
+    let token = server.agent_token("bot").await;
+    run_agent(server.clone(), token, session, scripts, seen.clone()).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_scripts(&server, &companies, &seen).await;
+
+    let fact = |name: &str, attempt: usize| {
+        let facts = &seen[name].responses[attempt]["facts"];
+        facts[facts.as_array().unwrap().len() - 1]["actual"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(
+        fact("Acme Holdings", 0),
+        "info@acme.test is also the result for \"Acme Corp\""
+    );
+    assert!(
+        fact("Chi Tools", 0).contains(&format!(
+            "asks for port {closed}, the site's port is {port}"
+        )),
+        "{}",
+        fact("Chi Tools", 0)
+    );
+    assert_eq!(
+        fact("Chi Tools", 1),
+        format!("no connection to port {closed}: connection refused")
+    );
+    assert_eq!(fact("Phi Photo", 0), "image/png, not a web page");
+    assert!(
+        fact("Psi Bank", 0).contains("while the site's home page"),
+        "{}",
+        fact("Psi Bank", 0)
+    );
+    assert_eq!(fact("Psi Bank", 1), "HTTP 401");
+    assert_eq!(
+        fact("Psi Bank", 2),
+        "not in the first 2097152 bytes of a longer page"
+    );
+    assert!(
+        fact("Omega Books", 0).ends_with("@omega.test: the page repeats its URL"),
+        "{}",
+        fact("Omega Books", 0)
+    );
+    assert!(
+        fact("Tau Forms", 0).contains("visitors do not see"),
+        "{}",
+        fact("Tau Forms", 0)
+    );
+    drop(dns);
 }

@@ -164,7 +164,10 @@ fn world(companies: &[Company]) -> EmailWorld {
             Kind::Down => String::new(),
         };
         web = match c.kind {
-            Kind::Down => web.answer(&c.source, Err(FetchError::Timeout(15_000))),
+            Kind::Down => web.answer(
+                &c.source,
+                Err(FetchError::Timeout(std::time::Duration::from_secs(15))),
+            ),
             _ => web.html(&c.source, &body),
         };
         if c.kind == Kind::Moved {
@@ -179,10 +182,7 @@ fn world(companies: &[Company]) -> EmailWorld {
             _ => dns.with_mx(&c.domain),
         };
     }
-    EmailWorld {
-        fetcher: Arc::new(web),
-        resolver: Arc::new(dns),
-    }
+    EmailWorld::new(Arc::new(web), Arc::new(dns))
 }
 
 /// How a simulated agent works.

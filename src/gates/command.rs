@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{Gate, GateConfigError, GateOutcome};
+use super::{Gate, GateConfigError, GateOutcome, SessionView};
 use crate::config::CommandGateConfig;
 use crate::domain::table::cell_as_text;
 use crate::domain::verify::{Question, cut};
@@ -328,7 +328,7 @@ impl Gate for CommandGate {
         &self.version
     }
 
-    async fn check(&self, input: &Value, result: &Value) -> GateOutcome {
+    async fn check(&self, input: &Value, result: &Value, _session: &SessionView) -> GateOutcome {
         let stdin = json!({"input": input, "result": result})
             .to_string()
             .into_bytes();
@@ -418,7 +418,11 @@ mod tests {
             runner.clone(),
         );
         let outcome = gate
-            .check(&json!({"fn": "parse"}), &json!({"test": "t1"}))
+            .check(
+                &json!({"fn": "parse"}),
+                &json!({"test": "t1"}),
+                &SessionView::alone(),
+            )
             .await;
         let stdin = runner.stdin.lock().unwrap().clone();
         (outcome, stdin)

@@ -61,7 +61,9 @@ pub enum LookupError {
 pub trait Resolver: Send + Sync {
     /// Where `domain` accepts mail.
     async fn mail_hosts(&self, domain: &str) -> MailAnswer;
-    /// The IPv4 and IPv6 addresses of `host`.
+    /// The addresses of `host`. The real resolver asks for A records first and
+    /// for AAAA only when there is none, so a host with both answers with its
+    /// IPv4 addresses only.
     async fn addresses(&self, host: &str) -> Result<Vec<IpAddr>, LookupError>;
 }
 
@@ -234,9 +236,13 @@ impl Resolver for UnavailableResolver {
 }
 
 #[cfg(test)]
+#[path = "../../tests/support/dnsmasq.rs"]
+mod dnsmasq;
+
+#[cfg(test)]
 mod tests {
+    use super::dnsmasq::Dnsmasq;
     use super::*;
-    use crate::testing::Dnsmasq;
 
     fn mx(preference: u16, exchange: &str) -> MxHost {
         MxHost {

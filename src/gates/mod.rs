@@ -9,6 +9,11 @@
 //! Each gate also says which result fields it *declares* (the only ones AI
 //! verifiers may see, so that free text an agent adds never reaches them) and
 //! may ship default questions for those verifiers.
+//!
+//! A gate may also name result fields whose value should belong to one quest
+//! of a session only ([`Gate::unique_fields`]); the gate runner looks up which
+//! other quests hold the same value and hands that to the check as a
+//! [`SessionView`], so that the gate stays free of the store.
 
 pub mod command;
 pub mod dns;
@@ -16,7 +21,7 @@ pub mod email;
 pub mod fetch;
 pub mod schema;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -56,6 +61,36 @@ impl GateOutcome {
     }
 }
 
+/// What a gate may know about the rest of its session when it checks a result.
+///
+/// The session's state is part of the world a verdict depends on: the same
+/// submission checked against the same view gets the same verdict.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionView {
+    /// For each field the gate names in [`Gate::unique_fields`] that the
+    /// result holds as a string: the keys of the session's *other* quests
+    /// whose result holds the same value (ASCII letter case ignored), in
+    /// upload order and at most [`HOLDERS_SHOWN`]. A result counts while it
+    /// is accepted (PASS), awaiting a decision (REVIEW, the AI verifiers) or
+    /// still being checked; not after a FAIL or a rejection.
+    pub holders: BTreeMap<String, Vec<String>>,
+}
+
+/// How many other quests a [`SessionView`] names for one value.
+pub const HOLDERS_SHOWN: usize = 5;
+
+impl SessionView {
+    /// A view in which no other quest holds anything (a session of one quest).
+    pub fn alone() -> SessionView {
+        SessionView::default()
+    }
+
+    /// The other quests holding the same `field` value.
+    pub fn holders_of(&self, field: &str) -> &[String] {
+        self.holders.get(field).map_or(&[], Vec::as_slice)
+    }
+}
+
 /// A gate's default task text and example, used where a session's prompt leaves them out.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatePrompt {
@@ -78,8 +113,15 @@ pub trait Gate: Send + Sync {
     fn name(&self) -> &'static str;
     /// Changes whenever the gate could decide the same submission differently.
     fn version(&self) -> &str;
-    /// Checks one result for one quest input. Runs every check, so the agent gets all facts at once.
-    async fn check(&self, input: &Value, result: &Value) -> GateOutcome;
+    /// Checks one result for one quest input, knowing what `session` says about
+    /// the other quests. Runs every check, so the agent gets all facts at once.
+    async fn check(&self, input: &Value, result: &Value, session: &SessionView) -> GateOutcome;
+
+    /// Top-level result fields whose value should belong to one quest of a
+    /// session only; the runner fills [`SessionView::holders`] for them.
+    fn unique_fields(&self) -> Vec<String> {
+        Vec::new()
+    }
 
     /// The top-level result fields this gate declares. Only these reach AI
     /// verifiers; a gate that declares none cannot be verified.
@@ -228,10 +270,10 @@ mod tests {
     use serde_json::json;
 
     fn offline_registry() -> GateRegistry {
-        GateRegistry::with_builtin_gates(email::EmailWorld {
-            fetcher: Arc::new(crate::testing::FakeFetcher::new()),
-            resolver: Arc::new(crate::testing::FakeResolver::new()),
-        })
+        GateRegistry::with_builtin_gates(email::EmailWorld::new(
+            Arc::new(crate::testing::FakeFetcher::new()),
+            Arc::new(crate::testing::FakeResolver::new()),
+        ))
     }
 
     #[test]
@@ -249,7 +291,7 @@ mod tests {
             offline_registry().build(&config)
         };
         let gate = build(json!({"kind": "email", "freemail": ["mailbox.test"]})).unwrap();
-        assert_eq!((gate.name(), gate.version()), ("email", "1"));
+        assert_eq!((gate.name(), gate.version()), ("email", "2"));
         let err = build(json!({"kind": "email", "blacklist": ["a b"]}))
             .err()
             .unwrap();
@@ -268,6 +310,23 @@ mod tests {
         let err = registry.build(&config).err().unwrap();
         assert_eq!(err.field, "name");
         assert!(err.message.contains("declares no command gates"), "{err}");
+    }
+
+    #[test]
+    fn the_unique_fields_of_the_builtin_gates_are_plain_names_the_store_looks_up() {
+        let registry = offline_registry();
+        for gate in [
+            json!({"kind": "email"}),
+            json!({"kind": "schema", "schema": {"type": "object"}}),
+        ] {
+            let config: GateConfig = serde_json::from_value(gate).unwrap();
+            let gate = registry.build(&config).unwrap();
+            for field in gate.unique_fields() {
+                assert!(crate::store::is_plain_field(&field), "{field}");
+            }
+        }
+        assert!(!crate::store::is_plain_field("email') --"));
+        assert!(!crate::store::is_plain_field(""));
     }
 
     #[test]

@@ -7,7 +7,7 @@ use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::{Gate, GateConfigError, GateOutcome, GatePrompt};
+use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
 use crate::domain::session::Example;
 use crate::domain::table::cell_as_text;
 use crate::domain::verify::Question;
@@ -238,7 +238,7 @@ impl Gate for SchemaGate {
         )]
     }
 
-    async fn check(&self, _input: &Value, result: &Value) -> GateOutcome {
+    async fn check(&self, _input: &Value, result: &Value, _session: &SessionView) -> GateOutcome {
         let schema = self
             .schema_facts(result)
             .into_iter()
@@ -302,7 +302,7 @@ mod tests {
     }
 
     async fn check(g: &SchemaGate, result: Value) -> GateOutcome {
-        g.check(&json!({}), &result).await
+        g.check(&json!({}), &result, &SessionView::alone()).await
     }
 
     #[tokio::test]

@@ -53,6 +53,12 @@ impl StoreError {
     }
 }
 
+/// Whether `name` is a plain result field name (letters, digits, `_`), the
+/// only kind [`Store::result_holders`] looks up.
+pub fn is_plain_field(name: &str) -> bool {
+    !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 /// A session and its counts, as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionRow {
@@ -427,6 +433,19 @@ pub trait Store: Send + Sync + 'static {
     /// Everything the gate needs to decide a submission.
     async fn gate_job(&self, submission_id: Uuid) -> Result<GateJob, StoreError>;
     async fn get_submission(&self, id: Uuid) -> Result<SubmissionRow, StoreError>;
+    /// The keys of the session's quests other than `except` whose result holds
+    /// `value` at the top-level `field` (ASCII letter case ignored), in upload
+    /// order, at most `limit`. A result counts while it is accepted (PASS),
+    /// awaiting a decision (REVIEW, verifying) or in a submission still being
+    /// checked (PENDING). `field` is a plain name (letters, digits, `_`).
+    async fn result_holders(
+        &self,
+        session_id: Uuid,
+        except: Uuid,
+        field: &str,
+        value: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError>;
     /// A submission, its quest, the session's limit, `remaining` and the live lease.
     async fn submission_view(&self, id: Uuid) -> Result<SubmissionView, StoreError>;
 

@@ -1496,6 +1496,43 @@ impl Store for SqliteStore {
         })
     }
 
+    async fn result_holders(
+        &self,
+        session_id: Uuid,
+        except: Uuid,
+        field: &str,
+        value: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        if !super::is_plain_field(field) {
+            return Err(StoreError::Corrupt(format!(
+                "`{field}` is not a plain result field name"
+            )));
+        }
+        // The path is written out (not bound) so that the expression matches
+        // an index on it, such as quests_result_email.
+        let held = format!("lower(json_extract(result, '$.{field}'))");
+        // `field` was checked above to be a plain name: safe to write into SQL.
+        let keys: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT key FROM (
+                 SELECT row_index, key FROM quests
+                 WHERE session_id = ?1 AND id <> ?2 AND {held} = lower(?3)
+                   AND (state IN ('PASS', 'REVIEW') OR phase = 'verifying')
+                 UNION
+                 SELECT q.row_index, q.key FROM submissions s JOIN quests q ON q.id = s.quest_id
+                 WHERE s.verdict = 'PENDING' AND s.session_id = ?1 AND s.quest_id <> ?2
+                   AND lower(json_extract(s.result, '$.{field}')) = lower(?3)
+             ) ORDER BY row_index LIMIT ?4"
+        )))
+        .bind(session_id.to_string())
+        .bind(except.to_string())
+        .bind(value)
+        .bind(i64::from(limit))
+        .fetch_all(&self.read)
+        .await?;
+        Ok(keys)
+    }
+
     async fn get_submission(&self, id: Uuid) -> Result<SubmissionRow, StoreError> {
         fetch_submission(&mut *self.read.acquire().await?, id).await
     }

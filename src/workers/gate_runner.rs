@@ -25,8 +25,8 @@ use crate::domain::receipt::ReceiptParts;
 use crate::domain::session::GateConfig;
 use crate::domain::verify::{Artifact, Contract, VerifierRequest};
 use crate::domain::{Fact, Verdict};
-use crate::gates::{Gate, GateOutcome, GateRegistry};
-use crate::store::{Decided, GateDecision, Store, StoreError};
+use crate::gates::{Gate, GateOutcome, GateRegistry, HOLDERS_SHOWN, SessionView};
+use crate::store::{Decided, GateDecision, GateJob, Store, StoreError, is_plain_field};
 use crate::workers::VerifierRunner;
 
 /// Runs gates for queued submissions.
@@ -42,8 +42,53 @@ struct Inner {
     verifiers: VerifierRunner,
     /// The longest a check may take, unless its gate declares its own.
     timeout: Duration,
-    /// Built gates by session: a session's gate config never changes.
-    gates: Mutex<HashMap<Uuid, Arc<dyn Gate>>>,
+    /// Built gates of the sessions used most recently: a session's gate config
+    /// never changes, so a gate dropped here is simply built again.
+    gates: Mutex<RecentGates>,
+}
+
+/// How many sessions' gates the runner keeps built.
+const KEPT_GATES: usize = 64;
+
+/// The gates of the most recently used sessions, at most `capacity`; the
+/// least recently used one goes first. Sessions come and go for as long as
+/// the server runs, so an unbounded map would only grow.
+struct RecentGates {
+    capacity: usize,
+    tick: u64,
+    gates: HashMap<Uuid, (u64, Arc<dyn Gate>)>,
+}
+
+impl RecentGates {
+    fn new(capacity: usize) -> RecentGates {
+        RecentGates {
+            capacity: capacity.max(1),
+            tick: 0,
+            gates: HashMap::new(),
+        }
+    }
+
+    fn get(&mut self, session_id: Uuid) -> Option<Arc<dyn Gate>> {
+        self.tick += 1;
+        let (used, gate) = self.gates.get_mut(&session_id)?;
+        *used = self.tick;
+        Some(gate.clone())
+    }
+
+    fn insert(&mut self, session_id: Uuid, gate: Arc<dyn Gate>) {
+        if self.gates.len() >= self.capacity && !self.gates.contains_key(&session_id) {
+            let oldest = self
+                .gates
+                .iter()
+                .min_by_key(|(_, (used, _))| *used)
+                .map(|(id, _)| *id);
+            if let Some(oldest) = oldest {
+                self.gates.remove(&oldest);
+            }
+        }
+        self.tick += 1;
+        self.gates.insert(session_id, (self.tick, gate));
+    }
 }
 
 impl GateRunner {
@@ -63,7 +108,7 @@ impl GateRunner {
             registry,
             verifiers,
             timeout,
-            gates: Mutex::new(HashMap::new()),
+            gates: Mutex::new(RecentGates::new(KEPT_GATES)),
         });
         tokio::spawn(run(inner.clone(), rx, workers.max(1), shutdown));
         GateRunner { inner, queue }
@@ -153,8 +198,10 @@ impl Inner {
         let gate = self.gate(job.submission.session_id, &job.config.gate);
         let (outcome, name, version) = match &gate {
             Ok(gate) => {
+                let session = self.session_view(&job, gate.as_ref()).await?;
                 let check =
-                    AssertUnwindSafe(gate.check(&job.input, &job.submission.result)).catch_unwind();
+                    AssertUnwindSafe(gate.check(&job.input, &job.submission.result, &session))
+                        .catch_unwind();
                 let limit = gate.timeout().unwrap_or(self.timeout);
                 let outcome = match tokio::time::timeout(limit, check).await {
                     Ok(Ok(outcome)) => outcome,
@@ -239,10 +286,48 @@ impl Inner {
         Ok(decided)
     }
 
+    /// Which other quests of the session hold the values of the gate's unique
+    /// fields. A store failure here is retried like any other.
+    async fn session_view(
+        &self,
+        job: &GateJob,
+        gate: &dyn Gate,
+    ) -> Result<SessionView, StoreError> {
+        let mut view = SessionView::default();
+        for field in gate.unique_fields() {
+            if !is_plain_field(&field) {
+                // A gate's mistake, not the store's: retrying would never help.
+                tracing::error!(
+                    gate = gate.name(),
+                    field,
+                    "a unique field that is no plain name is not looked up"
+                );
+                continue;
+            }
+            let Some(value) = job.submission.result.get(&field).and_then(|v| v.as_str()) else {
+                continue;
+            };
+            let holders = self
+                .store
+                .result_holders(
+                    job.submission.session_id,
+                    job.submission.quest_id,
+                    &field,
+                    value,
+                    HOLDERS_SHOWN as u32,
+                )
+                .await?;
+            if !holders.is_empty() {
+                view.holders.insert(field, holders);
+            }
+        }
+        Ok(view)
+    }
+
     fn gate(&self, session_id: Uuid, config: &GateConfig) -> Result<Arc<dyn Gate>, String> {
         let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(gate) = gates.get(&session_id) {
-            return Ok(gate.clone());
+        if let Some(gate) = gates.get(session_id) {
+            return Ok(gate);
         }
         let gate = self.registry.build(config).map_err(|e| e.to_string())?;
         gates.insert(session_id, gate.clone());
@@ -255,5 +340,36 @@ fn review(fact: Fact) -> GateOutcome {
         verdict: Verdict::Review,
         facts: vec![fact],
         evidence: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gates::schema::SchemaGate;
+    use serde_json::json;
+
+    fn gate() -> Arc<dyn Gate> {
+        let params = json!({"schema": {"type": "object"}});
+        Arc::new(SchemaGate::from_params(params.as_object().unwrap()).unwrap())
+    }
+
+    #[test]
+    fn only_the_most_recently_used_gates_are_kept() {
+        let mut recent = RecentGates::new(2);
+        let [a, b, c] = [Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4()];
+        recent.insert(a, gate());
+        recent.insert(b, gate());
+        assert!(
+            recent.get(a).is_some(),
+            "a is used again, so b is now the oldest"
+        );
+        recent.insert(c, gate());
+        assert_eq!(recent.gates.len(), 2);
+        assert!(recent.get(b).is_none());
+        assert!(recent.get(a).is_some() && recent.get(c).is_some());
+        recent.insert(c, gate());
+        assert_eq!(recent.gates.len(), 2, "replacing a kept gate drops nothing");
+        assert!(recent.get(a).is_some());
     }
 }

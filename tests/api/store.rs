@@ -4,9 +4,10 @@
 use std::sync::Arc;
 
 use quest::domain::session::SessionConfig;
-use quest::domain::{Phase, SystemClock};
+use quest::domain::{Phase, SystemClock, Verdict};
 use quest::store::{
-    LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError, SubmitOutcome,
+    GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError,
+    SubmitOutcome,
 };
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
@@ -116,4 +117,173 @@ async fn a_token_other_than_the_holders_cannot_use_the_lease() {
         conflict_code(store.release(quest, lease, other.id).await.unwrap_err()),
         "lease_lost"
     );
+}
+
+/// A store with one session of the named companies, and an agent token.
+async fn store_with_session(companies: &[&str]) -> (tempfile::TempDir, SqliteStore, Uuid, Uuid) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(
+        &dir.path().join("q.db"),
+        Arc::new(SystemClock),
+        tokio::sync::broadcast::channel(8).0,
+    )
+    .await
+    .unwrap();
+    let token = store
+        .create_token("bot", quest::domain::Role::Agent, "hash")
+        .await
+        .unwrap();
+    let session = add_session(&store, companies).await;
+    (dir, store, token.id, session)
+}
+
+async fn add_session(store: &SqliteStore, companies: &[&str]) -> Uuid {
+    let rows = companies
+        .iter()
+        .map(|c| {
+            let input = json!({"company": c}).as_object().unwrap().clone();
+            (c.to_string(), input)
+        })
+        .collect();
+    store
+        .create_session(NewSession {
+            id: Uuid::now_v7(),
+            name: "s".into(),
+            key_column: "company".into(),
+            config: SessionConfig::parse(contact_config(3)).unwrap(),
+            columns: vec!["company".into()],
+            source_name: "s.jsonl".into(),
+            source_type: "application/x-ndjson".into(),
+            source: Vec::new(),
+            created_by: "admin".into(),
+            rows,
+        })
+        .await
+        .unwrap()
+        .id
+}
+
+/// `agent` leases the next quest of `session` and submits `email` for it;
+/// returns the quest and the PENDING submission.
+async fn submit_email(
+    store: &SqliteStore,
+    token: Uuid,
+    session: Uuid,
+    agent: &str,
+    email: &str,
+) -> (Uuid, Uuid) {
+    let LeaseOutcome::Assigned { quest, lease, .. } = store
+        .lease_next(session, &format!("{token}/{agent}"))
+        .await
+        .unwrap()
+    else {
+        panic!("a quest is open")
+    };
+    let result = json!({"email": email, "note": "x"});
+    let SubmitOutcome::Recorded(submission) = store
+        .submit(NewSubmission {
+            quest_id: quest.id,
+            lease_id: lease.id,
+            token_id: token,
+            result_hash: quest::domain::receipt::digest(&result),
+            result,
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("recorded")
+    };
+    (quest.id, submission.id)
+}
+
+async fn decide(store: &SqliteStore, submission: Uuid, verdict: Verdict) {
+    store
+        .apply_verdict(
+            submission,
+            GateDecision {
+                verdict,
+                facts: Vec::new(),
+                evidence: Vec::new(),
+                gate: "schema".into(),
+                gate_version: "1".into(),
+                receipt: "sha256:0".into(),
+                verify: None,
+            },
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_holders_of_a_result_value_are_the_other_quests_that_keep_it() {
+    let (_dir, store, token, session) =
+        store_with_session(&["Acme", "Beta", "Gamma", "Delta"]).await;
+    let holders = |except: Uuid, value: &'static str| {
+        let store = &store;
+        async move {
+            store
+                .result_holders(session, except, "email", value, 5)
+                .await
+                .unwrap()
+        }
+    };
+    let (acme, acme_sub) = submit_email(&store, token, session, "a", "info@acme.test").await;
+    let stranger = Uuid::now_v7();
+    assert_eq!(
+        holders(stranger, "INFO@Acme.test").await,
+        ["Acme"],
+        "a submission still being checked holds its value, in any letter case"
+    );
+    assert!(
+        holders(acme, "info@acme.test").await.is_empty(),
+        "a quest is no holder for itself"
+    );
+    decide(&store, acme_sub, Verdict::Pass).await;
+    assert_eq!(holders(stranger, "info@acme.test").await, ["Acme"]);
+
+    let (_beta, beta_sub) = submit_email(&store, token, session, "b", "info@acme.test").await;
+    assert_eq!(holders(acme, "info@acme.test").await, ["Beta"]);
+    decide(&store, beta_sub, Verdict::Fail).await;
+    assert!(
+        holders(acme, "info@acme.test").await.is_empty(),
+        "a failed result holds nothing"
+    );
+
+    let (_gamma, gamma_sub) = submit_email(&store, token, session, "c", "info@acme.test").await;
+    decide(&store, gamma_sub, Verdict::Review).await;
+    assert_eq!(holders(stranger, "info@acme.test").await, ["Acme", "Gamma"]);
+    assert_eq!(
+        store
+            .result_holders(session, stranger, "email", "info@acme.test", 1)
+            .await
+            .unwrap(),
+        ["Acme"],
+        "at most `limit`, in upload order"
+    );
+    assert!(holders(stranger, "sales@acme.test").await.is_empty());
+    assert!(
+        store
+            .result_holders(session, stranger, "note", "x", 5)
+            .await
+            .unwrap()
+            .len()
+            == 2,
+        "any plain field can be asked about"
+    );
+
+    // Another session's quests are no holders.
+    let other = add_session(&store, &["Acme again"]).await;
+    assert!(
+        store
+            .result_holders(other, stranger, "email", "info@acme.test", 5)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        store
+            .result_holders(session, stranger, "email') OR 1=1 --", "x", 5)
+            .await,
+        Err(StoreError::Corrupt(_))
+    ));
 }

@@ -42,6 +42,12 @@ pub fn parse_email(text: &str) -> Result<Email, String> {
     if local.is_empty() || local.len() > 64 {
         return Err("the part before `@` must be 1 to 64 characters".into());
     }
+    if let Some(c) = local.chars().find(|c| is_invisible(*c)) {
+        return Err(format!(
+            "the part before `@` holds an invisible character ({}); copy the address as the page shows it",
+            code_point(c)
+        ));
+    }
     if !local
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-'))
@@ -69,6 +75,7 @@ fn mail_domain(domain: &str) -> Result<String, String> {
     if domain.starts_with('[') || numeric_end {
         return Err("an IP address is not a company's mail domain".into());
     }
+    check_written_host(domain)?;
     let ascii = match Host::parse(domain) {
         Ok(Host::Domain(d)) => d,
         Ok(_) => return Err("an IP address is not a company's mail domain".into()),
@@ -89,6 +96,81 @@ fn mail_domain(domain: &str) -> Result<String, String> {
         return Err("each label of the domain is 1 to 63 letters, digits or inner hyphens".into());
     }
     Ok(ascii)
+}
+
+/// Whether `c` is a character no reader sees: a control or format character,
+/// a space other than the ASCII one, a soft hyphen, a variation selector or a tag.
+fn is_invisible(c: char) -> bool {
+    c.is_control()
+        || (c.is_whitespace() && c != ' ')
+        || matches!(c,
+            '\u{00AD}' | '\u{034F}' | '\u{061C}' | '\u{115F}' | '\u{1160}' | '\u{17B4}' | '\u{17B5}'
+            | '\u{180B}'..='\u{180F}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+            | '\u{2060}'..='\u{206F}' | '\u{3164}' | '\u{FE00}'..='\u{FE0F}' | '\u{FEFF}'
+            | '\u{FFA0}' | '\u{FFF0}'..='\u{FFFB}' | '\u{1D173}'..='\u{1D17A}'
+            | '\u{E0000}'..='\u{E0FFF}')
+}
+
+fn code_point(c: char) -> String {
+    format!("U+{:04X}", u32::from(c))
+}
+
+/// Checks a host name as the agent wrote it, before any parser can decode or
+/// map it: ASCII letters, digits, hyphens and dots, or Unicode letters that
+/// are already in the form IDNA gives them (an internationalised name, which
+/// the gate sends to review). A percent-encoded, invisible, full-width or
+/// otherwise mapped character would be checked as one name and stored as
+/// another, so it is refused with what was found.
+fn check_written_host(host: &str) -> Result<(), String> {
+    if let Some(c) = host
+        .chars()
+        .find(|c| c.is_ascii() && !(c.is_ascii_alphanumeric() || matches!(c, '-' | '.')))
+    {
+        return Err(format!(
+            "the domain may hold only letters, digits, hyphens and dots, not `{}`; write it plainly, as the page shows it",
+            c.escape_default()
+        ));
+    }
+    if let Some(c) = host.chars().find(|c| is_invisible(*c)) {
+        return Err(format!(
+            "the domain holds an invisible character ({}); copy the address as the page shows it",
+            code_point(c)
+        ));
+    }
+    if !host.is_ascii() {
+        // Only a name IDNA leaves as it is, up to letter case, is the name it
+        // reads as. A non-ASCII letter whose small form is ASCII (the Kelvin
+        // sign for `k`) is no case variant: it stands for another letter.
+        let mut lowered = String::with_capacity(host.len());
+        for c in host.chars() {
+            if c.is_ascii() {
+                lowered.push(c.to_ascii_lowercase());
+            } else if c.to_lowercase().any(|l| l.is_ascii()) {
+                lowered.push(c);
+            } else {
+                lowered.extend(c.to_lowercase());
+            }
+        }
+        let (mapped, _) = idna::domain_to_unicode(host);
+        if mapped != lowered {
+            return Err(format!(
+                "the domain `{host}` is written with characters that stand for others (it reads as `{mapped}`); write it in plain letters"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The host of an absolute URL exactly as written (no port, no brackets
+/// removed), or `None` when the text has no `scheme://` authority.
+fn written_host(text: &str) -> Option<&str> {
+    let (_, rest) = text.split_once("://")?;
+    let authority = rest.split(['/', '?', '#', '\\']).next().unwrap_or_default();
+    let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    if host.starts_with('[') {
+        return None;
+    }
+    Some(host.rsplit_once(':').map_or(host, |(h, _)| h))
 }
 
 /// `domain` (ASCII) with its punycode labels shown as Unicode.
@@ -112,6 +194,9 @@ pub fn parse_web_url(text: &str) -> Result<Url, String> {
         return Err(
             "a URL with `user@` before the host hides its real host; give the plain URL".into(),
         );
+    }
+    if let Some(host) = written_host(text) {
+        check_written_host(host).map_err(|why| why.replacen("the domain", "the host", 1))?;
     }
     Ok(url)
 }
@@ -172,11 +257,24 @@ mod tests {
             ("info@acme", "two labels"),
             ("info@acme..test", "each label"),
             ("info@acme.test.", "each label"),
-            ("info\u{200B}@acme.test", "only letters"),
+            ("info\u{200B}@acme.test", "invisible character (U+200B)"),
+            ("info\u{7}@acme.test", "invisible character (U+0007)"),
+            ("in%66o@acme.test", "only letters"),
+            // A parser would decode or map these into acme.test while the
+            // export kept them as written.
+            ("info@acme%2Etest", "not `%`"),
+            ("info@acme%E2%80%8B.test", "not `%`"),
+            ("info@ac%C2%ADme.test", "not `%`"),
+            ("info@ac\u{AD}me.test", "invisible character (U+00AD)"),
+            ("info@acme\u{200B}.test", "invisible character (U+200B)"),
+            ("info@acme.test\u{FEFF}", "invisible character (U+FEFF)"),
+            ("info@\u{FF41}cme.test", "stand for others"),
+            ("info@ACME\u{212A}.test", "stand for others"),
+            ("info@acme!.test", "not `!`"),
             ("\u{456}nfo@acme.test", "only letters"),
             ("info＠acme.test", "exactly one `@`"),
             ("info@-acme.test", "inner hyphens"),
-            ("info@ac_me.test", "inner hyphens"),
+            ("info@ac_me.test", "not `_`"),
             ("info@acme.123", "IP address"),
             ("info@0x7f000001", "IP address"),
             ("info@", "not valid"),
@@ -194,11 +292,22 @@ mod tests {
         assert_eq!(e.unicode_domain.as_deref(), Some("\u{430}cme.test"));
         let k = parse_email("info@xn--3e0b707e.xn--3e0b707e").unwrap();
         assert_eq!(k.unicode_domain.as_deref(), Some("한국.한국"));
+        let written = parse_email("info@한국.한국").unwrap();
+        assert_eq!(written.domain, "xn--3e0b707e.xn--3e0b707e");
+        let upper = parse_email("info@\u{C4}CME.test").unwrap();
+        assert_eq!(upper.unicode_domain.as_deref(), Some("\u{E4}cme.test"));
     }
 
     #[test]
     fn web_urls_must_be_absolute_http_without_credentials() {
         assert!(parse_web_url("https://acme.co.kr/contact").is_ok());
+        assert!(parse_web_url("https://ACME.co.kr:8443/contact?x=%41").is_ok());
+        assert!(parse_web_url("http://127.0.0.1:8080/").is_ok());
+        assert!(parse_web_url("http://[::1]:8080/").is_ok());
+        assert!(
+            parse_web_url("https://\u{430}cme.test/").is_ok(),
+            "an IDN host parses; the gate sends it to review"
+        );
         for (text, says) in [
             ("acme.co.kr/contact", "absolute"),
             ("ftp://acme.co.kr/", "scheme"),
@@ -206,6 +315,10 @@ mod tests {
             ("https://acme.co.kr@evil.test/", "hides its real host"),
             ("https://u:p@acme.co.kr/", "hides its real host"),
             ("https://acme.co.kr/ ", "spaces"),
+            ("https://acme%2Eco.kr/contact", "not `%`"),
+            ("https://ac\u{AD}me.co.kr/", "invisible character (U+00AD)"),
+            ("https://\u{FF41}cme.co.kr:8080/", "stand for others"),
+            ("http://acme.co.kr\u{200B}/", "invisible character (U+200B)"),
         ] {
             let err = parse_web_url(text).unwrap_err();
             assert!(err.contains(says), "{text}: {err}");

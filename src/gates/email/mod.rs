@@ -1,5 +1,5 @@
 //! The `email` gate (SPEC §4.1): a company's contact email is accepted only
-//! when the machine re-derives it. Six checks, in order:
+//! when the machine re-derives it. Seven checks, in order:
 //!
 //! 1. **format**: the email is a plain address; `site` and `source` are
 //!    absolute http(s) URLs. Internationalised domains go to REVIEW (homoglyphs).
@@ -8,13 +8,23 @@
 //! 4. **domain**: the email's domain is the site's registrable domain or a
 //!    subdomain of it, else FAIL; a source page (or its redirect) off the site is REVIEW.
 //! 5. **source**: the cited page is fetched and the address must be written on
-//!    it; not there is FAIL with the addresses that are; an unanswering world is REVIEW.
+//!    it where a visitor sees it; not there is FAIL with the addresses that
+//!    are. A world that does not answer is REVIEW; one that answers with
+//!    something no visitor reads the address on (a port nobody serves, a
+//!    file, a login wall, a page too long) is FAIL, so that a human review
+//!    cannot be had for free. A URL that could make its page echo the
+//!    address proves nothing (see `echo`).
 //! 6. **mx**: the email's domain accepts mail.
+//! 7. **duplicate**: an address another quest of the session already holds
+//!    (accepted, awaiting a decision or being checked) goes to REVIEW, naming
+//!    that quest: one real address cannot pass for every company of a table.
 //!
-//! The web and DNS are reached only through [`EmailWorld`]; the gate keeps a
-//! per-session page cache in front of the fetcher.
+//! The web and DNS are reached only through [`EmailWorld`]; the gate reads
+//! pages through its own namespace of the world's page cache. What the other
+//! quests of the session hold comes from the gate runner as a [`SessionView`].
 
 pub mod address;
+mod echo;
 pub mod lists;
 pub mod page;
 
@@ -27,11 +37,12 @@ use sha2::{Digest, Sha256};
 use url::Url;
 
 use self::address::{Email, has_idn_host, is_within, parse_email, parse_web_url, registrable};
+use self::echo::Carried;
 use self::lists::Lists;
 use self::page::{Found, PageText};
 use super::dns::{MailAnswer, Resolver};
-use super::fetch::{CachedFetcher, FetchError, Fetcher, Page};
-use super::{Gate, GateConfigError, GateOutcome, GatePrompt};
+use super::fetch::{FetchError, Fetcher, Page, PageCache};
+use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
 use crate::domain::session::Example;
 use crate::domain::verify::Question;
 use crate::domain::{Fact, Verdict};
@@ -42,11 +53,24 @@ pub const KIND: &str = "email";
 /// How many of a page's addresses a fact's hint and the evidence list.
 const LISTED_ADDRESSES: usize = 20;
 
-/// The outside world the email gate asks: the web and DNS.
+/// The outside world the email gate asks: the web and DNS, and the page cache
+/// every session's gate shares (each in its own namespace).
 #[derive(Clone)]
 pub struct EmailWorld {
     pub fetcher: Arc<dyn Fetcher>,
     pub resolver: Arc<dyn Resolver>,
+    pub pages: Arc<PageCache>,
+}
+
+impl EmailWorld {
+    /// The world behind `fetcher` and `resolver`, with a page cache of the default budget.
+    pub fn new(fetcher: Arc<dyn Fetcher>, resolver: Arc<dyn Resolver>) -> EmailWorld {
+        EmailWorld {
+            fetcher,
+            resolver,
+            pages: Arc::new(PageCache::new()),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -67,7 +91,8 @@ pub struct EmailGate {
 
 impl EmailGate {
     /// Builds the gate from `config.gate`'s parameters (`freemail` and
-    /// `blacklist`, both lists of strings), with a page cache of its own.
+    /// `blacklist`, both lists of strings), with a namespace of its own in the
+    /// world's page cache.
     pub fn from_params(
         params: &Map<String, Value>,
         world: &EmailWorld,
@@ -84,7 +109,7 @@ impl EmailGate {
         let lists = Lists::new(&params.freemail, &params.blacklist)
             .map_err(|bad| GateConfigError::new(bad.field, bad.message))?;
         Ok(EmailGate {
-            fetcher: Arc::new(CachedFetcher::new(world.fetcher.clone())),
+            fetcher: Arc::new(world.pages.fetcher(world.fetcher.clone())),
             resolver: world.resolver.clone(),
             lists,
         })
@@ -165,7 +190,7 @@ impl Gate for EmailGate {
     }
 
     fn version(&self) -> &'static str {
-        "1"
+        "2"
     }
 
     fn default_prompt(&self) -> GatePrompt {
@@ -206,133 +231,184 @@ impl Gate for EmailGate {
         ]
     }
 
-    async fn check(&self, _input: &Value, result: &Value) -> GateOutcome {
+    fn unique_fields(&self) -> Vec<String> {
+        vec!["email".into()]
+    }
+
+    async fn check(&self, _input: &Value, result: &Value, session: &SessionView) -> GateOutcome {
         let claim = Claim::read(result);
-        let email = claim.email.as_ref().ok();
-        let site = claim.site.as_ref().ok();
-        let source = claim.source.as_ref().ok();
-        let email_blacklisted = email.and_then(|e| self.lists.blacklisted_email(e));
-        let host_blacklisted =
-            |url: Option<&Url>| url.and_then(|u| self.lists.blacklisted_host(u.host_str()?));
-        let (site_blacklisted, source_blacklisted) =
-            (host_blacklisted(site), host_blacklisted(source));
-        let freemail = email.is_some_and(|e| self.lists.is_freemail(&e.domain));
+        let screen = Screen::of(&claim, &self.lists);
 
         // The world is asked once, both questions at the same time; a check
         // that is meaningless after an earlier failure does not ask.
         let fetch = async {
-            match source {
-                Some(url) if source_blacklisted.is_none() => {
-                    Some(self.fetcher.fetch(url.as_str()).await)
-                }
-                _ => None,
+            match screen.fetchable() {
+                Some(url) => Some(self.fetcher.fetch(url.as_str()).await),
+                None => None,
             }
         };
         let lookup = async {
-            match email {
-                Some(e) if email_blacklisted.is_none() => {
-                    Some(self.resolver.mail_hosts(&e.domain).await)
-                }
-                _ => None,
+            match screen.email.filter(|_| screen.email_blacklisted.is_none()) {
+                Some(e) => Some(self.resolver.mail_hosts(&e.domain).await),
+                None => None,
             }
         };
         let (fetched, mail) = tokio::join!(fetch, lookup);
 
         let mut findings = Findings::default();
-        // 1. format
-        for bad in [
-            claim.email.as_ref().err(),
-            claim.site.as_ref().err(),
-            claim.source.as_ref().err(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            findings.fail(bad.clone());
-        }
-        if let Some(e) = email.filter(|e| e.unicode_domain.is_some()) {
-            findings.review(Fact::new(
-                "format",
-                "/email",
-                "a domain in plain ASCII letters",
-                format!("{} (shown as {})", e.domain, e.unicode_domain.as_deref().unwrap_or_default()),
-                "internationalised domain names can imitate others letter for letter; a person will confirm this one",
-            ));
-        }
-        for (name, url) in [("site", site), ("source", source)] {
-            if let Some(url) = url.filter(|u| has_idn_host(u)) {
-                findings.review(Fact::new(
-                    "format",
-                    format!("/{name}"),
-                    "a host name in plain ASCII letters",
-                    url.host_str().unwrap_or_default(),
-                    "internationalised domain names can imitate others letter for letter; a person will confirm this one",
-                ));
-            }
-        }
-        // 2. blacklist
-        if let (Some(e), Some(why)) = (email, &email_blacklisted) {
-            findings.fail(Fact::new(
-                "blacklist",
-                "/email",
-                "a real contact address, not a placeholder",
-                e.address(),
-                format!("{why}; find the address the company itself publishes"),
-            ));
-        }
-        for (name, url, why) in [
-            ("site", site, &site_blacklisted),
-            ("source", source, &source_blacklisted),
-        ] {
-            if let (Some(url), Some(why)) = (url, why) {
-                findings.fail(Fact::new(
-                    "blacklist",
-                    format!("/{name}"),
-                    "the company's real web address, not a placeholder",
-                    url.as_str(),
-                    format!("{why}; find the company's own site"),
-                ));
-            }
-        }
-        // 3. freemail
-        if let Some(e) = email.filter(|_| freemail) {
-            findings.review(Fact::new(
-                "freemail",
-                "/email",
-                "an address at the company's own domain",
-                &e.domain,
-                format!(
-                    "{} is a free mail provider; a person will confirm the company really uses it. \
-                     If the company has an address at its own domain, submit that one instead",
-                    e.domain
-                ),
-            ));
-        }
-        // 4. domain
+        format_check(&mut findings, &claim, &screen);
+        blacklist_check(&mut findings, &screen);
+        freemail_check(&mut findings, &screen);
         domain_check(
             &mut findings,
-            email.filter(|_| !freemail),
-            site,
-            source,
+            screen.email.filter(|_| !screen.freemail),
+            screen.site,
+            screen.source,
             fetched.as_ref(),
         );
-        // 5. source
-        let mut evidence = Vec::new();
-        evidence.push(match (source, fetched) {
-            (Some(url), Some(fetched)) => source_check(&mut findings, email, url, fetched),
-            (Some(url), None) => json!({"check": "source", "url": url.as_str(), "skipped": "the source is a placeholder"}),
-            (None, _) => json!({"check": "source", "skipped": "no valid source URL"}),
-        });
-        // 6. mx
-        evidence.push(match (email, mail) {
+        let mut evidence = vec![self.source_check(&mut findings, &screen, fetched).await];
+        evidence.push(match (screen.email, mail) {
             (Some(e), Some(answer)) => mx_check(&mut findings, e, answer),
             (Some(e), None) => json!({"check": "mx", "domain": e.domain, "skipped": "the address is a placeholder"}),
             (None, _) => json!({"check": "mx", "skipped": "no valid email address"}),
         });
+        if let Some(e) = screen.email.filter(|_| screen.email_blacklisted.is_none()) {
+            evidence.extend(duplicate_check(
+                &mut findings,
+                e,
+                session.holders_of("email"),
+            ));
+        }
         let mut outcome =
             GateOutcome::from_checks(findings.0.into_iter().map(|(v, f)| (v, Some(f))));
         outcome.evidence = evidence;
         outcome
+    }
+}
+
+/// What the claim says before the world is asked: its parsed fields and what
+/// the lists and the URLs alone tell.
+struct Screen<'a> {
+    email: Option<&'a Email>,
+    site: Option<&'a Url>,
+    source: Option<&'a Url>,
+    email_blacklisted: Option<String>,
+    site_blacklisted: Option<String>,
+    source_blacklisted: Option<String>,
+    freemail: bool,
+    /// The source asks for a port that is neither its scheme's standard one
+    /// nor the site's: a door an agent picks, not one a company publishes.
+    foreign_port: Option<u16>,
+}
+
+impl<'a> Screen<'a> {
+    fn of(claim: &'a Claim, lists: &Lists) -> Screen<'a> {
+        let email = claim.email.as_ref().ok();
+        let site = claim.site.as_ref().ok();
+        let source = claim.source.as_ref().ok();
+        let host_blacklisted =
+            |url: Option<&Url>| url.and_then(|u| lists.blacklisted_host(u.host_str()?));
+        Screen {
+            email,
+            site,
+            source,
+            email_blacklisted: email.and_then(|e| lists.blacklisted_email(e)),
+            site_blacklisted: host_blacklisted(site),
+            source_blacklisted: host_blacklisted(source),
+            freemail: email.is_some_and(|e| lists.is_freemail(&e.domain)),
+            foreign_port: source
+                .and_then(Url::port)
+                .filter(|port| site.and_then(Url::port) != Some(*port)),
+        }
+    }
+
+    /// The source, when it is worth fetching.
+    fn fetchable(&self) -> Option<&'a Url> {
+        self.source
+            .filter(|_| self.source_blacklisted.is_none() && self.foreign_port.is_none())
+    }
+}
+
+/// Check 1: the fields parse; internationalised names go to review.
+fn format_check(findings: &mut Findings, claim: &Claim, screen: &Screen) {
+    for bad in [
+        claim.email.as_ref().err(),
+        claim.site.as_ref().err(),
+        claim.source.as_ref().err(),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        findings.fail(bad.clone());
+    }
+    let homoglyphs = "internationalised domain names can imitate others letter for letter; a person will confirm this one";
+    if let Some(e) = screen.email.filter(|e| e.unicode_domain.is_some()) {
+        findings.review(Fact::new(
+            "format",
+            "/email",
+            "a domain in plain ASCII letters",
+            format!(
+                "{} (shown as {})",
+                e.domain,
+                e.unicode_domain.as_deref().unwrap_or_default()
+            ),
+            homoglyphs,
+        ));
+    }
+    for (name, url) in [("site", screen.site), ("source", screen.source)] {
+        if let Some(url) = url.filter(|u| has_idn_host(u)) {
+            findings.review(Fact::new(
+                "format",
+                format!("/{name}"),
+                "a host name in plain ASCII letters",
+                url.host_str().unwrap_or_default(),
+                homoglyphs,
+            ));
+        }
+    }
+}
+
+/// Check 2: placeholder addresses and hosts.
+fn blacklist_check(findings: &mut Findings, screen: &Screen) {
+    if let (Some(e), Some(why)) = (screen.email, &screen.email_blacklisted) {
+        findings.fail(Fact::new(
+            "blacklist",
+            "/email",
+            "a real contact address, not a placeholder",
+            e.address(),
+            format!("{why}; find the address the company itself publishes"),
+        ));
+    }
+    for (name, url, why) in [
+        ("site", screen.site, &screen.site_blacklisted),
+        ("source", screen.source, &screen.source_blacklisted),
+    ] {
+        if let (Some(url), Some(why)) = (url, why) {
+            findings.fail(Fact::new(
+                "blacklist",
+                format!("/{name}"),
+                "the company's real web address, not a placeholder",
+                url.as_str(),
+                format!("{why}; find the company's own site"),
+            ));
+        }
+    }
+}
+
+/// Check 3: free mail providers go to review.
+fn freemail_check(findings: &mut Findings, screen: &Screen) {
+    if let Some(e) = screen.email.filter(|_| screen.freemail) {
+        findings.review(Fact::new(
+            "freemail",
+            "/email",
+            "an address at the company's own domain",
+            &e.domain,
+            format!(
+                "{} is a free mail provider; a person will confirm the company really uses it. \
+                 If the company has an address at its own domain, submit that one instead",
+                e.domain
+            ),
+        ));
     }
 }
 
@@ -401,47 +477,7 @@ fn domain_check(
     }
 }
 
-/// How much of the address the source URL itself carries.
-#[derive(Debug, PartialEq, Eq)]
-enum Carried {
-    Nothing,
-    /// Its local part as a whole token and its domain: a page could assemble it.
-    Parts,
-    Whole,
-}
-
-/// Whether the source URL (path and query; the fragment is never sent)
-/// carries the address, in any percent or entity encoding: a page that echoes
-/// its URL would then "show" whatever the agent put there.
-fn carried_by_url(url: &Url, email: &Email) -> Carried {
-    let mut text = format!("{}?{}", url.path(), url.query().unwrap_or_default());
-    for _ in 0..3 {
-        let decoded = percent_encoding::percent_decode_str(&text)
-            .decode_utf8_lossy()
-            .into_owned();
-        text = html_escape::decode_html_entities(&decoded).into_owned();
-    }
-    let text = text.to_lowercase();
-    let local = email.local.to_lowercase();
-    let domains = std::iter::once(email.domain.as_str()).chain(email.unicode_domain.as_deref());
-    let mut has_domain = false;
-    for domain in domains {
-        if text.contains(&format!("{local}@{domain}")) {
-            return Carried::Whole;
-        }
-        has_domain |= text.contains(domain);
-    }
-    let has_local = text
-        .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-')))
-        .any(|token| token == local);
-    if has_local && has_domain {
-        Carried::Parts
-    } else {
-        Carried::Nothing
-    }
-}
-
-/// Whether a content type is one the gate can search as text.
+/// Whether a content type is one the gate reads as a web page (none given: yes).
 fn readable(content_type: Option<&str>) -> bool {
     content_type.is_none_or(|t| {
         let t = t.to_ascii_lowercase();
@@ -449,147 +485,337 @@ fn readable(content_type: Option<&str>) -> bool {
     })
 }
 
-/// Check 5: fetch the source and find the address on it. Returns the evidence.
-fn source_check(
-    findings: &mut Findings,
-    email: Option<&Email>,
-    url: &Url,
-    fetched: Result<Page, FetchError>,
-) -> Value {
-    let fact = |expected: String, actual: String, hint: &str| {
-        Fact::new("source", "/source", expected, actual, hint)
-    };
-    if let Some(e) = email {
-        match carried_by_url(url, e) {
-            Carried::Whole => findings.fail(fact(
-                "a page that does not carry the address in its own URL".into(),
-                url.to_string(),
-                "a page that repeats its URL proves nothing; cite the page where the company publishes the address",
-            )),
-            Carried::Parts => findings.review(fact(
-                "a page that does not carry the address in its own URL".into(),
-                url.to_string(),
-                "the URL holds the parts of the address, which a page could echo back; a person will look",
-            )),
-            Carried::Nothing => {}
-        }
+/// A fact about the source URL or what answered it.
+fn source_fact(expected: &str, actual: impl Into<String>, hint: &str) -> Fact {
+    Fact::new("source", "/source", expected, actual, hint)
+}
+
+const NOT_ECHOED: &str = "a page that does not carry the address in its own URL";
+const ECHO_PROVES_NOTHING: &str = "a page that repeats its URL proves nothing; cite the page where the company publishes the address";
+
+/// What a failed fetch says: the world contradicting the claim is FAIL, the
+/// world not answering is REVIEW.
+fn fetch_failure(findings: &mut Findings, error: &FetchError) {
+    let actual = error.to_string();
+    match error {
+        FetchError::Refused(_) => findings.fail(source_fact(
+            "a page on a public web address",
+            actual,
+            "the source must be a public web page; cite the company's public contact page",
+        )),
+        FetchError::NoSuchHost(_) => findings.fail(source_fact(
+            "a page that exists",
+            actual,
+            "the host does not exist; check the URL",
+        )),
+        FetchError::TooManyRedirects(_) => findings.fail(source_fact(
+            "a page that loads",
+            actual,
+            "open the URL in a browser and cite the page it ends on",
+        )),
+        // Nothing listens on a port the agent picked: no page can be there.
+        FetchError::NoConnection { port: Some(_), .. } => findings.fail(source_fact(
+            "a page that answers at the site's own address",
+            actual,
+            "company pages are served on the standard web ports; cite the page at the address a browser shows for it",
+        )),
+        FetchError::NoConnection { port: None, .. }
+        | FetchError::Timeout(_)
+        | FetchError::Unreachable(_) => findings.review(source_fact(
+            "a page that answers",
+            actual,
+            "the page could not be checked now; if the URL is right there is nothing to fix, a person will look",
+        )),
     }
-    let page = match fetched {
-        Ok(page) => page,
-        Err(error) => {
-            let evidence =
-                json!({"check": "source", "url": url.as_str(), "error": error.to_string()});
-            match error {
-                FetchError::Refused(_) => findings.fail(fact(
-                    "a page on a public web address".into(),
-                    error.to_string(),
-                    "the source must be a public web page; cite the company's public contact page",
-                )),
-                FetchError::NoSuchHost(_) => findings.fail(fact(
-                    "a page that exists".into(),
-                    error.to_string(),
-                    "the host does not exist; check the URL",
-                )),
-                FetchError::TooManyRedirects(_) => findings.fail(fact(
-                    "a page that loads".into(),
-                    error.to_string(),
-                    "open the URL in a browser and cite the page it ends on",
-                )),
-                FetchError::Timeout(_) | FetchError::Unreachable(_) => findings.review(fact(
-                    "a page that answers".into(),
-                    error.to_string(),
-                    "the page could not be checked now; if the URL is right there is nothing to fix, a person will look",
-                )),
+}
+
+/// The origin's home page of a URL (`https://acme.test/`), unless the URL is it.
+fn home_of(url: &str) -> Option<String> {
+    let url = Url::parse(url).ok()?;
+    let mut home = url.clone();
+    home.set_path("/");
+    home.set_query(None);
+    home.set_fragment(None);
+    (home != url).then(|| home.to_string())
+}
+
+impl EmailGate {
+    /// Check 5: fetch the source and find the address on it. Returns the evidence.
+    async fn source_check(
+        &self,
+        findings: &mut Findings,
+        screen: &Screen<'_>,
+        fetched: Option<Result<Page, FetchError>>,
+    ) -> Value {
+        let Some(url) = screen.source else {
+            return json!({"check": "source", "skipped": "no valid source URL"});
+        };
+        if let Some(e) = screen.email
+            && echo::carried(url, e) == Carried::Whole
+        {
+            findings.fail(source_fact(NOT_ECHOED, url.as_str(), ECHO_PROVES_NOTHING));
+        }
+        let fetched = match fetched {
+            Some(fetched) => fetched,
+            None if screen.source_blacklisted.is_some() => {
+                return json!({"check": "source", "url": url.as_str(), "skipped": "the source is a placeholder"});
             }
+            None => {
+                let port = screen.foreign_port.unwrap_or_default();
+                let site_port = screen
+                    .site
+                    .map(|s| s.port_or_known_default().unwrap_or_default().to_string())
+                    .unwrap_or_else(|| "its scheme's standard one".into());
+                findings.fail(source_fact(
+                    "a page served where the site is",
+                    format!("{url} asks for port {port}, the site's port is {site_port}"),
+                    "company pages are served on the site's own port; cite the page at the address a browser shows for it",
+                ));
+                return json!({"check": "source", "url": url.as_str(), "skipped": "the source asks for another port than the site's"});
+            }
+        };
+        let page = match fetched {
+            Ok(page) => page,
+            Err(error) => {
+                fetch_failure(findings, &error);
+                return json!({"check": "source", "url": url.as_str(), "error": error.to_string()});
+            }
+        };
+        let text = PageText::from_body(&page.body);
+        let addresses = text.addresses(LISTED_ADDRESSES);
+        let mut evidence = json!({
+            "check": "source",
+            "url": page.url,
+            "final_url": page.final_url,
+            "status": page.status,
+            "content_type": page.content_type,
+            "sha256": hex::encode(Sha256::digest(&page.body)),
+            "bytes": page.body.len(),
+            "truncated": page.truncated,
+            "fetched_at": page.fetched_at.to_rfc3339(),
+            "addresses": addresses,
+        });
+        let landed = Url::parse(&page.final_url).ok();
+        if let (Some(e), Some(landed)) = (screen.email, &landed)
+            && landed != url
+            && echo::carried(landed, e) == Carried::Whole
+        {
+            findings.fail(source_fact(
+                NOT_ECHOED,
+                format!("redirected to {landed}"),
+                ECHO_PROVES_NOTHING,
+            ));
+        }
+        if !(200..=299).contains(&page.status) {
+            self.status_check(findings, &page, &mut evidence).await;
             return evidence;
         }
-    };
-    let text = PageText::from_body(&page.body);
-    let addresses = text.addresses(LISTED_ADDRESSES);
-    let mut evidence = json!({
-        "check": "source",
-        "url": page.url,
-        "final_url": page.final_url,
-        "status": page.status,
-        "content_type": page.content_type,
-        "sha256": hex::encode(Sha256::digest(&page.body)),
-        "bytes": page.body.len(),
-        "truncated": page.truncated,
-        "fetched_at": page.fetched_at.to_rfc3339(),
-        "addresses": addresses,
-    });
-    let status = format!("HTTP {}", page.status);
-    match page.status {
-        200..=299 => {}
-        404 | 410 => {
-            findings.fail(fact(
-                "a page that exists (HTTP 200)".into(),
+        if !readable(page.content_type.as_deref()) {
+            findings.fail(source_fact(
+                "a web page (HTML or text)",
+                format!(
+                    "{}, not a web page",
+                    page.content_type.as_deref().unwrap_or_default()
+                ),
+                "the gate reads web pages, not images, files or documents; cite the HTML page \
+                 where the address is shown (often a contact or imprint page)",
+            ));
+            evidence["found"] = json!("not_read");
+            return evidence;
+        }
+        let Some(email) = screen.email else {
+            return evidence;
+        };
+        let found = find_check(findings, email, &page, &text, &addresses, &mut evidence);
+        if found {
+            let echo_from = [Some(url), landed.as_ref()]
+                .into_iter()
+                .flatten()
+                .find(|u| echo::carried(u, email) == Carried::LocalPart);
+            if let Some(echo_from) = echo_from {
+                evidence["echo_probe"] = self.echo_probe(findings, email, echo_from).await;
+            }
+        }
+        evidence
+    }
+
+    /// A page that answered something other than 2xx. 403 is told apart by
+    /// asking the site's home page: a site that turns the gate away everywhere
+    /// is REVIEW, a page that is closed while the site answers is FAIL.
+    async fn status_check(&self, findings: &mut Findings, page: &Page, evidence: &mut Value) {
+        let status = format!("HTTP {}", page.status);
+        let unwell = "the page could not be read now; if the URL is right there is nothing to fix, a person will look";
+        match page.status {
+            404 | 410 => findings.fail(source_fact(
+                "a page that exists (HTTP 200)",
                 status,
                 "the page is gone; cite the page where the address is published now",
-            ));
-            return evidence;
-        }
-        _ => {
-            findings.review(fact(
-                "a page that answers HTTP 200".into(),
+            )),
+            401 => findings.fail(source_fact(
+                "a public page (HTTP 200)",
                 status,
-                "the page could not be read now; if the URL is right there is nothing to fix, a person will look",
-            ));
-            return evidence;
+                "the page asks for a login, so visitors cannot read it; cite the public page that shows the address",
+            )),
+            403 => {
+                let home = home_of(&page.final_url);
+                let answered = match &home {
+                    Some(home) => match self.fetcher.fetch(home).await {
+                        Ok(answer) => {
+                            evidence["home"] = json!({"url": home, "status": answer.status});
+                            Some(answer.status)
+                        }
+                        Err(e) => {
+                            evidence["home"] = json!({"url": home, "error": e.to_string()});
+                            None
+                        }
+                    },
+                    None => None,
+                };
+                match (home, answered) {
+                    (Some(home), Some(code @ (200..=399 | 404 | 410))) => findings.fail(source_fact(
+                        "a public page (HTTP 200)",
+                        format!("{status}, while the site's home page {home} answers HTTP {code}"),
+                        "the site serves visitors but refuses this page, so it is not public; cite the public page that shows the address",
+                    )),
+                    _ => findings.review(source_fact(
+                        "a page that answers HTTP 200",
+                        format!("{status}, and the site's home page refuses the gate too"),
+                        "the site turns automated readers away; if the URL is right there is nothing to fix, a person will look",
+                    )),
+                }
+            }
+            408 | 429 | 500..=599 => findings.review(source_fact(
+                "a page that answers HTTP 200",
+                status,
+                unwell,
+            )),
+            _ => findings.fail(source_fact(
+                "a page that answers HTTP 200",
+                status,
+                "the server serves no page at this URL; open it in a browser and cite the page it shows",
+            )),
         }
     }
-    let Some(email) = email else { return evidence };
-    let address = email.address();
-    let on_page = format!("{address} written on {}", page.url);
-    let efact =
-        |actual: String, hint: String| Fact::new("source", "/email", on_page.clone(), actual, hint);
+
+    /// The URL carries the address's local part: fetch the same URL with it
+    /// replaced by a made-up one; a page that then shows the made-up address
+    /// repeats its URL. Returns the probe's evidence.
+    async fn echo_probe(&self, findings: &mut Findings, email: &Email, url: &Url) -> Value {
+        let untestable = |findings: &mut Findings, actual: String| {
+            findings.review(source_fact(
+                NOT_ECHOED,
+                actual,
+                "the URL holds the address's local part and the gate could not test whether the page repeats it; a person will look",
+            ))
+        };
+        let Some((probe, made_up)) = echo::probe(url, email) else {
+            untestable(findings, url.to_string());
+            return json!({"url": Value::Null, "error": "the local part is encoded too deeply to replace"});
+        };
+        match self.fetcher.fetch(probe.as_str()).await {
+            Ok(page) => {
+                let echoed = PageText::from_body(&page.body).find(&made_up) != Found::Absent;
+                if echoed {
+                    findings.fail(source_fact(
+                        NOT_ECHOED,
+                        format!(
+                            "{probe} shows {}: the page repeats its URL",
+                            made_up.address()
+                        ),
+                        ECHO_PROVES_NOTHING,
+                    ));
+                }
+                json!({"url": probe.as_str(), "status": page.status, "echoed": echoed})
+            }
+            Err(
+                error @ (FetchError::Timeout(_)
+                | FetchError::Unreachable(_)
+                | FetchError::NoConnection { port: None, .. }),
+            ) => {
+                untestable(findings, format!("{probe}: {error}"));
+                json!({"url": probe.as_str(), "error": error.to_string()})
+            }
+            // No page at the made-up URL: nothing repeats it.
+            Err(error) => {
+                json!({"url": probe.as_str(), "error": error.to_string(), "echoed": false})
+            }
+        }
+    }
+}
+
+/// Finds the address on a readable 2xx page, adds the facts and the `found`
+/// and `snippet` evidence. Returns whether the address was found in any form.
+fn find_check(
+    findings: &mut Findings,
+    email: &Email,
+    page: &Page,
+    text: &PageText,
+    addresses: &[String],
+    evidence: &mut Value,
+) -> bool {
+    let on_page = format!("{} written on {}", email.address(), page.url);
+    let mut fact = |verdict: Verdict, actual: String, hint: String| {
+        let fact = Fact::new("source", "/email", on_page.clone(), actual, hint);
+        match verdict {
+            Verdict::Fail => findings.fail(fact),
+            _ => findings.review(fact),
+        }
+    };
+    let confirm = "a person will confirm it; cite a page that shows the address if there is one";
     let (found, snippet) = match text.find(email) {
         Found::Exact { snippet } => ("exact", Some(snippet)),
         Found::OtherCase { written, snippet } => {
-            findings.fail(efact(
+            fact(
+                Verdict::Fail,
                 format!("only {written}"),
                 format!("the page writes the address as {written}; submit it exactly so"),
-            ));
+            );
             ("other_case", Some(snippet))
         }
         Found::InComment { snippet } => {
-            findings.review(efact(
+            fact(
+                Verdict::Review,
                 "only inside an HTML comment, which visitors do not see".into(),
-                "a person will confirm it; cite a page that shows the address if there is one"
-                    .into(),
-            ));
+                confirm.into(),
+            );
             ("comment", Some(snippet))
         }
+        Found::Hidden { snippet } => {
+            fact(
+                Verdict::Review,
+                "only where visitors do not see it (a script, a style sheet, CDATA or an attribute value)".into(),
+                confirm.into(),
+            );
+            ("hidden", Some(snippet))
+        }
         Found::BetweenTags { snippet } => {
-            findings.review(efact(
+            fact(
+                Verdict::Review,
                 "only with HTML tags between its parts".into(),
                 "a person will confirm it".into(),
-            ));
+            );
             ("between_tags", Some(snippet))
         }
         Found::Obfuscated { snippet } => {
-            findings.review(efact(
+            fact(
+                Verdict::Review,
                 format!("only an obfuscated form: {snippet}"),
                 "a person will confirm it; if another page writes the address out, cite that one"
                     .into(),
-            ));
+            );
             ("obfuscated", Some(snippet))
         }
         Found::Absent if page.truncated => {
-            findings.review(efact(
-                format!("not in the first {} bytes of a longer page", page.body.len()),
-                "the page is larger than the gate reads; a person will look, or cite a shorter page".into(),
-            ));
-            ("absent", None)
-        }
-        Found::Absent if !readable(page.content_type.as_deref()) => {
-            findings.review(efact(
+            fact(
+                Verdict::Fail,
                 format!(
-                    "a {} document the gate cannot read as text",
-                    page.content_type.as_deref().unwrap_or_default()
+                    "not in the first {} bytes of a longer page",
+                    page.body.len()
                 ),
-                "a person will look; an HTML page that shows the address is better proof".into(),
-            ));
+                "the gate reads only the start of a very long page; cite a shorter page where \
+                 the address is shown, such as the contact page"
+                    .into(),
+            );
             ("absent", None)
         }
         Found::Absent => {
@@ -601,13 +827,35 @@ fn source_check(
                     addresses.join(", ")
                 )
             };
-            findings.fail(efact("not on the page".into(), hint));
+            fact(Verdict::Fail, "not on the page".into(), hint);
             ("absent", None)
         }
     };
     evidence["found"] = json!(found);
     evidence["snippet"] = json!(snippet);
-    evidence
+    found != "absent"
+}
+
+/// Check 7: no other quest of the session holds the same address. Returns
+/// evidence when one does.
+fn duplicate_check(findings: &mut Findings, email: &Email, holders: &[String]) -> Option<Value> {
+    if holders.is_empty() {
+        return None;
+    }
+    let named = holders
+        .iter()
+        .map(|key| format!("\"{key}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    findings.review(Fact::new(
+        "duplicate",
+        "/email",
+        "an address no other company of this session has",
+        format!("{} is also the result for {named}", email.address()),
+        "two companies rarely share one contact address, so a person will compare the quests; \
+         if the address belongs to the other company, find this company's own",
+    ));
+    Some(json!({"check": "duplicate", "email": email.address(), "quests": holders}))
 }
 
 /// Check 6: the email's domain accepts mail. Returns the evidence.

@@ -1,7 +1,9 @@
 //! Reading a fetched page for addresses: HTML entities decoded, `mailto:`
-//! links (also percent-encoded) and Cloudflare's email protection read,
-//! comments kept apart, and obfuscated forms (`info [at] acme.co.kr`) told
-//! apart from the address written out.
+//! links (also percent-encoded) and Cloudflare's email protection read, and
+//! what a reader does not see kept apart: comments, the contents of `script`,
+//! `style` and `template` elements, CDATA sections and attribute values (an
+//! `<input value>`, a `<meta content>`, an image URL). Obfuscated forms
+//! (`info [at] acme.co.kr`) are told apart from the address written out.
 //!
 //! An address counts only as a whole token: `o@acme.test` is not found in
 //! `info@acme.test`, nor `info@acme.test` in `info@acme.test.evil.test`.
@@ -9,19 +11,31 @@
 use std::sync::LazyLock;
 
 use percent_encoding::percent_decode_str;
-use regex::Regex;
+use regex::{Captures, Regex};
 
 use super::address::Email;
 
 /// Characters of a local part as this gate accepts them.
-fn is_local_char(c: char) -> bool {
+pub(crate) fn is_local_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-')
 }
 
 static COMMENT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?s)<!--.*?(?:-->|\z)").unwrap());
-static TAG: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"<[^>]*>").unwrap());
-static MAILTO: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r#"(?i)mailto:([^"'<>\s?]+)"#).unwrap());
+/// Elements whose content no reader sees, and CDATA sections; an unclosed
+/// one runs to the end of the page, as it does in a browser.
+static HIDDEN_ELEMENT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?is)<script\b[^>]*>.*?(?:</script\s*>|\z)|<style\b[^>]*>.*?(?:</style\s*>|\z)|<template\b[^>]*>.*?(?:</template\s*>|\z)|<!\[CDATA\[.*?(?:\]\]>|\z)",
+    )
+    .unwrap()
+});
+/// A start or end tag: its slash, its name and its attributes (quoted values may hold `>`).
+static TAG: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"<(/?)([A-Za-z][A-Za-z0-9:-]*)((?:[^>"']|"[^"]*"|'[^']*')*)>"#).unwrap()
+});
+static HREF: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r#"(?i)\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))"#).unwrap()
+});
 static CFEMAIL: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r#"(?i)(?:data-cfemail="|/cdn-cgi/l/email-protection#)([0-9a-f]{4,})"#).unwrap()
 });
@@ -34,6 +48,18 @@ static WHITESPACE: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"\s+").unwrap(
 /// word joiner, the byte order mark and the soft hyphen.
 static INVISIBLE: LazyLock<Regex> =
     LazyLock::new(|| Regex::new("[\u{200B}-\u{200D}\u{2060}\u{FEFF}\u{00AD}]").unwrap());
+/// The ways an obfuscated address writes `@`, at the start of the text searched.
+static OBFUSCATED_AT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(r"(?i)\A\s*(?:\[\s*at\s*\]|\(\s*at\s*\)|\{\s*at\s*\}|<\s*at\s*>|\s+at\s+|＠|@)\s*")
+        .unwrap()
+});
+/// The ways an obfuscated address writes the dots of its domain.
+static OBFUSCATED_DOT: LazyLock<Regex> = LazyLock::new(|| {
+    Regex::new(
+        r"(?i)\A\s*(?:\[\s*dot\s*\]|\(\s*dot\s*\)|\{\s*dot\s*\}|<\s*dot\s*>|\s+dot\s+|．|\.)\s*",
+    )
+    .unwrap()
+});
 
 /// Endings that make an `x@y.png` token a file name, not an address.
 const FILE_ENDINGS: &[&str] = &[
@@ -56,6 +82,11 @@ pub enum Found {
     InComment {
         snippet: String,
     },
+    /// Only where no visitor sees it: a script, a style sheet, a template,
+    /// CDATA or an attribute value other than a `mailto:` link.
+    Hidden {
+        snippet: String,
+    },
     /// Only once the HTML tags between its parts are removed.
     BetweenTags {
         snippet: String,
@@ -70,12 +101,15 @@ pub enum Found {
 /// The text of a page, prepared for searching.
 #[derive(Debug)]
 pub struct PageText {
-    /// Entity-decoded HTML without comments, followed by the addresses of
-    /// `mailto:` links and of Cloudflare email protection, one a line.
+    /// What a reader sees: the HTML without comments, hidden elements and
+    /// attribute values, entities decoded. Tags keep only their names and the
+    /// addresses of their `mailto:` links and Cloudflare email protection.
     main: String,
     /// Entity-decoded comments.
     comments: String,
-    /// `main` with the tags removed.
+    /// Entity-decoded hidden text: hidden elements, CDATA, attribute values.
+    hidden: String,
+    /// `main`'s HTML with the tags removed.
     stripped: String,
 }
 
@@ -85,23 +119,33 @@ impl PageText {
         let raw = String::from_utf8_lossy(body);
         let comments: Vec<&str> = COMMENT.find_iter(&raw).map(|m| m.as_str()).collect();
         let without_comments = COMMENT.replace_all(&raw, " ");
-        let mut main = visible(&without_comments);
-        let mut extra = String::new();
-        for link in MAILTO.captures_iter(&main) {
-            extra.push('\n');
-            extra.push_str(&percent_decode_str(&link[1]).decode_utf8_lossy());
-        }
-        for protected in CFEMAIL.captures_iter(&main) {
-            if let Some(address) = decode_cfemail(&protected[1]) {
-                extra.push('\n');
-                extra.push_str(&address);
+        let mut hidden: Vec<String> = HIDDEN_ELEMENT
+            .find_iter(&without_comments)
+            .map(|m| m.as_str().to_owned())
+            .collect();
+        let shown = HIDDEN_ELEMENT.replace_all(&without_comments, " ");
+        // A tag keeps its name and, in place of its attributes, the addresses
+        // of its mailto links and email protection: a visitor reaches those.
+        let html = TAG.replace_all(&shown, |tag: &Captures| {
+            let attributes = &tag[3];
+            if !attributes.trim().is_empty() {
+                hidden.push(attributes.to_owned());
             }
-        }
-        main.push_str(&extra);
+            let mut kept = format!("<{}{}", &tag[1], &tag[2]);
+            for address in mailto_links(attributes).chain(protected_addresses(attributes)) {
+                if !address.contains(['<', '>', '&']) && !address.contains(char::is_whitespace) {
+                    kept.push(' ');
+                    kept.push_str(&address);
+                }
+            }
+            kept.push('>');
+            kept
+        });
         PageText {
-            main,
+            main: visible(&html),
             comments: visible(&comments.join("\n")),
-            stripped: visible(&TAG.replace_all(&without_comments, "")),
+            hidden: visible(&hidden.join("\n")),
+            stripped: visible(&TAG.replace_all(&html, "")),
         }
     }
 
@@ -128,23 +172,27 @@ impl PageText {
                 snippet: snippet(&self.comments, hit.start, hit.end),
             };
         }
+        if let Some(hit) = occurrences(&self.hidden, email).iter().find(same) {
+            return Found::Hidden {
+                snippet: snippet(&self.hidden, hit.start, hit.end),
+            };
+        }
         if let Some(hit) = occurrences(&self.stripped, email).iter().find(same) {
             return Found::BetweenTags {
                 snippet: snippet(&self.stripped, hit.start, hit.end),
             };
         }
-        let obfuscated = obfuscation_pattern(email);
         for text in [&self.main, &self.stripped] {
-            if let Some(m) = obfuscated.find(text) {
+            if let Some((start, end)) = obfuscated(text, email) {
                 return Found::Obfuscated {
-                    snippet: snippet(text, m.start(), m.end()),
+                    snippet: snippet(text, start, end),
                 };
             }
         }
         Found::Absent
     }
 
-    /// The distinct addresses written out on the page, in page order (at most `limit`).
+    /// The distinct addresses a reader sees on the page, in page order (at most `limit`).
     pub fn addresses(&self, limit: usize) -> Vec<String> {
         let mut seen: Vec<String> = Vec::new();
         for m in ADDRESS.find_iter(&self.main) {
@@ -166,6 +214,29 @@ impl PageText {
         }
         seen
     }
+}
+
+/// The addresses of the `mailto:` links among a tag's attributes (entities
+/// and percent-encoding decoded, the `?subject=...` part dropped).
+fn mailto_links(attributes: &str) -> impl Iterator<Item = String> + '_ {
+    HREF.captures_iter(attributes).filter_map(|href| {
+        let value = href.get(1).or(href.get(2)).or(href.get(3))?.as_str();
+        let value = html_escape::decode_html_entities(value);
+        let value = value.trim();
+        let target = value
+            .get(..7)
+            .filter(|scheme| scheme.eq_ignore_ascii_case("mailto:"))
+            .map(|_| &value[7..])?;
+        let address = target.split('?').next().unwrap_or_default();
+        Some(percent_decode_str(address).decode_utf8_lossy().into_owned())
+    })
+}
+
+/// The addresses Cloudflare's email protection hides in a tag's attributes.
+fn protected_addresses(attributes: &str) -> impl Iterator<Item = String> + '_ {
+    CFEMAIL
+        .captures_iter(attributes)
+        .filter_map(|protected| decode_cfemail(&protected[1]))
 }
 
 /// One place where `@domain` stands with a whole address around it.
@@ -218,23 +289,49 @@ fn occurrences(text: &str, email: &Email) -> Vec<Hit> {
     hits
 }
 
-/// A pattern for `email` written with `[at]`, `(at)`, ` at `, `＠`, spaces
-/// around `@`, and the same family for the dots of the domain.
-fn obfuscation_pattern(email: &Email) -> Regex {
-    const AT: &str = r"\s*(?:\[\s*at\s*\]|\(\s*at\s*\)|\{\s*at\s*\}|<\s*at\s*>|\s+at\s+|＠|@)\s*";
-    const DOT: &str =
-        r"\s*(?:\[\s*dot\s*\]|\(\s*dot\s*\)|\{\s*dot\s*\}|<\s*dot\s*>|\s+dot\s+|．|\.)\s*";
-    let domain = email
-        .domain
-        .split('.')
-        .map(regex::escape)
-        .collect::<Vec<_>>()
-        .join(DOT);
-    let pattern = format!(
-        r"(?i)(?:^|[^A-Za-z0-9._+-]){}{AT}{domain}(?:$|[^A-Za-z0-9.\-]|\.(?:$|[^A-Za-z0-9]))",
-        regex::escape(&email.local)
-    );
-    Regex::new(&pattern).expect("an escaped address makes a valid pattern")
+/// Where `email` stands written with `[at]`, `(at)`, ` at `, `＠` or spaces
+/// around `@`, and the same family for the dots of its domain (letter case
+/// ignored), as a whole token.
+fn obfuscated(text: &str, email: &Email) -> Option<(usize, usize)> {
+    let lower = text.to_ascii_lowercase(); // same byte offsets as `text`
+    let local = email.local.to_ascii_lowercase();
+    let labels: Vec<&str> = email.domain.split('.').collect();
+    'candidates: for (start, _) in lower.match_indices(&local) {
+        if lower[..start]
+            .chars()
+            .next_back()
+            .is_some_and(is_local_char)
+        {
+            continue;
+        }
+        let mut at = start + local.len();
+        match OBFUSCATED_AT.find(&text[at..]) {
+            Some(sign) => at += sign.end(),
+            None => continue,
+        }
+        for (i, label) in labels.iter().enumerate() {
+            if i > 0 {
+                match OBFUSCATED_DOT.find(&text[at..]) {
+                    Some(dot) => at += dot.end(),
+                    None => continue 'candidates,
+                }
+            }
+            if !lower[at..].starts_with(label) {
+                continue 'candidates;
+            }
+            at += label.len();
+        }
+        let mut after = text[at..].chars();
+        let ends_here = match after.next() {
+            None => true,
+            Some('.') => !after.next().is_some_and(|c| c.is_ascii_alphanumeric()),
+            Some(c) => !(c.is_ascii_alphanumeric() || c == '-'),
+        };
+        if ends_here {
+            return Some((start, at));
+        }
+    }
+    None
 }
 
 /// HTML text as a reader sees its characters: entities decoded, invisible characters gone.
@@ -389,6 +486,50 @@ mod tests {
     }
 
     #[test]
+    fn an_address_only_where_no_visitor_sees_it_is_hidden() {
+        for html in [
+            "<p>hi</p><script>var to = 'info@acme.test';</script>",
+            "<style>/* info@acme.test */</style>",
+            "<template><p>info@acme.test</p></template>",
+            "<p>hi</p><![CDATA[ info@acme.test ]]>",
+            "<input type=\"hidden\" name=\"to\" value=\"info@acme.test\">",
+            "<meta name=\"reply-to\" content=\"info&#64;acme.test\">",
+            "<img src=\"https://cdn.test/x?to=info@acme.test\" alt=\"\">",
+            "<a href=\"https://acme.test/?e=info@acme.test\">write</a>",
+            "<div title='info@acme.test'>x</div>",
+            "<div data-x=\"a>b info@acme.test\">x</div>",
+            "<p>hi</p><SCRIPT type=module>send('info@acme.test')",
+        ] {
+            assert!(
+                matches!(find(html, "info@acme.test"), Found::Hidden { .. }),
+                "{html}: {:?}",
+                find(html, "info@acme.test")
+            );
+        }
+        // A mailto link is something a visitor clicks, and a hidden copy
+        // does not hide the address written beside it.
+        for html in [
+            "<a href=\"mailto:info@acme.test\">mail</a>",
+            "<a href='&#109;ailto:info&#64;acme.test'>mail</a>",
+            "<a class=x href=mailto:info@acme.test>mail</a>",
+            "<script>x('info@acme.test')</script><p>info@acme.test</p><input value=\"info@acme.test\">",
+            "if x < 5 write to info@acme.test, and if y > 3 call",
+        ] {
+            assert!(is_exact(&find(html, "info@acme.test")), "{html}");
+        }
+        assert_eq!(
+            find(
+                "<a href=\"mailto:info@acme.test\">mail</a>",
+                "info@acme.test"
+            ),
+            Found::Exact {
+                snippet: "<a info@acme.test>mail</a>".into()
+            },
+            "the link's address stands where the link is"
+        );
+    }
+
+    #[test]
     fn obfuscated_forms_are_recognised() {
         for html in [
             "info [at] acme.test",
@@ -428,12 +569,13 @@ mod tests {
     #[test]
     fn the_addresses_on_a_page_are_listed_once_in_order_without_file_names() {
         let text = PageText::from_body(
-            br#"<img src="logo@2x.png"> sales@acme.test, <a href="mailto:info%40acme.test">x</a>
-                Sales@acme.test ..press@acme.test"#,
+            br#"<img src="logo@2x.png"> logo@2x.png sales@acme.test, <a href="mailto:info%40acme.test">x</a>
+                Sales@acme.test ..press@acme.test <input value="hidden@acme.test">"#,
         );
         assert_eq!(
             text.addresses(10),
-            ["sales@acme.test", "press@acme.test", "info@acme.test"]
+            ["sales@acme.test", "info@acme.test", "press@acme.test"],
+            "a link's address stands where the link does; hidden ones are not listed"
         );
         assert_eq!(text.addresses(1), ["sales@acme.test"]);
     }

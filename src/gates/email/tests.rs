@@ -18,10 +18,7 @@ fn world_with(fetcher: FakeFetcher, resolver: FakeResolver, params: Value) -> Wo
     let resolver = Arc::new(resolver);
     let gate = EmailGate::from_params(
         params.as_object().unwrap(),
-        &EmailWorld {
-            fetcher: fetcher.clone(),
-            resolver: resolver.clone(),
-        },
+        &EmailWorld::new(fetcher.clone(), resolver.clone()),
     )
     .unwrap();
     World {
@@ -55,7 +52,13 @@ fn honest() -> Value {
 }
 
 async fn check(w: &World, result: Value) -> GateOutcome {
-    w.gate.check(&json!({"company": "Acme"}), &result).await
+    check_in(w, result, &SessionView::alone()).await
+}
+
+async fn check_in(w: &World, result: Value, session: &SessionView) -> GateOutcome {
+    w.gate
+        .check(&json!({"company": "Acme"}), &result, session)
+        .await
 }
 
 /// The facts as (check, field) pairs, in order.
@@ -161,6 +164,26 @@ async fn missing_and_malformed_fields_fail_format_and_skip_what_they_would_feed(
             .iter()
             .all(|f| f.check == "format" && f.actual == "missing")
     );
+}
+
+#[tokio::test]
+async fn an_encoded_or_invisible_domain_fails_format_and_no_dns_is_asked() {
+    // A parser would read each of these as acme.test, which is on the page and
+    // has MX records, while the export kept the address as written.
+    for email in [
+        "info@acme%2Etest",
+        "info@acme%E2%80%8B.test",
+        "info@ac%C2%ADme.test",
+        "info@ac\u{AD}me.test",
+        "info@\u{FF41}cme.test",
+    ] {
+        let w = acme();
+        let o = check(&w, claim(email, "https://acme.test", CONTACT)).await;
+        assert_eq!(o.verdict, Verdict::Fail, "{email}: {:?}", o.facts);
+        assert_eq!(where_(&o), [("format", "/email")], "{email}");
+        assert_eq!(o.facts[0].actual, email);
+        assert!(w.resolver.calls().is_empty(), "{email}");
+    }
 }
 
 #[tokio::test]
@@ -446,6 +469,16 @@ async fn hidden_split_or_obfuscated_forms_go_to_review() {
         ("<p>x</p><!-- info@acme.test -->", "comment", "HTML comment"),
         ("<b>info</b>@<b>acme.test</b>", "between_tags", "HTML tags"),
         (
+            "<p>x</p><script>mail('info@acme.test')</script>",
+            "hidden",
+            "visitors do not see",
+        ),
+        (
+            "<input type=\"hidden\" value=\"info@acme.test\">",
+            "hidden",
+            "visitors do not see",
+        ),
+        (
             "info [at] acme.test",
             "obfuscated",
             "obfuscated form: info [at] acme.test",
@@ -471,30 +504,21 @@ async fn hidden_split_or_obfuscated_forms_go_to_review() {
 
 #[tokio::test]
 async fn a_source_url_that_carries_the_address_proves_nothing() {
-    for (source, verdict) in [
-        ("https://acme.test/search?q=info@acme.test", Verdict::Fail),
-        ("https://acme.test/search?q=info%40acme.test", Verdict::Fail),
-        (
-            "https://acme.test/search?q=info%2540acme.test",
-            Verdict::Fail,
-        ),
-        (
-            "https://acme.test/search?q=info%26%2364%3Bacme.test",
-            Verdict::Fail,
-        ),
-        ("https://acme.test/echo/INFO@ACME.TEST", Verdict::Fail),
-        (
-            "https://acme.test/search?user=info&host=acme.test",
-            Verdict::Review,
-        ),
+    for source in [
+        "https://acme.test/search?q=info@acme.test",
+        "https://acme.test/search?q=info%40acme.test",
+        "https://acme.test/search?q=info%2540acme.test",
+        "https://acme.test/search?q=info%26%2364%3Bacme.test",
+        "https://acme.test/echo/INFO@ACME.TEST",
     ] {
         let w = world(
             FakeFetcher::new().html(source, "info@acme.test"),
             FakeResolver::new().with_mx("acme.test"),
         );
         let o = check(&w, claim("info@acme.test", "https://acme.test", source)).await;
-        assert_eq!(o.verdict, verdict, "{source}");
+        assert_eq!(o.verdict, Verdict::Fail, "{source}");
         assert_eq!(where_(&o), [("source", "/source")], "{source}");
+        assert_eq!(o.facts[0].actual, source);
     }
     // The local part alone, or inside a longer word, is no echo.
     for source in [
@@ -508,6 +532,143 @@ async fn a_source_url_that_carries_the_address_proves_nothing() {
         let o = check(&w, claim("info@acme.test", "https://acme.test", source)).await;
         assert_eq!(o.verdict, Verdict::Pass, "{source}: {:?}", o.facts);
     }
+}
+
+#[tokio::test]
+async fn a_redirect_whose_url_carries_the_address_proves_nothing() {
+    // An on-site redirect, e.g. an open redirect to the site's own search page.
+    let mut landed = page(
+        CONTACT,
+        200,
+        Some("text/html"),
+        "Results for info@acme.test",
+    );
+    landed.final_url = "https://acme.test/search?q=info%40acme.test".into();
+    let w = world(
+        FakeFetcher::new().answer(CONTACT, Ok(landed)),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, honest()).await;
+    assert_eq!(o.verdict, Verdict::Fail, "{:?}", o.facts);
+    assert_eq!(where_(&o), [("source", "/source")]);
+    assert_eq!(
+        o.facts[0].actual,
+        "redirected to https://acme.test/search?q=info%40acme.test"
+    );
+}
+
+/// The URL the gate asks to test whether `source` echoes `info`, and the address it would show.
+fn probe_of(source: &str, email: &str) -> (String, String) {
+    let (url, made_up) = echo::probe(
+        &Url::parse(source).unwrap(),
+        &address::parse_email(email).unwrap(),
+    )
+    .unwrap();
+    (url.to_string(), made_up.address())
+}
+
+#[tokio::test]
+async fn a_url_with_the_local_part_is_tested_for_echoing_it() {
+    // A user directory or a query the page turns into an address: the same
+    // URL with a made-up local part shows the made-up address.
+    for source in [
+        "https://acme.test/~info",
+        "https://acme.test/search?user=info&host=acme.test",
+        "https://info.acme.test/",
+    ] {
+        let (probe, made_up) = probe_of(source, "info@acme.test");
+        let w = world(
+            FakeFetcher::new()
+                .html(source, "<p>Mail info@acme.test</p>")
+                .html(&probe, &format!("<p>Mail {made_up}</p>")),
+            FakeResolver::new().with_mx("acme.test"),
+        );
+        let o = check(&w, claim("info@acme.test", "https://acme.test", source)).await;
+        assert_eq!(o.verdict, Verdict::Fail, "{source}: {:?}", o.facts);
+        assert_eq!(where_(&o), [("source", "/source")], "{source}");
+        assert_eq!(
+            o.facts[0].actual,
+            format!("{probe} shows {made_up}: the page repeats its URL")
+        );
+        assert_eq!(
+            evidence(&o, "source")["echo_probe"],
+            json!({"url": probe, "status": 200, "echoed": true})
+        );
+    }
+    // A page that does not repeat its URL passes: contact@ on /contact.
+    let source = "https://acme.test/contact";
+    let (probe, _) = probe_of(source, "contact@acme.test");
+    let w = world(
+        FakeFetcher::new().html(source, "contact@acme.test").answer(
+            &probe,
+            Ok(page(&probe, 404, Some("text/html"), "Not found: /q...")),
+        ),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, claim("contact@acme.test", "https://acme.test", source)).await;
+    assert_eq!(o.verdict, Verdict::Pass, "{:?}", o.facts);
+    assert_eq!(evidence(&o, "source")["echo_probe"]["echoed"], false);
+    assert_eq!(w.fetcher.calls(), [source, probe.as_str()]);
+    // No page at all at the made-up URL: nothing repeats it either.
+    let w = world(
+        FakeFetcher::new().html("https://acme.test/~info", "info@acme.test"),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(
+        &w,
+        claim(
+            "info@acme.test",
+            "https://acme.test",
+            "https://acme.test/~info",
+        ),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Pass, "{:?}", o.facts);
+    // An address that is not on the page needs no test.
+    let w = world(
+        FakeFetcher::new().html("https://acme.test/~info", "sales@acme.test"),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    check(
+        &w,
+        claim(
+            "info@acme.test",
+            "https://acme.test",
+            "https://acme.test/~info",
+        ),
+    )
+    .await;
+    assert_eq!(w.fetcher.calls(), ["https://acme.test/~info"]);
+}
+
+#[tokio::test]
+async fn an_echo_the_gate_cannot_test_goes_to_review() {
+    let source = "https://acme.test/~info";
+    let (probe, _) = probe_of(source, "info@acme.test");
+    let w = world(
+        FakeFetcher::new().html(source, "info@acme.test").answer(
+            &probe,
+            Err(FetchError::Timeout(std::time::Duration::from_secs(15))),
+        ),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, claim("info@acme.test", "https://acme.test", source)).await;
+    assert_eq!(o.verdict, Verdict::Review, "{:?}", o.facts);
+    assert_eq!(where_(&o), [("source", "/source")]);
+    assert!(
+        o.facts[0].actual.starts_with(&probe),
+        "{}",
+        o.facts[0].actual
+    );
+    // Encoded too deeply to replace: untestable as well.
+    let deep = "https://acme.test/%2569nfo";
+    let w = world(
+        FakeFetcher::new().html(deep, "info@acme.test"),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, claim("info@acme.test", "https://acme.test", deep)).await;
+    assert_eq!(o.verdict, Verdict::Review, "{:?}", o.facts);
+    assert_eq!(o.facts[0].actual, deep);
 }
 
 #[tokio::test]
@@ -529,12 +690,20 @@ async fn fetch_failures_fail_when_the_world_contradicts_and_review_when_it_is_si
             "a page that loads",
         ),
         (
-            FetchError::Timeout(15000),
+            FetchError::Timeout(std::time::Duration::from_millis(15000)),
             Verdict::Review,
             "a page that answers",
         ),
         (
-            FetchError::Unreachable("connection refused".into()),
+            FetchError::NoConnection {
+                port: None,
+                reason: "connection refused".into(),
+            },
+            Verdict::Review,
+            "a page that answers",
+        ),
+        (
+            FetchError::Unreachable("the connection broke off before the page was read".into()),
             Verdict::Review,
             "a page that answers",
         ),
@@ -556,14 +725,69 @@ async fn fetch_failures_fail_when_the_world_contradicts_and_review_when_it_is_si
 }
 
 #[tokio::test]
+async fn a_port_the_agent_picked_fails_instead_of_buying_a_review() {
+    // Another port than the site's: not fetched at all.
+    let w = acme();
+    let o = check(
+        &w,
+        claim(
+            "info@acme.test",
+            "https://acme.test",
+            "https://acme.test:9/contact",
+        ),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Fail, "{:?}", o.facts);
+    assert_eq!(where_(&o), [("source", "/source")]);
+    assert_eq!(
+        o.facts[0].actual,
+        "https://acme.test:9/contact asks for port 9, the site's port is 443"
+    );
+    assert!(w.fetcher.calls().is_empty(), "{:?}", w.fetcher.calls());
+    // The site's own port is fetched; nothing answering there is a FAIL too.
+    let source = "http://acme.test:8080/contact";
+    let refused = FetchError::NoConnection {
+        port: Some(8080),
+        reason: "connection refused".into(),
+    };
+    let w = world(
+        FakeFetcher::new().answer(source, Err(refused.clone())),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(
+        &w,
+        claim("info@acme.test", "http://acme.test:8080/", source),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Fail, "{:?}", o.facts);
+    assert_eq!(o.facts[0].actual, refused.to_string());
+    assert_eq!(
+        o.facts[0].expected,
+        "a page that answers at the site's own address"
+    );
+    // The scheme's standard port written out is no other port.
+    let source = "https://acme.test:443/contact";
+    let w = world(
+        FakeFetcher::new().html("https://acme.test/contact", "info@acme.test"),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, claim("info@acme.test", "https://acme.test", source)).await;
+    assert_eq!(o.verdict, Verdict::Pass, "{:?}", o.facts);
+}
+
+#[tokio::test]
 async fn a_missing_page_fails_and_an_unwell_server_goes_to_review() {
     for (status, verdict) in [
         (404, Verdict::Fail),
         (410, Verdict::Fail),
+        (401, Verdict::Fail),
+        (400, Verdict::Fail),
+        (405, Verdict::Fail),
+        (300, Verdict::Fail),
+        (408, Verdict::Review),
+        (429, Verdict::Review),
         (500, Verdict::Review),
         (503, Verdict::Review),
-        (403, Verdict::Review),
-        (429, Verdict::Review),
     ] {
         let w = world(
             FakeFetcher::new().answer(
@@ -574,6 +798,7 @@ async fn a_missing_page_fails_and_an_unwell_server_goes_to_review() {
         );
         let o = check(&w, honest()).await;
         assert_eq!(o.verdict, verdict, "{status}");
+        assert_eq!(where_(&o), [("source", "/source")], "{status}");
         assert_eq!(o.facts[0].actual, format!("HTTP {status}"));
         assert_eq!(evidence(&o, "source")["status"], status);
         assert!(
@@ -584,25 +809,97 @@ async fn a_missing_page_fails_and_an_unwell_server_goes_to_review() {
 }
 
 #[tokio::test]
-async fn an_address_the_gate_could_not_have_seen_goes_to_review() {
+async fn a_forbidden_page_fails_unless_the_whole_site_turns_the_gate_away() {
+    let forbidden = || Ok(page(CONTACT, 403, Some("text/html"), "Forbidden"));
+    let home = "https://acme.test/";
+    for (home_answer, verdict, says) in [
+        (
+            Ok(page(home, 200, Some("text/html"), "Welcome")),
+            Verdict::Fail,
+            "HTTP 403, while the site's home page https://acme.test/ answers HTTP 200",
+        ),
+        (
+            Ok(page(home, 404, Some("text/html"), "nothing here")),
+            Verdict::Fail,
+            "answers HTTP 404",
+        ),
+        (
+            Ok(page(home, 403, Some("text/html"), "Forbidden")),
+            Verdict::Review,
+            "HTTP 403, and the site's home page refuses the gate too",
+        ),
+        (
+            Err(FetchError::Timeout(std::time::Duration::from_secs(15))),
+            Verdict::Review,
+            "refuses the gate too",
+        ),
+    ] {
+        let w = world(
+            FakeFetcher::new()
+                .answer(CONTACT, forbidden())
+                .answer(home, home_answer.clone()),
+            FakeResolver::new().with_mx("acme.test"),
+        );
+        let o = check(&w, honest()).await;
+        assert_eq!(o.verdict, verdict, "{home_answer:?}");
+        assert_eq!(where_(&o), [("source", "/source")]);
+        assert!(o.facts[0].actual.contains(says), "{}", o.facts[0].actual);
+        assert_eq!(evidence(&o, "source")["home"]["url"], home);
+    }
+    // The home page itself forbidden: nothing else to ask.
+    let w = world(
+        FakeFetcher::new().answer(home, Ok(page(home, 403, Some("text/html"), "Forbidden"))),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, claim("info@acme.test", "https://acme.test", home)).await;
+    assert_eq!(o.verdict, Verdict::Review);
+    assert_eq!(w.fetcher.calls(), [home]);
+}
+
+#[tokio::test]
+async fn a_document_the_gate_cannot_read_or_a_page_too_long_fails_with_what_to_cite() {
     let mut long = page(CONTACT, 200, Some("text/html"), "sales@acme.test");
     long.truncated = true;
-    let pdf = page(CONTACT, 200, Some("application/pdf"), "%PDF-1.7 compressed");
-    for (answer, says) in [(long, "first 15 bytes"), (pdf, "application/pdf")] {
+    let mut answers = vec![(
+        long,
+        "not in the first 15 bytes of a longer page".to_owned(),
+    )];
+    for kind in [
+        "application/pdf",
+        "image/png",
+        "application/octet-stream",
+        "application/zip",
+        "font/woff2",
+        "audio/mpeg",
+        "video/mp4",
+    ] {
+        // Even bytes that hold the address are not a page a visitor reads.
+        answers.push((
+            page(CONTACT, 200, Some(kind), "info@acme.test"),
+            format!("{kind}, not a web page"),
+        ));
+    }
+    for (answer, says) in answers {
         let w = world(
             FakeFetcher::new().answer(CONTACT, Ok(answer)),
             FakeResolver::new().with_mx("acme.test"),
         );
         let o = check(&w, honest()).await;
-        assert_eq!(o.verdict, Verdict::Review, "{says}");
-        assert!(o.facts[0].actual.contains(says), "{}", o.facts[0].actual);
+        assert_eq!(o.verdict, Verdict::Fail, "{says}");
+        assert_eq!(o.facts.len(), 1, "{says}: {:?}", o.facts);
+        assert_eq!(o.facts[0].actual, says);
     }
-    // Pages without a content type are read as text.
-    let w = world(
-        FakeFetcher::new().answer(CONTACT, Ok(page(CONTACT, 200, None, "info@acme.test"))),
-        FakeResolver::new().with_mx("acme.test"),
-    );
-    assert_eq!(check(&w, honest()).await.verdict, Verdict::Pass);
+    // Pages without a content type are read as text; a long page with the
+    // address in what was read passes.
+    let mut long = page(CONTACT, 200, Some("text/html"), "info@acme.test");
+    long.truncated = true;
+    for answer in [page(CONTACT, 200, None, "info@acme.test"), long] {
+        let w = world(
+            FakeFetcher::new().answer(CONTACT, Ok(answer)),
+            FakeResolver::new().with_mx("acme.test"),
+        );
+        assert_eq!(check(&w, honest()).await.verdict, Verdict::Pass);
+    }
 }
 
 #[tokio::test]
@@ -710,13 +1007,12 @@ async fn a_page_cited_by_many_quests_is_fetched_once_per_session() {
     // Another session's gate has its own cache.
     let other = EmailGate::from_params(
         &Map::new(),
-        &EmailWorld {
-            fetcher: w.fetcher.clone(),
-            resolver: w.resolver.clone(),
-        },
+        &EmailWorld::new(w.fetcher.clone(), w.resolver.clone()),
     )
     .unwrap();
-    other.check(&json!({}), &honest()).await;
+    other
+        .check(&json!({}), &honest(), &SessionView::alone())
+        .await;
     assert_eq!(w.fetcher.calls().len(), 2);
 }
 
@@ -737,10 +1033,7 @@ async fn the_email_domain_is_compared_and_looked_up_in_lower_case() {
 
 #[test]
 fn bad_parameters_are_refused_with_the_field_named() {
-    let world = EmailWorld {
-        fetcher: Arc::new(FakeFetcher::new()),
-        resolver: Arc::new(FakeResolver::new()),
-    };
+    let world = EmailWorld::new(Arc::new(FakeFetcher::new()), Arc::new(FakeResolver::new()));
     let err = |p: Value| {
         EmailGate::from_params(p.as_object().unwrap(), &world)
             .err()
@@ -753,4 +1046,39 @@ fn bad_parameters_are_refused_with_the_field_named() {
     );
     assert_eq!(err(json!({"freemail": "gmail.com"})).field, "");
     assert_eq!(err(json!({"schema": {}})).field, "");
+}
+
+#[tokio::test]
+async fn an_address_another_quest_holds_goes_to_review_naming_that_quest() {
+    let w = acme();
+    let mut session = SessionView::default();
+    session.holders.insert(
+        "email".into(),
+        vec!["Acme Corp".into(), "Acme Holdings".into()],
+    );
+    assert_eq!(w.gate.unique_fields(), ["email"]);
+    let o = check_in(&w, honest(), &session).await;
+    assert_eq!(o.verdict, Verdict::Review, "{:?}", o.facts);
+    assert_eq!(where_(&o), [("duplicate", "/email")]);
+    assert_eq!(
+        o.facts[0].actual,
+        "info@acme.test is also the result for \"Acme Corp\", \"Acme Holdings\""
+    );
+    assert_eq!(
+        evidence(&o, "duplicate"),
+        &json!({"check": "duplicate", "email": "info@acme.test", "quests": ["Acme Corp", "Acme Holdings"]})
+    );
+    // Every other check still runs: a wrong claim is still a FAIL.
+    let o = check_in(
+        &w,
+        claim("ceo@acme.test", "https://acme.test", CONTACT),
+        &session,
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(where_(&o), [("source", "/email"), ("duplicate", "/email")]);
+    // A holder of another field is no duplicate; alone, the claim passes.
+    let mut other = SessionView::default();
+    other.holders.insert("site".into(), vec!["Beta".into()]);
+    assert_eq!(check_in(&w, honest(), &other).await.verdict, Verdict::Pass);
 }

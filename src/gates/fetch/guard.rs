@@ -52,8 +52,8 @@ static NON_PUBLIC: LazyLock<Vec<(IpNet, &'static str)>> = LazyLock::new(|| {
 });
 
 /// The kind of non-public range `ip` lies in, if any. IPv4-mapped
-/// (`::ffff:a.b.c.d`) and IPv4-compatible (`::a.b.c.d`) addresses are judged
-/// as the IPv4 address they carry.
+/// (`::ffff:a.b.c.d`), IPv4-translated (`::ffff:0:a.b.c.d`, RFC 2765) and
+/// IPv4-compatible (`::a.b.c.d`) addresses are judged as the IPv4 address they carry.
 pub fn non_public_range(ip: IpAddr) -> Option<&'static str> {
     let ip = embedded_v4(ip).map_or(ip, IpAddr::V4);
     NON_PUBLIC
@@ -65,15 +65,18 @@ pub fn non_public_range(ip: IpAddr) -> Option<&'static str> {
 fn embedded_v4(ip: IpAddr) -> Option<std::net::Ipv4Addr> {
     match ip {
         IpAddr::V4(_) => None,
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().or_else(|| {
-            // ::a.b.c.d (deprecated IPv4-compatible), but not :: and ::1 themselves.
+        IpAddr::V6(v6) => {
             let s = v6.segments();
-            (s[..6] == [0; 6] && (s[6] != 0 || s[7] > 1)).then(|| {
-                let [a, b] = s[6].to_be_bytes();
-                let [c, d] = s[7].to_be_bytes();
-                std::net::Ipv4Addr::new(a, b, c, d)
-            })
-        }),
+            let [a, b] = s[6].to_be_bytes();
+            let [c, d] = s[7].to_be_bytes();
+            let carried = std::net::Ipv4Addr::new(a, b, c, d);
+            // ::ffff:a.b.c.d (mapped), ::ffff:0:a.b.c.d (translated) and
+            // ::a.b.c.d (deprecated compatible), but not :: and ::1 themselves.
+            let mapped = s[..5] == [0; 5] && s[5] == 0xffff;
+            let translated = s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0;
+            let compatible = s[..6] == [0; 6] && (s[6] != 0 || s[7] > 1);
+            (mapped || translated || compatible).then_some(carried)
+        }
     }
 }
 
@@ -163,6 +166,9 @@ mod tests {
             "::ffff:10.0.0.1",
             "::ffff:169.254.169.254",
             "::127.0.0.1",
+            "::ffff:0:127.0.0.1",
+            "::ffff:0:10.0.0.1",
+            "::ffff:0:169.254.169.254",
             "64:ff9b::a00:1",
             "2002:7f00:1::1",
         ] {
@@ -174,6 +180,7 @@ mod tests {
             "1.1.1.1",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
+            "::ffff:0:8.8.8.8",
         ] {
             assert!(!refused(ip), "{ip} is public");
         }
@@ -192,6 +199,7 @@ mod tests {
         let policy = AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
         assert!(policy.check("127.0.0.1".parse().unwrap()).is_ok());
         assert!(policy.check("::ffff:127.0.0.1".parse().unwrap()).is_ok());
+        assert!(policy.check("::ffff:0:127.0.0.1".parse().unwrap()).is_ok());
         assert!(policy.check("::1".parse().unwrap()).is_err());
         assert!(policy.check("10.0.0.1".parse().unwrap()).is_err());
     }
@@ -206,6 +214,7 @@ mod tests {
             "http://127.0.0.1:8080/",
             "http://[::1]/",
             "http://[::ffff:127.0.0.1]/",
+            "http://[::ffff:0:7f00:1]/",
             "http://169.254.169.254/latest/meta-data/",
             // The URL parser turns these spellings into 127.0.0.1.
             "http://2130706433/",

@@ -5,9 +5,13 @@
 //!    [`Resolver`] and hands the connector only the addresses the
 //!    [`AddressPolicy`] permits (DNS rebinding cannot slip between check and use);
 //! 2. IP-literal URLs never reach a resolver, so they are checked before the
-//!    request and, in the redirect policy, on every hop;
+//!    request and again on every redirect hop;
 //! 3. proxies are off, because a proxy would resolve the target itself;
 //! 4. time, redirects and body size are capped.
+//!
+//! Redirects are followed here, not inside reqwest, so that every hop is
+//! checked by the guard and waits for its own host's turn, and so that one
+//! deadline covers the whole fetch: waiting for a turn, every hop and the body.
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
@@ -16,13 +20,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use ipnet::IpNet;
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+use reqwest::header::{ACCEPT, CONTENT_TYPE, LOCATION};
 use tokio::sync::Semaphore;
 use url::Url;
 
 use super::{AddressPolicy, FetchError, Fetcher, Page};
+use crate::domain::Clock;
 use crate::gates::dns::{LookupError, Resolver};
 
 /// The `User-Agent` every request carries.
@@ -31,7 +37,8 @@ pub const USER_AGENT: &str = concat!("quest/", env!("CARGO_PKG_VERSION"));
 /// Limits of the real fetcher.
 #[derive(Debug, Clone)]
 pub struct FetchSettings {
-    /// The longest one fetch may take, body included.
+    /// The longest one fetch may take: waiting for a turn at a host, every
+    /// redirect hop and the body included.
     pub timeout: Duration,
     /// The longest establishing a connection may take.
     pub connect_timeout: Duration,
@@ -63,28 +70,25 @@ pub struct HttpFetcher {
     client: reqwest::Client,
     policy: Arc<AddressPolicy>,
     settings: FetchSettings,
+    clock: Arc<dyn Clock>,
     hosts: Mutex<HashMap<String, Arc<Semaphore>>>,
 }
 
+/// The key of a host's turn: its name in lowercase without a trailing dot,
+/// so that `ACME.test.` waits in the same line as `acme.test`.
+fn host_key(host: &str) -> String {
+    host.trim_end_matches('.').to_ascii_lowercase()
+}
+
 impl HttpFetcher {
-    /// A fetcher whose names resolve through `resolver`.
+    /// A fetcher whose names resolve through `resolver` and whose pages are
+    /// stamped with the time `clock` tells.
     pub fn new(
         settings: FetchSettings,
         resolver: Arc<dyn Resolver>,
+        clock: Arc<dyn Clock>,
     ) -> Result<HttpFetcher, reqwest::Error> {
         let policy = Arc::new(AddressPolicy::new(settings.allow.clone()));
-        let hops = policy.clone();
-        let max_redirects = settings.max_redirects;
-        let redirect = reqwest::redirect::Policy::custom(move |attempt| {
-            // `previous()` holds every URL already asked for, the first one included.
-            if attempt.previous().len() > max_redirects {
-                return attempt.error(FetchError::TooManyRedirects(max_redirects));
-            }
-            match hops.check_url(attempt.url()) {
-                Ok(()) => attempt.follow(),
-                Err(refused) => attempt.error(refused),
-            }
-        });
         let client = reqwest::Client::builder()
             .user_agent(USER_AGENT)
             .no_proxy()
@@ -92,14 +96,14 @@ impl HttpFetcher {
                 resolver,
                 policy: policy.clone(),
             }))
-            .redirect(redirect)
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(settings.connect_timeout)
-            .timeout(settings.timeout)
             .build()?;
         Ok(HttpFetcher {
             client,
             policy,
             settings,
+            clock,
             hosts: Mutex::new(HashMap::new()),
         })
     }
@@ -112,82 +116,124 @@ impl HttpFetcher {
             hosts.retain(|_, slot| Arc::strong_count(slot) > 1);
         }
         hosts
-            .entry(host.to_ascii_lowercase())
+            .entry(host_key(host))
             .or_insert_with(|| Arc::new(Semaphore::new(self.settings.per_host.max(1))))
             .clone()
     }
 
-    /// Our own error if the guard or the redirect policy raised it, else a
-    /// timeout or an unreachable server described by the whole error chain.
-    fn classify(&self, error: reqwest::Error) -> FetchError {
+    /// Follows `url` hop by hop: each hop passes the guard and waits for its
+    /// host's turn, which it holds until its body is read.
+    async fn follow(&self, url: &str, fetched_at: DateTime<Utc>) -> Result<Page, FetchError> {
+        let mut current =
+            Url::parse(url).map_err(|e| FetchError::Refused(format!("{url} is not a URL: {e}")))?;
+        let mut redirects = 0;
+        loop {
+            self.policy.check_url(&current)?;
+            let slot = self.host_slot(current.host_str().unwrap_or_default());
+            let _turn = slot.acquire().await.expect("host slots are never closed");
+            let mut response = self
+                .client
+                .get(current.clone())
+                .header(
+                    ACCEPT,
+                    "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
+                )
+                .send()
+                .await
+                .map_err(|e| self.classify(e, &current))?;
+            let status = response.status().as_u16();
+            let next = matches!(status, 301 | 302 | 303 | 307 | 308)
+                .then(|| response.headers().get(LOCATION))
+                .flatten()
+                .and_then(|location| location.to_str().ok())
+                .and_then(|location| current.join(location).ok());
+            if let Some(next) = next {
+                if redirects == self.settings.max_redirects {
+                    return Err(FetchError::TooManyRedirects(self.settings.max_redirects));
+                }
+                redirects += 1;
+                current = next;
+                continue;
+            }
+            let content_type = response
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let mut body = Vec::new();
+            let mut truncated = false;
+            while let Some(chunk) = response
+                .chunk()
+                .await
+                .map_err(|e| self.classify(e, &current))?
+            {
+                let room = self.settings.max_body - body.len();
+                if chunk.len() > room {
+                    body.extend_from_slice(&chunk[..room]);
+                    truncated = true;
+                    break;
+                }
+                body.extend_from_slice(&chunk);
+            }
+            return Ok(Page {
+                url: url.to_owned(),
+                final_url: current.to_string(),
+                status,
+                content_type,
+                body: body.into(),
+                truncated,
+                fetched_at,
+            });
+        }
+    }
+
+    /// Our own error if the guard raised it; else what kind of failure it was,
+    /// in words that name nothing internal. The whole chain goes to the log.
+    fn classify(&self, error: reqwest::Error, url: &Url) -> FetchError {
         let mut source: Option<&(dyn StdError + 'static)> = Some(&error);
         let mut chain: Vec<String> = Vec::new();
+        let mut io_kind = None;
         while let Some(e) = source {
             if let Some(ours) = e.downcast_ref::<FetchError>() {
                 return ours.clone();
             }
-            let text = e.to_string();
-            if !chain.iter().any(|seen| seen.contains(&text)) {
-                chain.push(text);
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                io_kind.get_or_insert(io.kind());
             }
+            chain.push(e.to_string());
             source = e.source();
         }
-        if error.is_timeout() {
-            return FetchError::Timeout(self.settings.timeout.as_millis());
+        tracing::info!(url = %url, error = %chain.join(": "), "a page fetch failed");
+        if error.is_connect() {
+            use std::io::ErrorKind;
+            let reason = match io_kind {
+                _ if error.is_timeout() => "no answer to the connection attempt",
+                Some(ErrorKind::ConnectionRefused) => "connection refused",
+                Some(ErrorKind::ConnectionReset | ErrorKind::ConnectionAborted) => {
+                    "the connection was reset"
+                }
+                Some(ErrorKind::TimedOut) => "no answer to the connection attempt",
+                _ => "the connection or its TLS handshake failed",
+            };
+            return FetchError::NoConnection {
+                port: url.port(),
+                reason: reason.into(),
+            };
         }
-        FetchError::Unreachable(chain.join(": "))
+        if error.is_timeout() {
+            return FetchError::Timeout(self.settings.timeout);
+        }
+        FetchError::Unreachable("the connection broke off before the page was read".into())
     }
 }
 
 #[async_trait]
 impl Fetcher for HttpFetcher {
     async fn fetch(&self, url: &str) -> Result<Page, FetchError> {
-        let parsed =
-            Url::parse(url).map_err(|e| FetchError::Refused(format!("{url} is not a URL: {e}")))?;
-        self.policy.check_url(&parsed)?;
-        let slot = self.host_slot(parsed.host_str().unwrap_or_default());
-        let _permit = slot
-            .acquire_owned()
+        let fetched_at = self.clock.now();
+        tokio::time::timeout(self.settings.timeout, self.follow(url, fetched_at))
             .await
-            .expect("host slots are never closed");
-        let fetched_at = Utc::now();
-        let mut response = self
-            .client
-            .get(parsed)
-            .header(
-                reqwest::header::ACCEPT,
-                "text/html,application/xhtml+xml,text/plain;q=0.9,*/*;q=0.5",
-            )
-            .send()
-            .await
-            .map_err(|e| self.classify(e))?;
-        let status = response.status().as_u16();
-        let final_url = response.url().to_string();
-        let content_type = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let mut body = Vec::new();
-        let mut truncated = false;
-        while let Some(chunk) = response.chunk().await.map_err(|e| self.classify(e))? {
-            let room = self.settings.max_body - body.len();
-            if chunk.len() > room {
-                body.extend_from_slice(&chunk[..room]);
-                truncated = true;
-                break;
-            }
-            body.extend_from_slice(&chunk);
-        }
-        Ok(Page {
-            url: url.to_owned(),
-            final_url,
-            status,
-            content_type,
-            body: body.into(),
-            truncated,
-            fetched_at,
-        })
+            .unwrap_or(Err(FetchError::Timeout(self.settings.timeout)))
     }
 }
 
@@ -220,9 +266,11 @@ impl Resolve for GuardedResolve {
                 })
                 .collect();
             if allowed.is_empty() {
+                // The addresses stay in the log: a fact would tell agents
+                // what the server's own network looks like.
+                tracing::info!(host, refused = ?refusals, "the SSRF guard refused every address of a host");
                 return Err(FetchError::Refused(format!(
-                    "{host} resolves to {}",
-                    refusals.join(", ")
+                    "{host} resolves only to non-public addresses"
                 ))
                 .into());
             }
@@ -234,7 +282,8 @@ impl Resolve for GuardedResolve {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::FakeResolver;
+    use crate::domain::SystemClock;
+    use crate::testing::{FakeResolver, ManualClock, fake_fetch_time};
     use axum::Router;
     use axum::extract::{Path, State};
     use axum::http::{HeaderMap, StatusCode, header};
@@ -323,11 +372,15 @@ mod tests {
 
     fn fetcher(allow: &[&str], resolver: FakeResolver) -> HttpFetcher {
         let allow = allow.iter().map(|n| n.parse().unwrap()).collect();
-        HttpFetcher::new(
-            FetchSettings::new(Duration::from_secs(10), allow),
-            Arc::new(resolver),
-        )
-        .unwrap()
+        with_settings(FetchSettings::new(Duration::from_secs(10), allow), resolver)
+    }
+
+    fn with_settings(settings: FetchSettings, resolver: FakeResolver) -> HttpFetcher {
+        HttpFetcher::new(settings, Arc::new(resolver), Arc::new(SystemClock)).unwrap()
+    }
+
+    fn loopback_settings(timeout: Duration) -> FetchSettings {
+        FetchSettings::new(timeout, vec!["127.0.0.0/8".parse().unwrap()])
     }
 
     fn loopback_world() -> FakeResolver {
@@ -365,7 +418,12 @@ mod tests {
     #[tokio::test]
     async fn a_page_comes_back_with_status_final_url_and_an_honest_user_agent() {
         let port = serve(Site::default()).await;
-        let f = fetcher(&["127.0.0.0/8"], loopback_world());
+        let f = HttpFetcher::new(
+            loopback_settings(Duration::from_secs(10)),
+            Arc::new(loopback_world()),
+            Arc::new(ManualClock::new()),
+        )
+        .unwrap();
         let page = f
             .fetch(&format!("http://acme.test:{port}/ok"))
             .await
@@ -375,6 +433,11 @@ mod tests {
         assert!(page.content_type.unwrap().starts_with("text/plain"));
         assert!(!page.truncated);
         assert_eq!(&*page.body, b"<a href=\"mailto:info@acme.test\">mail</a>");
+        assert_eq!(
+            page.fetched_at,
+            fake_fetch_time(),
+            "the time comes from the clock"
+        );
 
         let ua = f
             .fetch(&format!("http://acme.test:{port}/ua"))
@@ -411,12 +474,9 @@ mod tests {
     #[tokio::test]
     async fn the_body_is_read_up_to_the_cap_and_no_further() {
         let port = serve(Site::default()).await;
-        let mut settings = FetchSettings::new(
-            Duration::from_secs(10),
-            vec!["127.0.0.0/8".parse().unwrap()],
-        );
+        let mut settings = loopback_settings(Duration::from_secs(10));
         settings.max_body = 1024;
-        let f = HttpFetcher::new(settings, Arc::new(loopback_world())).unwrap();
+        let f = with_settings(settings, loopback_world());
         let page = f
             .fetch(&format!("http://acme.test:{port}/big"))
             .await
@@ -428,19 +488,20 @@ mod tests {
     #[tokio::test]
     async fn a_page_that_never_answers_times_out() {
         let port = serve(Site::default()).await;
-        let settings = FetchSettings::new(
-            Duration::from_millis(300),
-            vec!["127.0.0.0/8".parse().unwrap()],
-        );
-        let f = HttpFetcher::new(settings, Arc::new(loopback_world())).unwrap();
+        let limit = Duration::from_millis(300);
+        let f = with_settings(loopback_settings(limit), loopback_world());
         assert_eq!(
             f.fetch(&format!("http://acme.test:{port}/slow")).await,
-            Err(FetchError::Timeout(300))
+            Err(FetchError::Timeout(limit))
         );
         // The limit covers the body too: a server that stalls mid-body times out.
         assert_eq!(
             f.fetch(&format!("http://acme.test:{port}/stall")).await,
-            Err(FetchError::Timeout(300))
+            Err(FetchError::Timeout(limit))
+        );
+        assert_eq!(
+            FetchError::Timeout(limit).to_string(),
+            "no complete answer within 300 ms"
         );
     }
 
@@ -467,14 +528,45 @@ mod tests {
             Err(FetchError::Unreachable(why)) => assert!(why.contains("SERVFAIL"), "{why}"),
             other => panic!("{other:?}"),
         }
-        match f.fetch(&format!("http://acme.test:{closed}/")).await {
-            Err(FetchError::Unreachable(why)) => assert!(!why.is_empty()),
-            other => panic!("{other:?}"),
-        }
+        let refused = f.fetch(&format!("http://acme.test:{closed}/")).await;
+        assert_eq!(
+            refused,
+            Err(FetchError::NoConnection {
+                port: Some(closed),
+                reason: "connection refused".into()
+            })
+        );
+        assert_eq!(
+            refused.unwrap_err().to_string(),
+            format!("no connection to port {closed}: connection refused")
+        );
         assert!(matches!(
             f.fetch("not a url").await,
             Err(FetchError::Refused(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_body_cut_off_is_unreachable_in_a_few_words() {
+        // A server that promises 100 bytes, sends 5 and hangs up.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 1024];
+            let _ = socket.read(&mut request).await;
+            let _ = socket
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort")
+                .await;
+        });
+        let f = fetcher(&["127.0.0.0/8"], loopback_world());
+        assert_eq!(
+            f.fetch(&format!("http://acme.test:{port}/")).await,
+            Err(FetchError::Unreachable(
+                "the connection broke off before the page was read".into()
+            ))
+        );
     }
 
     #[tokio::test]
@@ -554,16 +646,67 @@ mod tests {
             .host("sneaky.test", &["127.0.0.1"])
             .host("mapped.test", &["::ffff:127.0.0.1"]);
         let f = fetcher(&[], resolver);
-        assert_refused(
-            f.fetch("http://intranet.test/").await,
-            "10.0.0.1 is a private address",
-        );
-        for host in ["sneaky.test", "mapped.test"] {
-            assert_refused(
-                f.fetch(&format!("http://{host}:{}/", wire.port())).await,
-                "loopback",
-            );
+        // The fact an agent reads names the host it gave, never the addresses
+        // behind it: those would map the server's own network.
+        for host in ["intranet.test", "sneaky.test", "mapped.test"] {
+            match f.fetch(&format!("http://{host}:{}/", wire.port())).await {
+                Err(FetchError::Refused(why)) => {
+                    assert_eq!(why, format!("{host} resolves only to non-public addresses"));
+                }
+                other => panic!("{host}: {other:?}"),
+            }
         }
+        wire.assert_untouched();
+    }
+
+    /// A name that answers an allowed address first and a refused one after:
+    /// DNS rebinding.
+    struct Rebinding {
+        calls: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Resolver for Rebinding {
+        async fn mail_hosts(&self, _domain: &str) -> crate::gates::dns::MailAnswer {
+            crate::gates::dns::MailAnswer::NoDomain
+        }
+        async fn addresses(&self, _host: &str) -> Result<Vec<std::net::IpAddr>, LookupError> {
+            let first = self.calls.fetch_add(1, Ordering::SeqCst) == 0;
+            Ok(vec![
+                if first { "127.0.0.1" } else { "127.0.0.2" }
+                    .parse()
+                    .unwrap(),
+            ])
+        }
+    }
+
+    #[tokio::test]
+    async fn a_rebinding_name_is_resolved_once_and_only_the_checked_address_is_dialled() {
+        let port = serve(Site::default()).await;
+        // The refused address, at the same port: a connection there would show.
+        let wire = Tripwire::bind(&format!("127.0.0.2:{port}")).expect("127.0.0.2 is loopback");
+        let resolver = Arc::new(Rebinding {
+            calls: AtomicUsize::new(0),
+        });
+        let f = HttpFetcher::new(
+            FetchSettings::new(
+                Duration::from_secs(10),
+                vec!["127.0.0.1/32".parse().unwrap()],
+            ),
+            resolver.clone(),
+            Arc::new(SystemClock),
+        )
+        .unwrap();
+        let page = f
+            .fetch(&format!("http://rebind.test:{port}/ok"))
+            .await
+            .unwrap();
+        assert_eq!(page.status, 200);
+        assert_eq!(
+            resolver.calls.load(Ordering::SeqCst),
+            1,
+            "no separate check to outrun: the connector's lookup is the only one"
+        );
         wire.assert_untouched();
     }
 
@@ -577,7 +720,10 @@ mod tests {
             f.fetch("http://169.254.169.254/latest/meta-data/").await,
             "link-local",
         );
-        assert_refused(f.fetch("http://metadata.test/").await, "link-local");
+        assert_refused(
+            f.fetch("http://metadata.test/").await,
+            "metadata.test resolves only to non-public addresses",
+        );
     }
 
     #[tokio::test]
@@ -596,17 +742,79 @@ mod tests {
                 "http://169.254.169.254/latest/meta-data/".to_owned(),
                 "link-local",
             ),
-            ("http://intranet.test/".to_owned(), "private"),
+            (
+                "http://intranet.test/".to_owned(),
+                "intranet.test resolves only to non-public addresses",
+            ),
             ("http://[::1]/".to_owned(), "loopback"),
         ] {
             *site.redirect_to.lock().unwrap() = target.clone();
             assert_refused(f.fetch(&away).await, mentions);
         }
         wire.assert_untouched();
-        // reqwest itself stops at a redirect to another scheme: the redirect
-        // comes back as the answer, and nothing is read from the file.
+        // A redirect to another scheme is refused like any other hop.
         *site.redirect_to.lock().unwrap() = "file:///etc/passwd".into();
-        let page = f.fetch(&away).await.unwrap();
-        assert_eq!((page.status, page.body.len()), (303, 0));
+        assert_refused(f.fetch(&away).await, "only http and https are fetched");
+    }
+
+    /// Takes every turn of `host` and keeps them until dropped.
+    fn occupy(f: &HttpFetcher, host: &str) -> tokio::sync::OwnedSemaphorePermit {
+        f.host_slot(host).try_acquire_many_owned(2).unwrap()
+    }
+
+    /// The fetch, or a panic if it does not end at all (the bug this guards against).
+    async fn ends(f: &HttpFetcher, url: &str) -> Result<Page, FetchError> {
+        tokio::time::timeout(Duration::from_secs(10), f.fetch(url))
+            .await
+            .unwrap_or_else(|_| panic!("{url}: the fetch waited past its own time limit"))
+    }
+
+    #[tokio::test]
+    async fn waiting_for_a_busy_host_counts_against_the_time_limit() {
+        let port = serve(Site::default()).await;
+        let limit = Duration::from_millis(300);
+        let f = with_settings(loopback_settings(limit), loopback_world());
+        let busy = occupy(&f, "acme.test");
+        assert_eq!(
+            ends(&f, &format!("http://acme.test:{port}/ok")).await,
+            Err(FetchError::Timeout(limit))
+        );
+        // Other spellings of the host wait in the same line.
+        for url in [
+            format!("http://ACME.test:{port}/ok"),
+            format!("http://acme.test.:{port}/ok"),
+        ] {
+            assert_eq!(
+                ends(&f, &url).await,
+                Err(FetchError::Timeout(limit)),
+                "{url}"
+            );
+        }
+        drop(busy);
+        assert_eq!(
+            ends(&f, &format!("http://acme.test:{port}/ok"))
+                .await
+                .unwrap()
+                .status,
+            200
+        );
+    }
+
+    #[tokio::test]
+    async fn every_redirect_hop_waits_for_its_own_host() {
+        let site = Site::default();
+        let port = serve(site.clone()).await;
+        let limit = Duration::from_millis(300);
+        let resolver = loopback_world().host("other.test", &["127.0.0.1"]);
+        let f = with_settings(loopback_settings(limit), resolver);
+        *site.redirect_to.lock().unwrap() = format!("http://other.test:{port}/ok");
+        let away = format!("http://acme.test:{port}/away");
+        assert_eq!(
+            ends(&f, &away).await.unwrap().final_url,
+            format!("http://other.test:{port}/ok")
+        );
+        let busy = occupy(&f, "other.test");
+        assert_eq!(ends(&f, &away).await, Err(FetchError::Timeout(limit)));
+        drop(busy);
     }
 }

@@ -1,7 +1,7 @@
 //! Web pages as the gates see them: the [`Fetcher`] trait, the [`Page`] it
-//! returns, and [`CachedFetcher`], the per-session cache in front of it.
-//! The real fetcher is [`HttpFetcher`] (reqwest behind an SSRF guard, see
-//! [`guard`]).
+//! returns, and the [`PageCache`] in front of it, which every session's gate
+//! uses through its own [`CachedFetcher`]. The real fetcher is [`HttpFetcher`]
+//! (reqwest behind an SSRF guard, see [`guard`]).
 //!
 //! This module reports what the web answered; it decides no verdicts.
 
@@ -9,6 +9,7 @@ pub mod guard;
 mod http;
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,7 +37,9 @@ pub struct Page {
     pub fetched_at: DateTime<Utc>,
 }
 
-/// Why a page could not be fetched.
+/// Why a page could not be fetched. The texts are shown to agents, so they
+/// name nothing the agent did not write itself (no resolved addresses, no
+/// library error chains); the details go to the server's log.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FetchError {
     /// The SSRF guard refused the URL or every address its host resolves to; nothing was sent.
@@ -48,10 +51,15 @@ pub enum FetchError {
     /// The redirect chain was longer than the limit.
     #[error("more than {0} redirects")]
     TooManyRedirects(usize),
-    /// No complete answer within the time limit.
-    #[error("no complete answer within {0} ms")]
-    Timeout(u128),
-    /// Connection refused or reset, TLS failure, DNS unavailable, and the like.
+    /// No complete answer within the time limit (waiting for a turn at the host included).
+    #[error("no complete answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
+    /// No connection could be made: refused, reset, a failed TLS handshake, or
+    /// no answer to the connection attempt. `port` is the port of the URL that
+    /// was dialled when it is not its scheme's standard one.
+    #[error("no connection to {}: {reason}", port.map_or_else(|| "the web server".to_owned(), |p| format!("port {p}")))]
+    NoConnection { port: Option<u16>, reason: String },
+    /// The connection broke off, DNS gave no answer, and the like.
     #[error("{0}")]
     Unreachable(String),
 }
@@ -69,44 +77,62 @@ pub const PAGE_TTL: Duration = Duration::from_secs(300);
 /// same page at the same moment, short enough that a passing hiccup does not
 /// send a whole session to review.
 pub const ERROR_TTL: Duration = Duration::from_secs(30);
-/// Body bytes one cache keeps; the oldest pages go first beyond it.
-pub const CACHE_BUDGET: usize = 32 * 1024 * 1024;
+/// Body bytes the server's page cache keeps, over all sessions together; the
+/// oldest pages go first beyond it.
+pub const CACHE_BUDGET: usize = 64 * 1024 * 1024;
 
 type Slot = Arc<tokio::sync::Mutex<Option<(DateTime<Utc>, Result<Page, FetchError>)>>>;
 
-/// A cache in front of a [`Fetcher`]: one page cited by many quests is fetched
-/// once per [`PAGE_TTL`], and concurrent requests for one URL wait for the
-/// single fetch in flight. Each email gate (so each session) has its own.
-pub struct CachedFetcher {
-    inner: Arc<dyn Fetcher>,
-    slots: Mutex<HashMap<String, Slot>>,
+/// The pages the gates fetched recently, under one byte budget for the whole
+/// server. Each session's gate reads and fills it through its own
+/// [`CachedFetcher`], in its own namespace: one page cited by many quests of a
+/// session is fetched once per [`PAGE_TTL`], and concurrent requests for one
+/// URL wait for the single fetch in flight. Because the budget is shared, the
+/// memory the cache holds does not grow with the number of sessions.
+pub struct PageCache {
+    slots: Mutex<HashMap<(u64, String), Slot>>,
     budget: usize,
     clock: Arc<dyn Clock>,
+    namespaces: AtomicU64,
 }
 
-impl CachedFetcher {
-    /// A cache of at most [`CACHE_BUDGET`] body bytes in front of `inner`.
-    pub fn new(inner: Arc<dyn Fetcher>) -> CachedFetcher {
-        CachedFetcher::with_limits(inner, CACHE_BUDGET, Arc::new(SystemClock))
+impl PageCache {
+    /// A cache of at most [`CACHE_BUDGET`] body bytes.
+    pub fn new() -> PageCache {
+        PageCache::with_limits(CACHE_BUDGET, Arc::new(SystemClock))
     }
 
-    /// A cache of at most `budget` body bytes in front of `inner`, telling time by `clock`.
-    pub fn with_limits(
-        inner: Arc<dyn Fetcher>,
-        budget: usize,
-        clock: Arc<dyn Clock>,
-    ) -> CachedFetcher {
-        CachedFetcher {
-            inner,
+    /// A cache of at most `budget` body bytes, telling time by `clock`.
+    pub fn with_limits(budget: usize, clock: Arc<dyn Clock>) -> PageCache {
+        PageCache {
             slots: Mutex::new(HashMap::new()),
             budget,
             clock,
+            namespaces: AtomicU64::new(0),
         }
+    }
+
+    /// A fetcher in front of `inner` with a namespace of its own in this cache.
+    pub fn fetcher(self: &Arc<Self>, inner: Arc<dyn Fetcher>) -> CachedFetcher {
+        CachedFetcher {
+            cache: self.clone(),
+            namespace: self.namespaces.fetch_add(1, Ordering::Relaxed),
+            inner,
+        }
+    }
+
+    /// Body bytes held now.
+    pub fn bytes(&self) -> usize {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .values()
+            .filter_map(|slot| slot.try_lock().ok().and_then(|e| size(&e)))
+            .sum()
     }
 
     /// The slot for `key`, after dropping expired slots and, beyond the budget,
     /// the oldest ones. Slots being filled right now are never dropped.
-    fn slot(&self, key: &str) -> Slot {
+    fn slot(&self, key: (u64, String)) -> Slot {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let now = self.clock.now();
         let mut kept = Vec::new();
@@ -116,8 +142,7 @@ impl CachedFetcher {
             };
             match &*entry {
                 Some((at, result)) if fresh(now, *at, result) => {
-                    let size = result.as_ref().map_or(0, |p| p.body.len());
-                    kept.push((*at, size, k.clone()));
+                    kept.push((*at, size(&entry).unwrap_or(0), k.clone()));
                     true
                 }
                 Some(_) => false,
@@ -125,16 +150,31 @@ impl CachedFetcher {
             }
         });
         let mut total: usize = kept.iter().map(|(_, size, _)| size).sum();
-        kept.sort();
-        for (_, size, k) in kept {
-            if total <= self.budget {
-                break;
+        if total > self.budget {
+            kept.sort();
+            for (_, size, k) in kept {
+                if total <= self.budget {
+                    break;
+                }
+                slots.remove(&k);
+                total -= size;
             }
-            slots.remove(&k);
-            total -= size;
         }
-        slots.entry(key.to_owned()).or_default().clone()
+        slots.entry(key).or_default().clone()
     }
+}
+
+impl Default for PageCache {
+    fn default() -> Self {
+        PageCache::new()
+    }
+}
+
+/// The body bytes a filled slot holds.
+fn size(entry: &Option<(DateTime<Utc>, Result<Page, FetchError>)>) -> Option<usize> {
+    entry
+        .as_ref()
+        .map(|(_, result)| result.as_ref().map_or(0, |p| p.body.len()))
 }
 
 fn fresh(now: DateTime<Utc>, at: DateTime<Utc>, result: &Result<Page, FetchError>) -> bool {
@@ -148,19 +188,32 @@ fn cache_key(url: &str) -> &str {
     url.split_once('#').map_or(url, |(before, _)| before)
 }
 
+/// One session's view of the [`PageCache`], in front of the real fetcher.
+pub struct CachedFetcher {
+    cache: Arc<PageCache>,
+    namespace: u64,
+    inner: Arc<dyn Fetcher>,
+}
+
 #[async_trait]
 impl Fetcher for CachedFetcher {
     async fn fetch(&self, url: &str) -> Result<Page, FetchError> {
-        let slot = self.slot(cache_key(url));
+        let slot = self.cache.slot((self.namespace, cache_key(url).to_owned()));
         let mut entry = slot.lock().await;
-        if let Some((at, result)) = &*entry
-            && fresh(self.clock.now(), *at, result)
-        {
-            return result.clone();
-        }
-        let result = self.inner.fetch(url).await;
-        *entry = Some((self.clock.now(), result.clone()));
-        result
+        let result = match &*entry {
+            Some((at, result)) if fresh(self.cache.clock.now(), *at, result) => result.clone(),
+            _ => {
+                let result = self.inner.fetch(url).await;
+                *entry = Some((self.cache.clock.now(), result.clone()));
+                result
+            }
+        };
+        // The page another URL of the same key filled (another fragment) is
+        // this caller's page: its evidence names the URL this caller asked for.
+        result.map(|mut page| {
+            page.url = url.to_owned();
+            page
+        })
     }
 }
 
@@ -171,10 +224,8 @@ mod tests {
 
     fn cached(fake: &Arc<FakeFetcher>, budget: usize) -> (CachedFetcher, Arc<ManualClock>) {
         let clock = Arc::new(ManualClock::new());
-        (
-            CachedFetcher::with_limits(fake.clone(), budget, clock.clone()),
-            clock,
-        )
+        let cache = Arc::new(PageCache::with_limits(budget, clock.clone()));
+        (cache.fetcher(fake.clone()), clock)
     }
 
     #[tokio::test]
@@ -185,8 +236,14 @@ mod tests {
             let page = cache.fetch("https://acme.test/contact").await.unwrap();
             assert_eq!(&*page.body, b"hi");
         }
-        cache.fetch("https://acme.test/contact#team").await.unwrap();
+        let team = cache.fetch("https://acme.test/contact#team").await.unwrap();
         assert_eq!(fake.calls().len(), 1, "the fragment is not part of the key");
+        assert_eq!(
+            team.url, "https://acme.test/contact#team",
+            "the page names the URL its caller asked for"
+        );
+        let again = cache.fetch("https://acme.test/contact").await.unwrap();
+        assert_eq!(again.url, "https://acme.test/contact");
         clock.advance(PAGE_TTL);
         cache.fetch("https://acme.test/contact").await.unwrap();
         assert_eq!(fake.calls().len(), 2);
@@ -247,5 +304,32 @@ mod tests {
                 "https://a.test/"
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn sessions_share_one_budget_but_not_their_pages() {
+        let fake = Arc::new(
+            FakeFetcher::new()
+                .html("https://a.test/", "aaaa")
+                .html("https://b.test/", "bbbb")
+                .html("https://c.test/", "cccc"),
+        );
+        let clock = Arc::new(ManualClock::new());
+        let cache = Arc::new(PageCache::with_limits(8, clock.clone()));
+        let sessions: Vec<CachedFetcher> = (0..3).map(|_| cache.fetcher(fake.clone())).collect();
+        sessions[0].fetch("https://a.test/").await.unwrap();
+        sessions[1].fetch("https://a.test/").await.unwrap();
+        assert_eq!(fake.calls().len(), 2, "each session fetches for itself");
+        for (session, url) in
+            sessions
+                .iter()
+                .zip(["https://a.test/", "https://b.test/", "https://c.test/"])
+        {
+            clock.advance(Duration::from_secs(1));
+            session.fetch(url).await.unwrap();
+        }
+        // Many sessions, one budget: the next fetch prunes down to 8 bytes.
+        sessions[2].fetch("https://c.test/").await.unwrap();
+        assert!(cache.bytes() <= 8, "{} bytes kept", cache.bytes());
     }
 }
