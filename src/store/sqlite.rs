@@ -1220,9 +1220,9 @@ async fn decide_review(
 
 async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, StoreError> {
     sqlx::query(
-        "INSERT INTO sessions (id, name, key_column, gate_kind, config, columns, source_name, source_type, source,
+        "INSERT INTO sessions (id, name, key_column, gate_kind, config, columns, source_name, source_type,
          total, max_tries, max_lapses, lease_seconds, created_by, created_at)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
     )
     .bind(s.id.to_string())
     .bind(&s.name)
@@ -1232,7 +1232,6 @@ async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, Store
     .bind(json(&s.columns))
     .bind(&s.source_name)
     .bind(&s.source_type)
-    .bind(&s.source)
     .bind(s.rows.len() as i64)
     .bind(s.config.max_tries as i64)
     .bind(s.config.max_lapses as i64)
@@ -1241,6 +1240,12 @@ async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, Store
     .bind(ts(ctx.now))
     .execute(&mut ctx.conn)
     .await?;
+    // The file lives apart from the session row, which every lease and submit reads.
+    sqlx::query("INSERT INTO session_sources (session_id, source) VALUES (?, ?)")
+        .bind(s.id.to_string())
+        .bind(&s.source)
+        .execute(&mut ctx.conn)
+        .await?;
     let now = ts(ctx.now);
     let session_id = s.id.to_string();
     // Many rows per statement: a large scan holds the writer for far less time.
@@ -1352,11 +1357,14 @@ impl Store for SqliteStore {
     }
 
     async fn session_source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), StoreError> {
-        let row = sqlx::query("SELECT source_name, source_type, source FROM sessions WHERE id = ?")
-            .bind(id.to_string())
-            .fetch_optional(&self.read)
-            .await?
-            .ok_or(StoreError::NotFound("session"))?;
+        let row = sqlx::query(
+            "SELECT s.source_name, s.source_type, f.source FROM sessions s
+             JOIN session_sources f ON f.session_id = s.id WHERE s.id = ?",
+        )
+        .bind(id.to_string())
+        .fetch_optional(&self.read)
+        .await?
+        .ok_or(StoreError::NotFound("session"))?;
         Ok((
             row.str("source_name")?,
             row.str("source_type")?,
