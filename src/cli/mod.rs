@@ -425,14 +425,20 @@ fn parse_object(text: &str, source: &str) -> Result<Map<String, Value>, CliError
     }
 }
 
+/// The quest and lease this agent remembers holding.
+fn held_lease(held: &Held) -> Result<(Uuid, Uuid), CliError> {
+    match (held.quest_id, held.lease_id) {
+        (Some(quest), Some(lease)) => Ok((quest, lease)),
+        _ => Err(CliError::Usage(
+            "no quest is leased by this agent: run `quest next` first".into(),
+        )),
+    }
+}
+
 async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<u8, CliError> {
     let result = result_of(&args)?;
     let mut held = ctx.state.load();
-    let (Some(quest), Some(lease)) = (held.quest_id, held.lease_id) else {
-        return Err(CliError::Usage(
-            "no quest is leased by this agent: run `quest next` first".into(),
-        ));
-    };
+    let (quest, lease) = held_lease(&held)?;
     let path = format!("/v1/quests/{quest}/submit?wait={}", args.wait);
     // The server waits up to `wait` seconds for the verdict; leave it that long and a margin.
     let timeout = Duration::from_secs(u64::from(args.wait) + 30);
@@ -500,11 +506,7 @@ fn forgotten_quest(e: CliError) -> CliError {
 
 async fn heartbeat(ctx: &Ctx) -> Result<u8, CliError> {
     let held = ctx.state.load();
-    let (Some(quest), Some(lease)) = (held.quest_id, held.lease_id) else {
-        return Err(CliError::Usage(
-            "no quest is leased by this agent: run `quest next` first".into(),
-        ));
-    };
+    let (quest, lease) = held_lease(&held)?;
     let (_, renewed): (_, crate::api::Lease) = ctx
         .client
         .post(
@@ -527,11 +529,7 @@ async fn heartbeat(ctx: &Ctx) -> Result<u8, CliError> {
 
 async fn release(ctx: &Ctx) -> Result<u8, CliError> {
     let mut held = ctx.state.load();
-    let (Some(quest), Some(lease)) = (held.quest_id, held.lease_id) else {
-        return Err(CliError::Usage(
-            "no quest is leased by this agent: nothing to release".into(),
-        ));
-    };
+    let (quest, lease) = held_lease(&held)?;
     let (_, ()): (_, ()) = ctx
         .client
         .post(

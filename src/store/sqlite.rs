@@ -517,7 +517,7 @@ async fn lease_next(
     session_id: Uuid,
     agent: String,
 ) -> Result<LeaseOutcome, StoreError> {
-    let session = fetch_session(&mut ctx.conn, session_id).await?;
+    let lease_seconds = session_lease_seconds(ctx, session_id).await?;
     sweep(ctx, Some(session_id)).await?;
     if let Some(lease) = live_lease(ctx, session_id, &agent).await? {
         return assigned(ctx, lease).await;
@@ -540,7 +540,7 @@ async fn lease_next(
     .await?;
     if let Some(row) = claimed {
         let quest = quest_row(&row)?;
-        let expires_at = ctx.now + chrono::Duration::seconds(session.config.lease_seconds as i64);
+        let expires_at = ctx.now + chrono::Duration::seconds(lease_seconds);
         sqlx::query(
             "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at) VALUES (?, ?, ?, ?, ?, ?)",
         )
@@ -645,12 +645,14 @@ async fn held_lease(
     Ok(lease)
 }
 
+/// A session's lease time: the one column the claim and heartbeat need, read
+/// without parsing the session's whole config on the writer's hottest path.
 async fn session_lease_seconds(ctx: &mut WriteCtx, session_id: Uuid) -> Result<i64, StoreError> {
-    let n: i64 = sqlx::query_scalar("SELECT lease_seconds FROM sessions WHERE id = ?")
+    sqlx::query_scalar("SELECT lease_seconds FROM sessions WHERE id = ?")
         .bind(session_id.to_string())
-        .fetch_one(&mut ctx.conn)
-        .await?;
-    Ok(n)
+        .fetch_optional(&mut ctx.conn)
+        .await?
+        .ok_or(StoreError::NotFound("session"))
 }
 
 async fn heartbeat(
