@@ -23,7 +23,7 @@ use crate::gates::email::EmailWorld;
 use crate::gates::fetch::{CACHE_BUDGET, FetchSettings, HttpFetcher, PageCache};
 use crate::http::{self, AppState};
 use crate::process::{ProcessRunner, SystemProcessRunner};
-use crate::service::{Service, new_secret};
+use crate::service::{BOOTSTRAP_ADMIN, Service, new_secret};
 use crate::store::{SqliteStore, Store};
 use crate::verifiers::VerifierRegistry;
 use crate::workers::{GateRunner, VerifierRunner, sweeper};
@@ -92,7 +92,7 @@ impl App {
         );
         let admin_token = admin_token(&config)?;
         store
-            .ensure_token("admin", Role::Admin, &token_hash(&admin_token))
+            .ensure_token(BOOTSTRAP_ADMIN, Role::Admin, &token_hash(&admin_token))
             .await?;
 
         let shutdown = CancellationToken::new();

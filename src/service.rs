@@ -553,8 +553,13 @@ impl Service {
     /// A quest with its full history.
     pub async fn quest(&self, id: Uuid) -> Result<api::Quest, ServiceError> {
         let quest = self.store.get_quest(id).await?;
-        let (submissions, reviews) = self.store.quest_history(id).await?;
-        let l2 = self.store.l2_answers(id).await?;
+        self.with_history(quest).await
+    }
+
+    /// A quest row with its submissions, reviews and L2 answers, as the API shows it.
+    async fn with_history(&self, quest: QuestRow) -> Result<api::Quest, ServiceError> {
+        let (submissions, reviews) = self.store.quest_history(quest.id).await?;
+        let l2 = self.store.l2_answers(quest.id).await?;
         Ok(api::Quest::new(quest, submissions, reviews, l2))
     }
 
@@ -581,9 +586,7 @@ impl Service {
             .review_queue(session, check, limit.clamp(1, 500))
             .await?
         {
-            let (submissions, reviews) = self.store.quest_history(quest.id).await?;
-            let l2 = self.store.l2_answers(quest.id).await?;
-            out.push(api::Quest::new(quest, submissions, reviews, l2));
+            out.push(self.with_history(quest).await?);
         }
         Ok(out)
     }
