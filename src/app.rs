@@ -20,7 +20,7 @@ use crate::domain::{Clock, Role, SystemClock, token_hash};
 use crate::gates::GateRegistry;
 use crate::gates::dns::{HickoryResolver, Resolver, UnavailableResolver};
 use crate::gates::email::EmailWorld;
-use crate::gates::fetch::{CACHE_BUDGET, FetchSettings, HttpFetcher, PageCache};
+use crate::gates::fetch::{AddressPolicy, CACHE_BUDGET, FetchSettings, HttpFetcher, PageCache};
 use crate::http::{self, AppState};
 use crate::process::{ProcessRunner, SystemProcessRunner};
 use crate::service::{BOOTSTRAP_ADMIN, Service, new_secret};
@@ -235,6 +235,7 @@ fn email_world(config: &EmailSettings, clock: Arc<dyn Clock>) -> anyhow::Result<
         fetcher: Arc::new(fetcher),
         resolver,
         pages: Arc::new(PageCache::with_limits(CACHE_BUDGET, clock)),
+        policy: AddressPolicy::new(config.fetch_allow.clone()),
     })
 }
 

@@ -26,6 +26,7 @@
 pub mod address;
 mod echo;
 pub mod lists;
+mod mail;
 pub mod page;
 
 use std::sync::Arc;
@@ -39,9 +40,10 @@ use url::Url;
 use self::address::{Email, has_idn_host, is_within, parse_email, parse_web_url, registrable};
 use self::echo::Carried;
 use self::lists::Lists;
+use self::mail::{duplicate_check, mx_check};
 use self::page::{Found, PageText};
 use super::dns::{MailAnswer, Resolver};
-use super::fetch::{FetchError, Fetcher, Page, PageCache};
+use super::fetch::{AddressPolicy, FetchError, Fetcher, Page, PageCache};
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
 use crate::domain::session::Example;
 use crate::domain::verify::Question;
@@ -60,6 +62,8 @@ pub struct EmailWorld {
     pub fetcher: Arc<dyn Fetcher>,
     pub resolver: Arc<dyn Resolver>,
     pub pages: Arc<PageCache>,
+    /// The fetcher's SSRF policy: no address it refuses is shown in evidence.
+    pub policy: AddressPolicy,
 }
 
 impl EmailWorld {
@@ -69,6 +73,7 @@ impl EmailWorld {
             fetcher,
             resolver,
             pages: Arc::new(PageCache::new()),
+            policy: AddressPolicy::default(),
         }
     }
 }
@@ -86,6 +91,7 @@ struct Params {
 pub struct EmailGate {
     fetcher: Arc<dyn Fetcher>,
     resolver: Arc<dyn Resolver>,
+    policy: AddressPolicy,
     lists: Lists,
 }
 
@@ -111,6 +117,7 @@ impl EmailGate {
         Ok(EmailGate {
             fetcher: Arc::new(world.pages.fetcher(world.fetcher.clone())),
             resolver: world.resolver.clone(),
+            policy: world.policy.clone(),
             lists,
         })
     }
@@ -268,7 +275,7 @@ impl Gate for EmailGate {
         );
         let mut evidence = vec![self.source_check(&mut findings, &screen, fetched).await];
         evidence.push(match (screen.email, mail) {
-            (Some(e), Some(answer)) => mx_check(&mut findings, e, answer),
+            (Some(e), Some(answer)) => mx_check(&mut findings, e, answer, &self.policy),
             (Some(e), None) => json!({"check": "mx", "domain": e.domain, "skipped": "the address is a placeholder"}),
             (None, _) => json!({"check": "mx", "skipped": "no valid email address"}),
         });
@@ -834,88 +841,6 @@ fn find_check(
     evidence["found"] = json!(found);
     evidence["snippet"] = json!(snippet);
     found != "absent"
-}
-
-/// Check 7: no other quest of the session holds the same address. Returns
-/// evidence when one does.
-fn duplicate_check(findings: &mut Findings, email: &Email, holders: &[String]) -> Option<Value> {
-    if holders.is_empty() {
-        return None;
-    }
-    let named = holders
-        .iter()
-        .map(|key| format!("\"{key}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    findings.review(Fact::new(
-        "duplicate",
-        "/email",
-        "an address no other company of this session has",
-        format!("{} is also the result for {named}", email.address()),
-        "two companies rarely share one contact address, so a person will compare the quests; \
-         if the address belongs to the other company, find this company's own",
-    ));
-    Some(json!({"check": "duplicate", "email": email.address(), "quests": holders}))
-}
-
-/// Check 6: the email's domain accepts mail. Returns the evidence.
-fn mx_check(findings: &mut Findings, email: &Email, answer: MailAnswer) -> Value {
-    let domain = &email.domain;
-    let expected = format!("{domain} accepts mail (MX records)");
-    let fact =
-        |actual: String, hint: &str| Fact::new("mx", "/email", expected.clone(), actual, hint);
-    let mut evidence = json!({"check": "mx", "domain": domain});
-    match answer {
-        MailAnswer::Mx(hosts) => {
-            evidence["answer"] = json!("mx");
-            evidence["hosts"] = json!(
-                hosts
-                    .iter()
-                    .map(|h| format!("{} {}", h.preference, h.exchange))
-                    .collect::<Vec<_>>()
-            );
-        }
-        MailAnswer::NullMx => {
-            evidence["answer"] = json!("null_mx");
-            findings.fail(fact(
-                format!("{domain} publishes a null MX (RFC 7505): it accepts no mail"),
-                "this address cannot receive mail; find one that can",
-            ));
-        }
-        MailAnswer::NoDomain => {
-            evidence["answer"] = json!("nxdomain");
-            findings.fail(fact(
-                format!("{domain} does not exist (NXDOMAIN)"),
-                "the domain does not exist; check the spelling against the page",
-            ));
-        }
-        MailAnswer::NoMailHost => {
-            evidence["answer"] = json!("no_mail_host");
-            findings.fail(fact(
-                format!("{domain} has neither MX nor address records"),
-                "no mail can be delivered to this domain; find an address that can receive mail",
-            ));
-        }
-        MailAnswer::AddressOnly(ips) => {
-            evidence["answer"] = json!("address_only");
-            evidence["addresses"] = json!(ips.iter().map(ToString::to_string).collect::<Vec<_>>());
-            findings.review(fact(
-                format!(
-                    "no MX records; {domain} has only an address record (implicit MX, RFC 5321)"
-                ),
-                "mail may still arrive; a person will confirm it",
-            ));
-        }
-        MailAnswer::Unavailable(reason) => {
-            evidence["answer"] = json!("unavailable");
-            evidence["error"] = json!(reason);
-            findings.review(fact(
-                format!("no DNS answer: {reason}"),
-                "DNS could not be asked now; if the address is right there is nothing to fix, a person will look",
-            ));
-        }
-    }
-    evidence
 }
 
 #[cfg(test)]
