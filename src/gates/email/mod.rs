@@ -25,6 +25,7 @@
 
 pub mod address;
 mod echo;
+mod html;
 pub mod lists;
 mod mail;
 pub mod page;
@@ -42,7 +43,7 @@ use self::echo::Carried;
 use self::lists::Lists;
 use self::mail::{duplicate_check, mx_check};
 use self::page::{Found, PageText};
-use super::dns::{MailAnswer, Resolver};
+use super::dns::Resolver;
 use super::fetch::{AddressPolicy, FetchError, Fetcher, Page, PageCache};
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
 use crate::domain::session::Example;
@@ -536,6 +537,15 @@ fn fetch_failure(findings: &mut Findings, error: &FetchError) {
     }
 }
 
+/// Parses a page on the blocking pool: a parse of a large page is CPU work
+/// that must not hold up the requests the runtime serves.
+async fn read_page(body: &Arc<[u8]>) -> PageText {
+    let body = body.clone();
+    tokio::task::spawn_blocking(move || PageText::from_body(&body))
+        .await
+        .unwrap_or_else(|_| PageText::from_body(b""))
+}
+
 /// The origin's home page of a URL (`https://acme.test/`), unless the URL is it.
 fn home_of(url: &str) -> Option<String> {
     let url = Url::parse(url).ok()?;
@@ -588,7 +598,7 @@ impl EmailGate {
                 return json!({"check": "source", "url": url.as_str(), "error": error.to_string()});
             }
         };
-        let text = PageText::from_body(&page.body);
+        let text = read_page(&page.body).await;
         let addresses = text.addresses(LISTED_ADDRESSES);
         let mut evidence = json!({
             "check": "source",
@@ -626,6 +636,19 @@ impl EmailGate {
                 ),
                 "the gate reads web pages, not images, files or documents; cite the HTML page \
                  where the address is shown (often a contact or imprint page)",
+            ));
+            evidence["found"] = json!("not_read");
+            return evidence;
+        }
+        if text.too_deep() {
+            findings.fail(source_fact(
+                "a web page a browser shows as written",
+                format!(
+                    "a page whose elements nest more than {} levels deep",
+                    html::MAX_DEPTH
+                ),
+                "no browser shows such a page as written, so the gate does not read it; cite the \
+                 page where the company shows the address (often a contact or imprint page)",
             ));
             evidence["found"] = json!("not_read");
             return evidence;
@@ -721,7 +744,7 @@ impl EmailGate {
         };
         match self.fetcher.fetch(probe.as_str()).await {
             Ok(page) => {
-                let echoed = PageText::from_body(&page.body).find(&made_up) != Found::Absent;
+                let echoed = read_page(&page.body).await.find(&made_up) != Found::Absent;
                 if echoed {
                     findings.fail(source_fact(
                         NOT_ECHOED,

@@ -1,7 +1,7 @@
 //! Every branch of every check of the email gate, against a fake web and a fake DNS.
 
 use super::*;
-use crate::gates::dns::MxHost;
+use crate::gates::dns::{MailAnswer, MxHost};
 use crate::testing::{FakeFetcher, FakeResolver, page};
 use serde_json::json;
 
@@ -944,6 +944,24 @@ async fn a_forbidden_page_fails_unless_the_whole_site_turns_the_gate_away() {
     let o = check(&w, claim("info@acme.test", "https://acme.test", home)).await;
     assert_eq!(o.verdict, Verdict::Review);
     assert_eq!(w.fetcher.calls(), [home]);
+}
+
+#[tokio::test]
+async fn a_page_nested_deeper_than_any_browser_renders_fails_unread() {
+    let deep = format!("{}<p>info@acme.test</p>", "<div>".repeat(100_000));
+    let w = world(
+        FakeFetcher::new().html(CONTACT, &deep),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, honest()).await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(where_(&o), [("source", "/source")]);
+    assert!(
+        o.facts[0].actual.contains("more than 512 levels"),
+        "{:?}",
+        o.facts[0]
+    );
+    assert_eq!(evidence(&o, "source")["found"], "not_read");
 }
 
 #[tokio::test]
