@@ -301,6 +301,19 @@ impl Service {
             .clone()
             .unwrap_or_else(|| table.columns[0].clone());
         let keys = table.keys(&key_column)?;
+        if let Some(missing) = gate
+            .input_columns()
+            .into_iter()
+            .find(|c| !table.columns.contains(c))
+        {
+            return Err(invalid(
+                "invalid_config",
+                format!(
+                    "config.gate names the column `{missing}`, which the table does not have; its columns are: {}",
+                    table.columns.join(", ")
+                ),
+            ));
+        }
         let Table { columns, rows, .. } = table;
         let name = config.name.clone().unwrap_or_else(|| source_name.clone());
         let session = NewSession {

@@ -293,7 +293,7 @@ impl Inner {
         job: &GateJob,
         gate: &dyn Gate,
     ) -> Result<SessionView, StoreError> {
-        let mut view = SessionView::default();
+        let mut view = SessionView::of_key(job.key.clone());
         for field in gate.unique_fields() {
             if !is_plain_field(&field) {
                 // A gate's mistake, not the store's: retrying would never help.

@@ -1,4 +1,4 @@
-//! Checks 6 and 7 of the email gate: the address's domain accepts mail, and
+//! Checks 7 and 8 of the email gate: the address's domain accepts mail, and
 //! no other quest of the session holds the same address.
 //!
 //! What DNS answers comes from the server's own resolver, which may see names
@@ -39,7 +39,7 @@ pub(super) fn withhold(text: &str, policy: &AddressPolicy) -> String {
         .into_owned()
 }
 
-/// Check 7: no other quest of the session holds the same address. Returns
+/// Check 8: no other quest of the session holds the same address. Returns
 /// evidence when one does.
 pub(super) fn duplicate_check(
     findings: &mut Findings,
@@ -65,7 +65,7 @@ pub(super) fn duplicate_check(
     Some(json!({"check": "duplicate", "email": email.address(), "quests": holders}))
 }
 
-/// Check 6: the email's domain accepts mail. Returns the evidence, which
+/// Check 7: the email's domain accepts mail. Returns the evidence, which
 /// holds no address `policy` refuses and no such address written in a name or
 /// an error message (see [`withhold`]).
 pub(super) fn mx_check(

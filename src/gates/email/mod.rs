@@ -1,5 +1,5 @@
 //! The `email` gate (SPEC §4.1): a company's contact email is accepted only
-//! when the machine re-derives it. Seven checks, in order:
+//! when the machine re-derives it. Eight checks, in order:
 //!
 //! 1. **format**: the email is a plain address; `site` and `source` are
 //!    absolute http(s) URLs. Internationalised domains go to REVIEW (homoglyphs).
@@ -14,8 +14,12 @@
 //!    file, a login wall, a page too long) is FAIL, so that a human review
 //!    cannot be had for free. A URL that could make its page echo the
 //!    address proves nothing (see `echo`).
-//! 6. **mx**: the email's domain accepts mail.
-//! 7. **duplicate**: an address another quest of the session already holds
+//! 6. **company**: the site belongs to the company of the row: on the
+//!    registrable domain the row's `site_column` cell gives (else FAIL), and
+//!    the source page or the site's home page names the company as the row's
+//!    key does (else REVIEW). See `company`.
+//! 7. **mx**: the email's domain accepts mail.
+//! 8. **duplicate**: an address another quest of the session already holds
 //!    (accepted, awaiting a decision or being checked) goes to REVIEW, naming
 //!    that quest: one real address cannot pass for every company of a table.
 //!
@@ -24,6 +28,7 @@
 //! quests of the session hold comes from the gate runner as a [`SessionView`].
 
 pub mod address;
+mod company;
 mod echo;
 mod html;
 pub mod lists;
@@ -86,6 +91,8 @@ struct Params {
     freemail: Vec<String>,
     #[serde(default)]
     blacklist: Vec<String>,
+    #[serde(default)]
+    site_column: Option<String>,
 }
 
 /// The email gate of one session.
@@ -94,12 +101,14 @@ pub struct EmailGate {
     resolver: Arc<dyn Resolver>,
     policy: AddressPolicy,
     lists: Lists,
+    /// The column of the row that holds the company's site or domain.
+    site_column: Option<String>,
 }
 
 impl EmailGate {
     /// Builds the gate from `config.gate`'s parameters (`freemail` and
-    /// `blacklist`, both lists of strings), with a namespace of its own in the
-    /// world's page cache.
+    /// `blacklist`, both lists of strings; `site_column`, the column holding
+    /// the company's site), with a namespace of its own in the world's page cache.
     pub fn from_params(
         params: &Map<String, Value>,
         world: &EmailWorld,
@@ -109,7 +118,7 @@ impl EmailGate {
                 GateConfigError::new(
                     "",
                     format!(
-                        "{e}; the email gate takes `freemail` and `blacklist`, lists of strings"
+                        "{e}; the email gate takes `freemail` and `blacklist`, lists of strings, and `site_column`, the name of a column"
                     ),
                 )
             })?;
@@ -120,8 +129,15 @@ impl EmailGate {
             resolver: world.resolver.clone(),
             policy: world.policy.clone(),
             lists,
+            site_column: params.site_column.filter(|c| !c.trim().is_empty()),
         })
     }
+}
+
+/// A source page the gate read: where it landed and what a reader sees on it.
+struct ReadPage {
+    url: String,
+    text: PageText,
 }
 
 /// What the agent claimed, each field parsed or turned into a format fact.
@@ -243,7 +259,11 @@ impl Gate for EmailGate {
         vec!["email".into()]
     }
 
-    async fn check(&self, _input: &Value, result: &Value, session: &SessionView) -> GateOutcome {
+    fn input_columns(&self) -> Vec<String> {
+        self.site_column.iter().cloned().collect()
+    }
+
+    async fn check(&self, input: &Value, result: &Value, session: &SessionView) -> GateOutcome {
         let claim = Claim::read(result);
         let screen = Screen::of(&claim, &self.lists);
 
@@ -274,12 +294,22 @@ impl Gate for EmailGate {
             screen.source,
             fetched.as_ref(),
         );
-        let mut evidence = vec![self.source_check(&mut findings, &screen, fetched).await];
+        let mut read = None;
+        let mut evidence = vec![
+            self.source_check(&mut findings, &screen, fetched, &mut read)
+                .await,
+        ];
+        // The company's facts come in check order; its evidence after the
+        // mx check's, so that the first two entries stay source and mx.
+        let company = self
+            .company_check(&mut findings, &screen, input, &session.key, read.as_ref())
+            .await;
         evidence.push(match (screen.email, mail) {
             (Some(e), Some(answer)) => mx_check(&mut findings, e, answer, &self.policy),
             (Some(e), None) => json!({"check": "mx", "domain": e.domain, "skipped": "the address is a placeholder"}),
             (None, _) => json!({"check": "mx", "skipped": "no valid email address"}),
         });
+        evidence.extend(company);
         if let Some(e) = screen.email.filter(|_| screen.email_blacklisted.is_none()) {
             evidence.extend(duplicate_check(
                 &mut findings,
@@ -563,6 +593,7 @@ impl EmailGate {
         findings: &mut Findings,
         screen: &Screen<'_>,
         fetched: Option<Result<Page, FetchError>>,
+        read: &mut Option<ReadPage>,
     ) -> Value {
         let Some(url) = screen.source else {
             return json!({"check": "source", "skipped": "no valid source URL"});
@@ -653,19 +684,20 @@ impl EmailGate {
             evidence["found"] = json!("not_read");
             return evidence;
         }
-        let Some(email) = screen.email else {
-            return evidence;
-        };
-        let found = find_check(findings, email, &page, &text, &addresses, &mut evidence);
-        if found {
+        if let Some(email) = screen.email {
+            let found = find_check(findings, email, &page, &text, &addresses, &mut evidence);
             let echo_from = [Some(url), landed.as_ref()]
                 .into_iter()
                 .flatten()
                 .find(|u| echo::carried(u, email) == Carried::LocalPart);
-            if let Some(echo_from) = echo_from {
+            if let Some(echo_from) = echo_from.filter(|_| found) {
                 evidence["echo_probe"] = self.echo_probe(findings, email, echo_from).await;
             }
         }
+        *read = Some(ReadPage {
+            url: page.final_url.clone(),
+            text,
+        });
         evidence
     }
 

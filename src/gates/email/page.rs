@@ -38,6 +38,11 @@ const HIDING_ELEMENTS: &[&str] = &["script", "style", "template", "iframe"];
 /// them only when the page writes their tag, so that a snippet shows the
 /// page's own tags.
 const IMPLIED_ELEMENTS: &[&str] = &["html", "head", "body"];
+/// Elements that run inside a line of text: their tags do not separate words.
+const INLINE_ELEMENTS: &[&str] = &[
+    "a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em", "font", "i", "kbd",
+    "mark", "q", "s", "samp", "small", "span", "strong", "sub", "sup", "time", "u", "var",
+];
 /// Elements without an end tag.
 const VOID_ELEMENTS: &[&str] = &[
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
@@ -116,6 +121,9 @@ pub struct PageText {
     hidden: String,
     /// `main` without its markers.
     stripped: String,
+    /// The shown text with a blank wherever a tag other than an inline one
+    /// stands, so that the words of two blocks stay apart.
+    words: String,
     /// The page nests deeper than [`html::MAX_DEPTH`]: only its start was read.
     too_deep: bool,
 }
@@ -151,6 +159,7 @@ struct Reader {
     comments: Vec<String>,
     hidden: Vec<String>,
     stripped: String,
+    words: String,
     /// For every open element: whether it or an ancestor hides its content.
     open: Vec<bool>,
     /// Which of [`IMPLIED_ELEMENTS`] the page writes a tag for.
@@ -191,6 +200,7 @@ impl Reader {
         let inherited = self.hidden_here();
         let hidden = inherited || hides(element);
         self.open.push(hidden);
+        self.separate_words(element);
         for (_, value) in element.attrs() {
             if !value.trim().is_empty() {
                 self.hidden.push(value.to_owned());
@@ -226,6 +236,7 @@ impl Reader {
 
     fn close_element(&mut self, element: &Element) {
         let hidden = self.open.pop().unwrap_or(false);
+        self.separate_words(element);
         let name = element.name();
         if !hidden && self.marked(name) && !VOID_ELEMENTS.contains(&name) {
             self.main.push_str("</");
@@ -240,6 +251,13 @@ impl Reader {
         } else {
             self.main.push_str(text);
             self.stripped.push_str(text);
+            self.words.push_str(text);
+        }
+    }
+
+    fn separate_words(&mut self, element: &Element) {
+        if !INLINE_ELEMENTS.contains(&element.name()) && !self.words.ends_with(' ') {
+            self.words.push(' ');
         }
     }
 
@@ -287,6 +305,7 @@ impl PageText {
             comments: visible(&reader.comments.join("\n")),
             hidden: visible(&reader.hidden.join("\n")),
             stripped: visible(&reader.stripped),
+            words: visible(&reader.words),
             too_deep: parsed.too_deep,
         }
     }
@@ -297,9 +316,10 @@ impl PageText {
         self.too_deep
     }
 
-    /// The text a reader sees, without tags (for finding names on the page).
+    /// The text a reader sees, the words of two blocks (a title and a
+    /// heading, two paragraphs) kept apart: for finding names on the page.
     pub fn shown_text(&self) -> &str {
-        &self.stripped
+        &self.words
     }
 
     /// Where and how `email` appears.
@@ -781,8 +801,8 @@ mod tests {
         // The reader sees the text `info&#64;acme.test`, not an address.
         assert!(!is_exact(&find("info&amp;#64;acme.test", "info@acme.test")));
         assert_eq!(
-            PageText::from_body(b"<title>Acme &amp; Co</title><p>Hi</p>").shown_text(),
-            "Acme & CoHi"
+            PageText::from_body(b"<title>Acme &amp; Co</title><p>H<b>i</b></p>").shown_text(),
+            " Acme & Co Hi "
         );
     }
 

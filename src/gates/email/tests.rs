@@ -1190,3 +1190,5 @@ async fn an_address_another_quest_holds_goes_to_review_naming_that_quest() {
     other.holders.insert("site".into(), vec!["Beta".into()]);
     assert_eq!(check_in(&w, honest(), &other).await.verdict, Verdict::Pass);
 }
+
+mod company;
