@@ -52,7 +52,7 @@ use super::dns::Resolver;
 use super::fetch::{AddressPolicy, FetchError, Fetcher, Page, PageCache};
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
 use crate::domain::session::Example;
-use crate::domain::verify::Question;
+use crate::domain::verify::{Question, injection_question};
 use crate::domain::{Fact, Verdict};
 
 /// The registry name of this gate.
@@ -252,6 +252,8 @@ impl Gate for EmailGate {
                 "Is the website in the result the site of a different company than the one in the input \
                  (for example a directory, a marketplace or a namesake)?",
             ),
+            // The evidence quotes the cited page, which the agent may have written.
+            injection_question(),
         ]
     }
 
