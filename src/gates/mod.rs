@@ -210,7 +210,11 @@ impl GateRegistry {
     /// A registry with every gate this build ships and no command gate
     /// declared; the email gate reaches the web and DNS through `world`.
     pub fn with_builtin_gates(world: email::EmailWorld) -> Self {
-        GateRegistry::with_operator_gates(world, &[], Arc::new(crate::process::SystemProcessRunner))
+        GateRegistry::with_operator_gates(
+            world,
+            &[],
+            Arc::new(crate::process::SystemProcessRunner::default()),
+        )
     }
 
     /// The built-in gates plus the command gates the operator's configuration

@@ -113,6 +113,8 @@ async fn spawn_app_world(
     world: Option<EmailWorld>,
 ) -> TestApp {
     let mut config = Config::with_data_dir(data_dir.path());
+    // The server applies command gates' resource limits through its own binary.
+    config.runner_exe = Some(env!("CARGO_BIN_EXE_quest").into());
     tune(&mut config);
     if let Some(toml) = config_toml {
         let path = data_dir.path().join("quest.toml");
