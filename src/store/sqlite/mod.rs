@@ -81,6 +81,9 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
+            // Statement journals and sorts of grouped statements stay in memory
+            // instead of a temporary file opened and removed per statement.
+            .pragma("temp_store", "memory")
             // After the WAL is restarted, its file shrinks back to this size.
             .pragma("journal_size_limit", (64 * 1024 * 1024).to_string())
             .disable_statement_logging();
