@@ -1877,4 +1877,12 @@ impl Store for SqliteStore {
         }
         Ok(found)
     }
+
+    async fn agent_lease(
+        &self,
+        session_id: Uuid,
+        agent: &str,
+    ) -> Result<Option<AgentLeaseRow>, StoreError> {
+        super::sqlite_agents::agent_lease(&self.read, session_id, agent, self.clock.now()).await
+    }
 }
