@@ -34,7 +34,8 @@ pub async fn agent_lease(
     let Some(row) = row else {
         return Ok(None);
     };
-    let corrupt = |what: &str, e: &dyn std::fmt::Display| StoreError::Corrupt(format!("{what}: {e}"));
+    let corrupt =
+        |what: &str, e: &dyn std::fmt::Display| StoreError::Corrupt(format!("{what}: {e}"));
     let id = |column: &str| -> Result<Uuid, StoreError> {
         let text: String = row.try_get(column)?;
         Uuid::parse_str(&text).map_err(|e| corrupt(column, &e))
