@@ -131,7 +131,9 @@ pub enum Decision {
     Block(String),
 }
 
-const NEXT: &str = "call the quest_next tool (or run `quest next`)";
+/// The next step, as a sentence starts it and as a clause continues one.
+const NEXT: &str = "Call the quest_next tool (or run `quest next`)";
+const NEXT_CLAUSE: &str = "call the quest_next tool (or run `quest next`)";
 const SUBMIT: &str = "quest_submit (or `quest submit --field NAME=VALUE ...`)";
 
 fn lease_reason(lease: &HeldLease, facts: &[Fact], tries_left: Option<u32>) -> String {
@@ -148,7 +150,7 @@ fn lease_reason(lease: &HeldLease, facts: &[Fact], tries_left: Option<u32>) -> S
             .unwrap_or_default();
         return format!(
             "Your last submission for quest `{key}` failed these checks{left}:{}\n\
-             Fix each one and submit again with {SUBMIT}. If you lost the prompt, {NEXT}: it hands \
+             Fix each one and submit again with {SUBMIT}. If you lost the prompt, {NEXT_CLAUSE}: it hands \
              back the same quest and renews your lease. Do not stop while the quest is yours.",
             agent::facts_text(facts)
         );
@@ -348,7 +350,7 @@ fn failed(ctx: &Ctx, args: &GuardArgs, session: &str, why: &str) -> u8 {
     } else {
         Decision::Block(format!(
             "The stop guard cannot check your quest session ({why}), and it is set to fail closed. \
-             Check that the quest server is up and QUEST_URL / QUEST_TOKEN are right, then {NEXT}."
+             Check that the quest server is up and QUEST_URL / QUEST_TOKEN are right, then {NEXT_CLAUSE}."
         ))
     };
     emit(&decision, Some(blocks), args.max_blocks);
