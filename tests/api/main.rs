@@ -3,6 +3,7 @@
 mod auth;
 mod bad_input;
 mod cli;
+mod cli_text;
 mod command_gate;
 mod concurrency;
 mod fake_llm;
