@@ -17,7 +17,6 @@ use crate::helpers::*;
 /// An agent's harness: `quest mcp` as a child process and a client session with it.
 pub struct Harness {
     pub client: RunningService<RoleClient, ()>,
-    pub env: AgentEnv,
 }
 
 /// The environment an agent runs in: server, token, session, name and state dir.
@@ -77,10 +76,7 @@ impl AgentEnv {
             .spawn()
             .expect("quest mcp starts");
         let client = ().serve(transport).await.expect("the MCP handshake completes");
-        Harness {
-            client,
-            env: self.clone(),
-        }
+        Harness { client }
     }
 }
 
