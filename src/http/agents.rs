@@ -19,8 +19,6 @@ pub async fn get_agent_lease(
     Path(id): Path<Uuid>,
     Query(query): Query<AgentLeaseQuery>,
 ) -> Result<Json<AgentLease>, ApiError> {
-    let name = query.agent.as_deref().filter(|n| !n.is_empty());
-    let agent = caller.agent(name);
-    let shown = name.unwrap_or(&caller.name);
-    Ok(Json(state.service.agent_lease(id, &agent, shown).await?))
+    let agent = caller.agent(query.agent.as_deref());
+    Ok(Json(state.service.agent_lease(id, &agent).await?))
 }

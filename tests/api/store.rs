@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use quest::domain::session::SessionConfig;
+use quest::domain::work::AgentId;
 use quest::domain::{Phase, SystemClock, Verdict};
 use quest::store::{
     GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError,
@@ -44,7 +45,7 @@ async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, Uuid,
         .await
         .unwrap();
     let LeaseOutcome::Assigned { quest, lease, .. } = store
-        .lease_next(session.id, &format!("{}/bot", token.id))
+        .lease_next(session.id, &AgentId::new(token.id, "bot"))
         .await
         .unwrap()
     else {
@@ -70,7 +71,8 @@ async fn while_the_gate_checks_a_new_result_and_a_release_are_refused() {
         result: json!({"email": email}),
         result_hash: quest::domain::receipt::digest(&json!({"email": email})),
     };
-    let SubmitOutcome::Recorded(first) = store.submit(submit("a@b.test")).await.unwrap() else {
+    let SubmitOutcome::Recorded { view: first, .. } = store.submit(submit("a@b.test"), None).await.unwrap()
+    else {
         panic!("recorded")
     };
     assert_eq!(
@@ -79,21 +81,21 @@ async fn while_the_gate_checks_a_new_result_and_a_release_are_refused() {
     );
 
     assert_eq!(
-        conflict_code(store.submit(submit("other@b.test")).await.unwrap_err()),
+        conflict_code(store.submit(submit("other@b.test"), None).await.unwrap_err()),
         "submission_in_progress"
     );
     assert_eq!(
         conflict_code(store.release(quest, lease, token).await.unwrap_err()),
         "quest_checking"
     );
-    let SubmitOutcome::Replayed(same) = store.submit(submit("a@b.test")).await.unwrap() else {
+    let SubmitOutcome::Replayed(same) = store.submit(submit("a@b.test"), None).await.unwrap() else {
         panic!("a replay")
     };
     assert_eq!(
-        same.id, first.id,
+        same.submission.id, first.submission.id,
         "the identical retry of a PENDING submission is the same submission"
     );
-    assert_eq!(store.pending_submissions().await.unwrap(), [first.id]);
+    assert_eq!(store.pending_submissions().await.unwrap(), [first.submission.id]);
     let quest_row = store.get_quest(quest).await.unwrap();
     assert_eq!(
         (quest_row.phase, quest_row.tries),
@@ -173,27 +175,30 @@ async fn submit_email(
     email: &str,
 ) -> (Uuid, Uuid) {
     let LeaseOutcome::Assigned { quest, lease, .. } = store
-        .lease_next(session, &format!("{token}/{agent}"))
+        .lease_next(session, &AgentId::new(token, agent))
         .await
         .unwrap()
     else {
         panic!("a quest is open")
     };
     let result = json!({"email": email, "note": "x"});
-    let SubmitOutcome::Recorded(submission) = store
-        .submit(NewSubmission {
-            quest_id: quest.id,
-            lease_id: lease.id,
-            token_id: token,
-            result_hash: quest::domain::receipt::digest(&result),
-            result,
-        })
+    let SubmitOutcome::Recorded { view, .. } = store
+        .submit(
+            NewSubmission {
+                quest_id: quest.id,
+                lease_id: lease.id,
+                token_id: token,
+                result_hash: quest::domain::receipt::digest(&result),
+                result,
+            },
+            None,
+        )
         .await
         .unwrap()
     else {
         panic!("recorded")
     };
-    (quest.id, submission.id)
+    (quest.id, view.submission.id)
 }
 
 async fn decide(store: &SqliteStore, submission: Uuid, verdict: Verdict) {
