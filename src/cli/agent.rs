@@ -44,6 +44,14 @@ impl Surface {
         }
     }
 
+    /// The verb that starts a step: a command is run, a tool is called.
+    pub fn verb(self) -> &'static str {
+        match self {
+            Surface::Cli => "Run",
+            Surface::Mcp => "Call",
+        }
+    }
+
     /// How to follow a PENDING verdict.
     pub fn wait(self) -> &'static str {
         match self {
@@ -249,24 +257,30 @@ pub fn verdict_text(
     facts: &[Fact],
 ) -> String {
     let (next, submit) = (surface.next(), surface.submit());
+    let go = format!("{} {next}", surface.verb());
     let mut out = match (verdict, state) {
         (SubmissionVerdict::Pass, State::Pass) => {
-            format!("PASS: the quest is accepted and locked. Run {next}.")
+            format!("PASS: the quest is accepted and locked. {go}.")
         }
         (SubmissionVerdict::Pass, _) => format!(
-            "PASS: the gate accepted it; AI verifiers take a last look. The quest is no longer yours: run {next}."
+            "PASS: the gate accepted it; AI verifiers take a last look. The quest is no longer yours: {}.",
+            go.to_lowercase()
         ),
         (SubmissionVerdict::Review, _) => {
-            format!("REVIEW: a person will decide this quest. Run {next}.")
+            format!("REVIEW: a person will decide this quest. {go}.")
         }
         (SubmissionVerdict::Fail, State::Done) => {
-            format!("DONE: out of tries; the quest is closed. Run {next}.")
+            format!("DONE: out of tries; the quest is closed. {go}.")
         }
         (SubmissionVerdict::Fail, _) => {
             let left = tries_left
                 .map(|n| format!(" {n} tries left."))
                 .unwrap_or_default();
-            format!("FAIL:{left} Fix each fact below, then {submit} again:")
+            let again = match surface {
+                Surface::Cli => format!("{submit} again"),
+                Surface::Mcp => format!("call {submit} again"),
+            };
+            format!("FAIL:{left} Fix each fact below, then {again}:")
         }
         (SubmissionVerdict::Pending, _) => "PENDING: the gate needs longer to decide.".to_owned(),
     };
@@ -344,7 +358,7 @@ mod tests {
         );
         assert_eq!(
             mcp,
-            "PASS: the quest is accepted and locked. Run quest_next."
+            "PASS: the quest is accepted and locked. Call quest_next."
         );
     }
 }
