@@ -134,6 +134,11 @@ impl Service {
         self.store.ping().await
     }
 
+    /// A consistent copy of the database, made while the server serves.
+    pub async fn backup(&self) -> Result<crate::store::Backup, ServiceError> {
+        Ok(self.store.backup().await?)
+    }
+
     /// The live token with this secret's digest.
     pub async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
         if let Some(token) = self.tokens.get(hash) {

@@ -392,11 +392,30 @@ pub struct ExportRow {
     pub receipt: Option<String>,
 }
 
+/// A consistent copy of the database in a file of its own, removed when dropped.
+#[derive(Debug)]
+pub struct Backup {
+    pub path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Backup {
+    /// A backup to be written at `dir/name`; the folder goes with the value.
+    pub fn new(dir: tempfile::TempDir, name: &str) -> Backup {
+        Backup {
+            path: dir.path().join(name),
+            _dir: dir,
+        }
+    }
+}
+
 /// Durable state of the service.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Whether the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// A consistent copy of the whole database, made while the store keeps serving.
+    async fn backup(&self) -> Result<Backup, StoreError>;
 
     /// Stores a session with all its quests, all or nothing.
     async fn create_session(&self, session: NewSession) -> Result<SessionRow, StoreError>;

@@ -292,3 +292,83 @@ async fn the_holders_of_a_result_value_are_the_other_quests_that_keep_it() {
         Err(StoreError::Corrupt(_))
     ));
 }
+
+#[tokio::test]
+async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let (token, leased) = {
+        let store = SqliteStore::open(&path, Arc::new(SystemClock), tokio::sync::broadcast::channel(8).0)
+            .await
+            .unwrap();
+        let token = store.create_token("bot", quest::domain::Role::Agent, "hash").await.unwrap().id;
+        let companies: Vec<String> = (0..60).map(|i| format!("c{i}")).collect();
+        let names: Vec<&str> = companies.iter().map(String::as_str).collect();
+        let session = add_session(&store, &names).await;
+        let mut leased = Vec::new();
+        for i in 0..60 {
+            let LeaseOutcome::Assigned { quest, lease } = store
+                .lease_next(session, &AgentId::new(token, format!("a{i}")))
+                .await
+                .unwrap()
+            else {
+                panic!("a quest is open")
+            };
+            leased.push((quest.id, lease.id));
+        }
+        (token, leased)
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let pages: i64 = {
+        let mut raw = <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        sqlx::query_scalar("PRAGMA page_count").fetch_one(&mut raw).await.unwrap()
+    };
+    // A few pages of room: the first results fit, then the database is full.
+    let store = SqliteStore::open_tuned(&path, Arc::new(SystemClock), tokio::sync::broadcast::channel(8).0, |o| {
+        o.pragma("max_page_count", (pages + 25).to_string())
+    })
+    .await
+    .unwrap();
+    let padding = "x".repeat(3000);
+    let mut answers = Vec::new();
+    // Waves of concurrent writes: the first ones fit, later batches find the disk full.
+    for wave in leased.chunks(10) {
+        answers.extend(
+            futures_util::future::join_all(wave.iter().map(|(quest, lease)| {
+                let result = json!({"email": "a@b.test", "note": padding});
+                store.submit(
+                    NewSubmission {
+                        quest_id: *quest,
+                        lease_id: *lease,
+                        token_id: token,
+                        result_hash: quest::domain::receipt::digest(&result),
+                        result,
+                    },
+                    None,
+                )
+            }))
+            .await,
+        );
+    }
+    let (mut answered, mut refused) = (0, 0);
+    for ((quest, _), answer) in leased.iter().zip(answers) {
+        let row = store.get_quest(*quest).await.unwrap();
+        let (subs, _) = store.quest_history(*quest).await.unwrap();
+        match answer {
+            Ok(_) => {
+                answered += 1;
+                assert_eq!((row.phase, subs.len()), (Some(Phase::Checking), 1), "an answered write is stored");
+            }
+            Err(StoreError::Unavailable) => {
+                refused += 1;
+                assert_eq!((row.phase, subs.len()), (Some(Phase::Leased), 0), "a refused write left nothing");
+            }
+            Err(e) => panic!("a full disk is 'unavailable', not {e}"),
+        }
+    }
+    assert!(refused > 0 && answered > 0, "{answered} answered, {refused} refused");
+    // The writer opened its connection anew and still serves what fits.
+    assert!(store.get_quest(leased[0].0).await.is_ok());
+}

@@ -25,7 +25,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::BoxFuture;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+pub use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{ConnectOptions, SqlitePool};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use uuid::Uuid;
@@ -41,6 +42,7 @@ pub use writer::MAX_BATCH;
 /// The SQLite implementation of [`Store`].
 #[derive(Clone)]
 pub struct SqliteStore {
+    path: std::path::PathBuf,
     read: SqlitePool,
     queue: mpsc::Sender<Op>,
     clock: Arc<dyn Clock>,
@@ -61,6 +63,17 @@ impl SqliteStore {
         clock: Arc<dyn Clock>,
         events: broadcast::Sender<QuestEvent>,
     ) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_tuned(path, clock, events, |o| o).await
+    }
+
+    /// [`SqliteStore::open`] with the connection options changed by `tune`
+    /// (tests use it to give the database a size limit).
+    pub async fn open_tuned(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        events: broadcast::Sender<QuestEvent>,
+        tune: impl FnOnce(SqliteConnectOptions) -> SqliteConnectOptions,
+    ) -> Result<SqliteStore, StoreError> {
         let options = SqliteConnectOptions::new()
             .filename(path)
             .create_if_missing(true)
@@ -69,7 +82,10 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
+            // After the WAL is restarted, its file shrinks back to this size.
+            .pragma("journal_size_limit", (64 * 1024 * 1024).to_string())
             .disable_statement_logging();
+        let options = tune(options);
         let mut conn = options.connect().await?;
         sqlx::migrate!("./migrations/sqlite").run(&mut conn).await?;
         let read = SqlitePoolOptions::new()
@@ -91,9 +107,11 @@ impl SqliteStore {
                 (Submit::RANK, writer::run_kind::<Submit>),
                 (Lease::RANK, writer::run_kind::<Lease>),
             ],
+            since_checkpoint: 0,
         };
         tokio::spawn(writer::run(writer, rx));
         Ok(SqliteStore {
+            path: path.to_owned(),
             read,
             queue,
             clock,
@@ -177,6 +195,22 @@ impl Store for SqliteStore {
             return Err(StoreError::Unavailable);
         }
         Ok(())
+    }
+
+    async fn backup(&self) -> Result<Backup, StoreError> {
+        // Next to the database, on its disk: a copy can be as large as the original.
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let scratch = tempfile::Builder::new()
+            .prefix(".backup-")
+            .tempdir_in(dir)
+            .map_err(|e| StoreError::Corrupt(format!("no room for a backup: {e}")))?;
+        let backup = Backup::new(scratch, "quest.db");
+        // VACUUM INTO reads one snapshot on a read connection: the writer goes on.
+        sqlx::query("VACUUM INTO ?")
+            .bind(backup.path.to_string_lossy().into_owned())
+            .execute(&self.read)
+            .await?;
+        Ok(backup)
     }
 
     async fn create_session(&self, session: NewSession) -> Result<SessionRow, StoreError> {

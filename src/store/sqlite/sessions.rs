@@ -1,7 +1,6 @@
 //! The rare writes: scans (a session with its quests) and tokens. Each runs
 //! alone inside the writer's batch (see [`super::writer::Single`]).
 
-use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::codec::*;
@@ -45,18 +44,17 @@ pub async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, S
     .await?;
     let now = ts(ctx.now);
     let session_id = s.id.to_string();
-    let rows: Vec<(usize, &(String, Map<String, Value>))> = s.rows.iter().enumerate().collect();
-    for chunk in rows.chunks(ROWS_PER_INSERT) {
+    for (c, chunk) in s.rows.chunks(ROWS_PER_INSERT).enumerate() {
         let values = vec!["(?, ?, ?, ?, ?, 'TODO', 'open', ?)"; chunk.len()].join(", ");
         let sql = format!(
             "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at) VALUES {values}"
         );
         let mut insert = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for (index, (key, input)) in chunk {
+        for (i, (key, input)) in chunk.iter().enumerate() {
             insert = insert
                 .bind(Uuid::now_v7().to_string())
                 .bind(session_id.clone())
-                .bind(*index as i64)
+                .bind((c * ROWS_PER_INSERT + i) as i64)
                 .bind(key.clone())
                 .bind(json(input))
                 .bind(now.clone());

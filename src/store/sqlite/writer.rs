@@ -322,7 +322,17 @@ pub struct Writer {
     pub counters: Arc<Counters>,
     /// Runs the grouped requests of one rank; set by the store for each kind.
     pub runners: Vec<(u8, Runner)>,
+    /// Commits since the WAL was last looked at.
+    pub since_checkpoint: u32,
 }
+
+/// How many commits pass between two looks at the WAL's size.
+const CHECKPOINT_EVERY: u32 = 256;
+/// The WAL length (in pages) past which the writer waits for readers to let
+/// it restart the log. SQLite's own checkpoints after each commit are passive:
+/// with readers that never pause, they never get to reset the WAL, which then
+/// grows without bound.
+const WAL_PAGES_LIMIT: i64 = 8192;
 
 /// Runs every request of one kind in a batch.
 pub type Runner = for<'a> fn(
@@ -546,7 +556,33 @@ impl Writer {
                     finish(None);
                 }
                 self.reopen().await;
+                return;
             }
+        }
+        self.since_checkpoint += 1;
+        if self.since_checkpoint >= CHECKPOINT_EVERY {
+            self.since_checkpoint = 0;
+            self.checkpoint().await;
+        }
+    }
+
+    /// Keeps the WAL bounded: a passive checkpoint, and when the log is still
+    /// long, a restart that waits for the readers of the moment (new readers
+    /// then read the database file, so the wait is short).
+    async fn checkpoint(&mut self) {
+        let passive: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
+            .fetch_one(&mut self.ctx.conn)
+            .await;
+        let Ok((_, log, _)) = passive else { return };
+        if log >= WAL_PAGES_LIMIT {
+            match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)")
+                .fetch_one(&mut self.ctx.conn)
+                .await
+            {
+                Ok((busy, log, done)) => tracing::debug!(busy, log, done, "WAL restarted"),
+                Err(e) => tracing::warn!(error = %e, "the WAL could not be restarted"),
+            }
+            metrics::counter!("quest_store_wal_restarts_total").increment(1);
         }
     }
 
