@@ -10,6 +10,7 @@
 //! The live counts of every session are kept in memory by the writer from
 //! what it commits, so `status` and `remaining` read no table.
 
+mod agents;
 mod codec;
 mod leases;
 mod reads;
@@ -398,5 +399,13 @@ impl Store for SqliteStore {
 
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
         reads::find_token(&self.read, hash).await
+    }
+
+    async fn agent_lease(
+        &self,
+        session_id: Uuid,
+        agent: &AgentId,
+    ) -> Result<Option<AgentLeaseRow>, StoreError> {
+        agents::agent_lease(&self.read, session_id, agent, self.clock.now()).await
     }
 }
