@@ -8,6 +8,7 @@
 //! [`Clock`]: crate::domain::Clock
 
 pub mod sqlite;
+mod sqlite_inputs;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -15,10 +16,12 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::domain::session::SessionConfig;
+use crate::domain::table::Row;
 use crate::domain::verify::{Answer, FlagOn, VerifierRequest};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict, Verdict};
 
 pub use sqlite::SqliteStore;
+pub use sqlite_inputs::SOURCE_CHUNK;
 
 /// Why a store call did not do what was asked.
 #[derive(Debug, thiserror::Error)]
@@ -86,7 +89,7 @@ pub struct NewSession {
     pub source: Vec<u8>,
     pub created_by: String,
     /// `(key, input)` for every row, in upload order.
-    pub rows: Vec<(String, Map<String, Value>)>,
+    pub rows: Vec<(String, Row)>,
 }
 
 /// One quest, as stored.
@@ -383,6 +386,17 @@ pub struct ExportRow {
     pub receipt: Option<String>,
 }
 
+/// An uploaded file, without its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceInfo {
+    pub name: String,
+    pub media_type: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// How many pieces of [`SOURCE_CHUNK`] bytes (the last one shorter) it is stored in.
+    pub pieces: u64,
+}
+
 /// Durable state of the service.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -518,4 +532,9 @@ pub trait Store: Send + Sync + 'static {
     async fn revoke_token(&self, id: Uuid) -> Result<TokenRow, StoreError>;
     /// The live (not revoked) token with this hash, compared in constant time.
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError>;
+
+    /// The uploaded file's name, media type, size and number of pieces.
+    async fn source_info(&self, id: Uuid) -> Result<SourceInfo, StoreError>;
+    /// Piece `seq` (0-based, [`SOURCE_CHUNK`] bytes) of the uploaded file; `None` past the end.
+    async fn source_chunk(&self, id: Uuid, seq: u64) -> Result<Option<Vec<u8>>, StoreError>;
 }

@@ -1243,16 +1243,13 @@ async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, Store
     .execute(&mut ctx.conn)
     .await?;
     // The file lives apart from the session row, which every lease and submit reads.
-    sqlx::query("INSERT INTO session_sources (session_id, source) VALUES (?, ?)")
-        .bind(s.id.to_string())
-        .bind(&s.source)
-        .execute(&mut ctx.conn)
-        .await?;
+    super::sqlite_inputs::insert_source(&mut ctx.conn, s.id, &s.source).await?;
     let now = ts(ctx.now);
     let session_id = s.id.to_string();
     // Many rows per statement: a large scan holds the writer for far less time.
     const ROWS_PER_INSERT: usize = 200;
-    let rows: Vec<(usize, &(String, Map<String, Value>))> = s.rows.iter().enumerate().collect();
+    let rows: Vec<(usize, &(String, crate::domain::table::Row))> =
+        s.rows.iter().enumerate().collect();
     for chunk in rows.chunks(ROWS_PER_INSERT) {
         let values = vec!["(?, ?, ?, ?, ?, 'TODO', 'open', ?)"; chunk.len()].join(", ");
         let sql = format!(
@@ -1265,7 +1262,7 @@ async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, Store
                 .bind(&session_id)
                 .bind(*index as i64)
                 .bind(key)
-                .bind(json(input))
+                .bind(input.as_str())
                 .bind(&now);
         }
         insert.execute(&mut ctx.conn).await?;
@@ -1359,19 +1356,7 @@ impl Store for SqliteStore {
     }
 
     async fn session_source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), StoreError> {
-        let row = sqlx::query(
-            "SELECT s.source_name, s.source_type, f.source FROM sessions s
-             JOIN session_sources f ON f.session_id = s.id WHERE s.id = ?",
-        )
-        .bind(id.to_string())
-        .fetch_optional(&self.read)
-        .await?
-        .ok_or(StoreError::NotFound("session"))?;
-        Ok((
-            row.str("source_name")?,
-            row.str("source_type")?,
-            row.try_get("source")?,
-        ))
+        super::sqlite_inputs::whole_source(&self.read, id).await
     }
 
     async fn session_status(&self, id: Uuid) -> Result<SessionStatus, StoreError> {
@@ -1876,5 +1861,13 @@ impl Store for SqliteStore {
             }
         }
         Ok(found)
+    }
+
+    async fn source_info(&self, id: Uuid) -> Result<SourceInfo, StoreError> {
+        super::sqlite_inputs::source_info(&self.read, id).await
+    }
+
+    async fn source_chunk(&self, id: Uuid, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        super::sqlite_inputs::source_chunk(&self.read, id, seq).await
     }
 }

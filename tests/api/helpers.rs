@@ -306,6 +306,18 @@ pub fn contact_config(max_tries: u32) -> Value {
     })
 }
 
+/// `config` (a schema gate) with `fields` added to the schema's `properties`
+/// as "anything": declared, so that the export gives each its own column.
+pub fn declaring(mut config: Value, fields: &[&str]) -> Value {
+    let properties = config["gate"]["schema"]["properties"]
+        .as_object_mut()
+        .expect("a schema gate with properties");
+    for field in fields {
+        properties.insert((*field).to_owned(), json!({}));
+    }
+    config
+}
+
 /// `n` companies as JSON items.
 pub fn companies(n: usize) -> Value {
     Value::Array(

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use quest::domain::session::SessionConfig;
+use quest::domain::table::Row;
 use quest::domain::{Phase, SystemClock, Verdict};
 use quest::store::{
     GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError,
@@ -39,7 +40,7 @@ async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, Uuid,
             source_type: "application/x-ndjson".into(),
             source: Vec::new(),
             created_by: "admin".into(),
-            rows: vec![("Acme".into(), input)],
+            rows: vec![("Acme".into(), Row::from_map(&input))],
         })
         .await
         .unwrap();
@@ -142,7 +143,7 @@ async fn add_session(store: &SqliteStore, companies: &[&str]) -> Uuid {
         .iter()
         .map(|c| {
             let input = json!({"company": c}).as_object().unwrap().clone();
-            (c.to_string(), input)
+            (c.to_string(), Row::from_map(&input))
         })
         .collect();
     store
