@@ -231,7 +231,7 @@ impl Service {
             .build(&session.config.gate)
             .map(|g| g.declared_fields())
             .unwrap_or_default();
-        let slot = self.exports.try_slot().ok_or_else(|| ServiceError::Busy {
+        let slot = self.exports.try_slot(format).ok_or_else(|| ServiceError::Busy {
             code: "exports_busy",
             message: format!(
                 "{} exports are running, as many as this server runs at once; retry in a few seconds",

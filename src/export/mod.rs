@@ -281,12 +281,14 @@ impl Exports {
         }
     }
 
-    /// A slot, or `None` when every slot is taken.
-    pub fn try_slot(&self) -> Option<Slot> {
+    /// A slot for an export in `format`, or `None` when every slot is taken.
+    pub fn try_slot(&self, format: ExportFormat) -> Option<Slot> {
         let permit = self.slots.clone().try_acquire_owned().ok()?;
+        let format = format.media_type().1;
         metrics::gauge!("quest_exports_running").increment(1.0);
         Some(Slot {
             _permit: permit,
+            format,
             finished: false,
         })
     }
@@ -309,10 +311,11 @@ impl Default for Exports {
 }
 
 /// One running export. Dropped before [`Slot::finish`], it counts as
-/// cancelled (`quest_exports_cancelled_total`): its client went away.
+/// cancelled (`quest_exports_cancelled_total{format}`): its client went away.
 #[derive(Debug)]
 pub struct Slot {
     _permit: OwnedSemaphorePermit,
+    format: &'static str,
     finished: bool,
 }
 
@@ -327,7 +330,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         metrics::gauge!("quest_exports_running").decrement(1.0);
         if !self.finished {
-            metrics::counter!("quest_exports_cancelled_total").increment(1);
+            metrics::counter!("quest_exports_cancelled_total", "format" => self.format).increment(1);
         }
     }
 }

@@ -7,6 +7,7 @@ mod command_gate;
 mod concurrency;
 mod fake_llm;
 mod helpers;
+mod inputs;
 mod lifecycle;
 mod openapi;
 mod ratchet;
