@@ -5,6 +5,7 @@ mod bad_input;
 mod cli;
 mod command_gate;
 mod concurrency;
+mod exports;
 mod fake_llm;
 mod helpers;
 mod inputs;
