@@ -574,6 +574,7 @@ pub struct CreatedToken {
 #[serde(deny_unknown_fields)]
 pub struct ExportQuery {
     /// `csv` (default), `jsonl` or `xlsx`.
+    #[param(pattern = "^(csv|jsonl|xlsx)$")]
     pub format: Option<String>,
 }
 

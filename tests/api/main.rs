@@ -13,6 +13,7 @@ mod lifecycle;
 mod openapi;
 mod ratchet;
 mod restart;
+mod schemathesis;
 mod sessions;
 mod store;
 mod verifiers;
