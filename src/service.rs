@@ -242,15 +242,21 @@ impl Service {
         let plan = Plan::new(self.store.as_ref(), id, declared).await?;
         Ok(match format {
             ExportFormat::Xlsx => {
-                let file = export::xlsx::build(self.store.clone(), plan, self.exports.temp_dir(), slot)
-                    .await
-                    .map_err(|e| match e {
-                        export::xlsx::XlsxExportError::Store(e) => ServiceError::Store(e),
-                        other => invalid("export_failed", other.to_string()),
-                    })?;
+                let file =
+                    export::xlsx::build(self.store.clone(), plan, self.exports.temp_dir(), slot)
+                        .await
+                        .map_err(|e| match e {
+                            export::xlsx::XlsxExportError::Store(e) => ServiceError::Store(e),
+                            other => invalid("export_failed", other.to_string()),
+                        })?;
                 Export::File(file)
             }
-            _ => Export::Stream(Box::pin(export::stream(self.store.clone(), plan, format, slot))),
+            _ => Export::Stream(Box::pin(export::stream(
+                self.store.clone(),
+                plan,
+                format,
+                slot,
+            ))),
         })
     }
 

@@ -89,7 +89,12 @@ impl Plan {
         let session = store.get_session(session_id).await?;
         let used = store.result_fields(session_id).await?;
         let extra = used.iter().any(|f| !declared.contains(f));
-        Ok(Plan::with_columns(session_id, session.columns, declared, extra))
+        Ok(Plan::with_columns(
+            session_id,
+            session.columns,
+            declared,
+            extra,
+        ))
     }
 
     /// A plan for these original columns and declared result fields.
@@ -148,7 +153,12 @@ impl Plan {
         v.push(Value::from(row.tries));
         let result = row.result.as_ref();
         for field in &self.result_fields {
-            v.push(result.and_then(|r| r.get(field)).cloned().unwrap_or(Value::Null));
+            v.push(
+                result
+                    .and_then(|r| r.get(field))
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            );
         }
         if self.extra {
             v.push(result.map_or(Value::Null, |r| extra_cell(r, &self.result_fields)));
@@ -241,12 +251,10 @@ fn render(format: ExportFormat, plan: &Plan, rows: &[ExportRow]) -> Bytes {
     for row in rows {
         let values = plan.values(row);
         match format {
-            ExportFormat::Csv => out.extend_from_slice(&csv_line(
-                values.iter().map(|v| match v {
-                    Value::String(s) => neutralise(s.clone()),
-                    other => cell_as_text(other),
-                }),
-            )),
+            ExportFormat::Csv => out.extend_from_slice(&csv_line(values.iter().map(|v| match v {
+                Value::String(s) => neutralise(s.clone()),
+                other => cell_as_text(other),
+            }))),
             _ => {
                 let object: Map<String, Value> =
                     plan.header().iter().cloned().zip(values).collect();
@@ -330,7 +338,8 @@ impl Drop for Slot {
     fn drop(&mut self) {
         metrics::gauge!("quest_exports_running").decrement(1.0);
         if !self.finished {
-            metrics::counter!("quest_exports_cancelled_total", "format" => self.format).increment(1);
+            metrics::counter!("quest_exports_cancelled_total", "format" => self.format)
+                .increment(1);
         }
     }
 }
@@ -343,9 +352,8 @@ pub fn stream(
     format: ExportFormat,
     slot: Slot,
 ) -> impl Stream<Item = Result<Bytes, StoreError>> + Send {
-    let head = (format == ExportFormat::Csv).then(|| {
-        csv_line(plan.header().iter().cloned().map(neutralise))
-    });
+    let head = (format == ExportFormat::Csv)
+        .then(|| csv_line(plan.header().iter().cloned().map(neutralise)));
     let first = futures_util::stream::iter(head.map(Ok));
     let pages = futures_util::stream::try_unfold(
         (store, plan, None, Some(slot)),
@@ -397,7 +405,16 @@ mod tests {
 
     #[test]
     fn cells_a_spreadsheet_would_evaluate_are_neutralised_and_numbers_are_not() {
-        for risky in ["=1+1", "+cmd|' /C calc'!A0", "-2+3", "@SUM(A1)", "\tx", "\rx", "\nx", "=HYPERLINK(\"http://x\")"] {
+        for risky in [
+            "=1+1",
+            "+cmd|' /C calc'!A0",
+            "-2+3",
+            "@SUM(A1)",
+            "\tx",
+            "\rx",
+            "\nx",
+            "=HYPERLINK(\"http://x\")",
+        ] {
             assert_eq!(neutralise(risky.into()), format!("'{risky}"), "{risky:?}");
         }
         for plain in ["-12", "+3.5", "-1e-3", "Acme", "a=b", "", "'quoted"] {
@@ -412,7 +429,10 @@ mod tests {
         let declared = vec!["email".to_owned()];
         let small: Map<String, Value> =
             serde_json::from_value(serde_json::json!({"email": "a@b.test", "note": "hi"})).unwrap();
-        assert_eq!(extra_cell(&small, &declared), Value::String(r#"{"note":"hi"}"#.into()));
+        assert_eq!(
+            extra_cell(&small, &declared),
+            Value::String(r#"{"note":"hi"}"#.into())
+        );
         let only_declared: Map<String, Value> =
             serde_json::from_value(serde_json::json!({"email": "a@b.test"})).unwrap();
         assert_eq!(extra_cell(&only_declared, &declared), Value::Null);

@@ -83,24 +83,22 @@ struct ServerRefusals;
 /// Operations outside the request timeout (the scan router).
 const UNTIMED: [&str; 2] = ["create_session", "list_sessions"];
 
+/// A refusal in the error body.
+fn refusal(description: &str) -> utoipa::openapi::RefOr<utoipa::openapi::Response> {
+    use utoipa::openapi::{Ref, RefOr, ResponseBuilder, content::ContentBuilder};
+    let body = ContentBuilder::new()
+        .schema(Some(RefOr::Ref(Ref::from_schema_name("ErrorBody"))))
+        .build();
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content("application/json", body)
+            .build(),
+    )
+}
+
 impl utoipa::Modify for ServerRefusals {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        use utoipa::openapi::{RefOr, ResponseBuilder, content::ContentBuilder};
-        let refusal = |description: &str| {
-            RefOr::T(
-                ResponseBuilder::new()
-                    .description(description)
-                    .content(
-                        "application/json",
-                        ContentBuilder::new()
-                            .schema(Some(RefOr::Ref(utoipa::openapi::Ref::from_schema_name(
-                                "ErrorBody",
-                            ))))
-                            .build(),
-                    )
-                    .build(),
-            )
-        };
         for item in openapi.paths.paths.values_mut() {
             let operations = [
                 &mut item.get,
@@ -116,9 +114,9 @@ impl utoipa::Modify for ServerRefusals {
                     .is_some_and(|id| UNTIMED.contains(&id));
                 let responses = &mut operation.responses.responses;
                 if !untimed {
-                    responses
-                        .entry("408".into())
-                        .or_insert_with(|| refusal("The request took longer than the server waits"));
+                    responses.entry("408".into()).or_insert_with(|| {
+                        refusal("The request took longer than the server waits")
+                    });
                 }
                 responses
                     .entry("500".into())

@@ -190,7 +190,11 @@ pub async fn get_source(
     Path(id): Path<Uuid>,
 ) -> Result<Response, ApiError> {
     let source = state.service.source(id).await?;
-    let mut response = attachment(&source.media_type, &source.name, Body::from_stream(source.body));
+    let mut response = attachment(
+        &source.media_type,
+        &source.name,
+        Body::from_stream(source.body),
+    );
     response
         .headers_mut()
         .insert(header::CONTENT_LENGTH, source.size.into());

@@ -17,7 +17,9 @@ pub(super) async fn insert_source(
     bytes: &[u8],
 ) -> Result<(), StoreError> {
     // An empty file is one empty piece, so every session has a piece 0.
-    let pieces = bytes.chunks(SOURCE_CHUNK).chain(bytes.is_empty().then_some(&[][..]));
+    let pieces = bytes
+        .chunks(SOURCE_CHUNK)
+        .chain(bytes.is_empty().then_some(&[][..]));
     for (seq, piece) in pieces.enumerate() {
         sqlx::query("INSERT INTO session_source_chunks (session_id, seq, bytes) VALUES (?, ?, ?)")
             .bind(session_id.to_string())
@@ -56,13 +58,13 @@ pub(super) async fn source_chunk(
     id: Uuid,
     seq: u64,
 ) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(
-        sqlx::query_scalar("SELECT bytes FROM session_source_chunks WHERE session_id = ? AND seq = ?")
-            .bind(id.to_string())
-            .bind(seq as i64)
-            .fetch_optional(pool)
-            .await?,
+    Ok(sqlx::query_scalar(
+        "SELECT bytes FROM session_source_chunks WHERE session_id = ? AND seq = ?",
     )
+    .bind(id.to_string())
+    .bind(seq as i64)
+    .fetch_optional(pool)
+    .await?)
 }
 
 /// The whole uploaded file, its pieces joined.

@@ -36,12 +36,20 @@ async fn an_agent_cannot_widen_break_or_poison_the_export() {
     for i in 0..20_000 {
         junk.insert(format!("junk{i}"), json!(i));
     }
-    let answer = app.submit(&agent, &q, &l, Value::Object(junk)).await.expect(200);
+    let answer = app
+        .submit(&agent, &q, &l, Value::Object(junk))
+        .await
+        .expect(200);
     assert_eq!(answer["verdict"], "PASS", "{answer}");
     let acme = q;
     let (q, l) = assigned(&app.next(&agent, &session, "a").await);
     let answer = app
-        .submit(&agent, &q, &l, json!({"email": FORMULA_EMAIL, "confidence": "high"}))
+        .submit(
+            &agent,
+            &q,
+            &l,
+            json!({"email": FORMULA_EMAIL, "confidence": "high"}),
+        )
         .await
         .expect(200);
     assert_eq!(answer["verdict"], "PASS", "{answer}");
@@ -66,13 +74,28 @@ async fn an_agent_cannot_widen_break_or_poison_the_export() {
     let rows = xlsx_rows(bytes);
     assert_eq!(rows[0].iter().map(text).collect::<Vec<_>>(), header);
     let extra = text(&rows[1][7]);
-    assert!(extra.len() <= quest::export::RESULT_EXTRA_MAX, "capped: {} bytes", extra.len());
+    assert!(
+        extra.len() <= quest::export::RESULT_EXTRA_MAX,
+        "capped: {} bytes",
+        extra.len()
+    );
     let extra: Map<String, Value> = serde_json::from_str(&extra).unwrap();
     assert_eq!(extra["junk0"], 0, "the first undeclared keys are kept");
-    assert!(extra.contains_key("…"), "and the cell says that more were left out");
-    assert_eq!(text(&rows[1][1]), "'=1+1", "an uploaded formula is neutralised");
+    assert!(
+        extra.contains_key("…"),
+        "and the cell says that more were left out"
+    );
+    assert_eq!(
+        text(&rows[1][1]),
+        "'=1+1",
+        "an uploaded formula is neutralised"
+    );
     assert_eq!(text(&rows[2][1]), "'-2+3");
-    assert_eq!(text(&rows[2][5]), format!("'{FORMULA_EMAIL}"), "so is an agent's");
+    assert_eq!(
+        text(&rows[2][5]),
+        format!("'{FORMULA_EMAIL}"),
+        "so is an agent's"
+    );
 
     let (_, bytes) = app
         .bytes(&format!("/v1/sessions/{session}/export?format=csv"))
@@ -92,13 +115,21 @@ async fn an_agent_cannot_widen_break_or_poison_the_export() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines[1]["result_email"], FORMULA_EMAIL, "JSONL carries values as they are");
+    assert_eq!(
+        lines[1]["result_email"], FORMULA_EMAIL,
+        "JSONL carries values as they are"
+    );
     assert_eq!(lines[0]["city"], "=1+1");
     assert_eq!(lines[0].as_object().unwrap().len(), header.len());
     // The submission record keeps everything the agent sent.
     let quest = app.quest(&acme).await;
     let result = &quest["submissions"][0]["result"];
-    assert_eq!(result.as_object().unwrap().len(), 20_002, "{}", quest["submissions"][0]["id"]);
+    assert_eq!(
+        result.as_object().unwrap().len(),
+        20_002,
+        "{}",
+        quest["submissions"][0]["id"]
+    );
 }
 
 /// The value of `quest_exports_cancelled_total{format="<format>"}` in `/metrics`.
@@ -143,7 +174,10 @@ async fn past_the_bound_an_export_gets_503_and_an_export_whose_client_goes_away_
             break response;
         }
         assert_eq!(response.status(), 200);
-        assert!(!building.is_finished(), "the big workbook was done before it could be seen busy");
+        assert!(
+            !building.is_finished(),
+            "the big workbook was done before it could be seen busy"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     };
     assert_eq!(refused.headers()["retry-after"], "5");
@@ -207,7 +241,10 @@ async fn several_large_exports_run_while_agents_keep_cycling() {
         let rows = match format {
             "xlsx" => xlsx_rows(bytes).len() - 1,
             "csv" => csv::Reader::from_reader(bytes.as_slice()).records().count(),
-            _ => bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count(),
+            _ => bytes
+                .split(|b| *b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count(),
         };
         assert_eq!(rows, QUESTS, "{format}: every row");
     }

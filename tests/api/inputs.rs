@@ -83,7 +83,10 @@ impl CappedServer {
                 "file",
                 reqwest::multipart::Part::bytes(bytes).file_name(name.to_owned()),
             )
-            .text("config", json!({"gate": {"kind": "schema", "schema": {"type": "object"}}}).to_string());
+            .text(
+                "config",
+                json!({"gate": {"kind": "schema", "schema": {"type": "object"}}}).to_string(),
+            );
         let response = self
             .client
             .post(format!("{}/v1/sessions", self.base))
@@ -149,8 +152,17 @@ fn sheet_with(dimension: &str, cells: &str) -> (&'static str, String) {
 const OUTERMOST: &str = r#"<row r="1"><c r="A1" t="inlineStr"><is><t>company</t></is></c></row><row r="1048576"><c r="XFD1048576" t="inlineStr"><is><t>x</t></is></c></row>"#;
 
 /// `(what, file name, bytes, code, words the message must hold)`.
-fn bombs() -> Vec<(&'static str, &'static str, Vec<u8>, &'static str, &'static str)> {
-    let wide_header = (0..1001).map(|i| format!("c{i}")).collect::<Vec<_>>().join(",");
+fn bombs() -> Vec<(
+    &'static str,
+    &'static str,
+    Vec<u8>,
+    &'static str,
+    &'static str,
+)> {
+    let wide_header = (0..1001)
+        .map(|i| format!("c{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
     let wide_object: serde_json::Map<String, Value> =
         (0..1001).map(|i| (format!("k{i}"), json!(i))).collect();
     vec![
@@ -224,7 +236,8 @@ fn bombs() -> Vec<(&'static str, &'static str, Vec<u8>, &'static str, &'static s
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_spreadsheet_bomb_gets_422_naming_the_limit_while_a_memory_capped_server_keeps_serving() {
+async fn every_spreadsheet_bomb_gets_422_naming_the_limit_while_a_memory_capped_server_keeps_serving()
+ {
     let mut server = CappedServer::start().await;
     for (what, name, bytes, code, words) in bombs() {
         let answer = server.scan_file(name, bytes).await;
@@ -282,7 +295,10 @@ async fn an_upload_is_stored_in_pieces_and_served_back_whole_with_its_length() {
     }
     let mut config = contact_config(3);
     config["key_column"] = json!("company");
-    let session = app.scan_file("big.csv", file.clone(), config).await.expect(201);
+    let session = app
+        .scan_file("big.csv", file.clone(), config)
+        .await
+        .expect(201);
     let id = session["id"].as_str().unwrap();
     let response = app
         .client
@@ -299,7 +315,6 @@ async fn an_upload_is_stored_in_pieces_and_served_back_whole_with_its_length() {
         "the length is known before the first piece is read"
     );
     assert!(response.bytes().await.unwrap() == file, "byte for byte");
-
 }
 
 #[tokio::test]
@@ -313,7 +328,9 @@ async fn the_store_keeps_an_upload_in_pieces_read_one_at_a_time() {
     )
     .await
     .unwrap();
-    let source: Vec<u8> = (0..SOURCE_CHUNK * 3 + 10).map(|i| (i % 251) as u8).collect();
+    let source: Vec<u8> = (0..SOURCE_CHUNK * 3 + 10)
+        .map(|i| (i % 251) as u8)
+        .collect();
     let input = json!({"company": "Acme"}).as_object().unwrap().clone();
     let session = store
         .create_session(NewSession {

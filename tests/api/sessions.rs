@@ -106,7 +106,9 @@ async fn mixed_session(app: &TestApp) -> String {
         {"company": "Delta", "city": "Daegu", "staff": 1}
     ]);
     // `phone` is declared: only declared fields get a column of their own.
-    let session = app.scan(declaring(contact_config(1), &["phone"]), items).await;
+    let session = app
+        .scan(declaring(contact_config(1), &["phone"]), items)
+        .await;
     let (q, l) = assigned(&app.next(&agent, &session, "a").await);
     app.submit(
         &agent,

@@ -418,7 +418,10 @@ impl Table {
             .iter()
             .zip(&self.lines)
             .map(|(row, line)| {
-                let key = row.get(column).map(|v| cell_as_text(&v)).unwrap_or_default();
+                let key = row
+                    .get(column)
+                    .map(|v| cell_as_text(&v))
+                    .unwrap_or_default();
                 if key.trim().is_empty() {
                     Err(TableError::Key {
                         row: *line,
@@ -439,7 +442,11 @@ pub(crate) mod tests {
     use serde_json::json;
 
     /// Options with the default limits, a sheet, and a clock that never runs out.
-    pub(crate) fn read(format: Format, bytes: &[u8], sheet: Option<&str>) -> Result<Table, TableError> {
+    pub(crate) fn read(
+        format: Format,
+        bytes: &[u8],
+        sheet: Option<&str>,
+    ) -> Result<Table, TableError> {
         read_with(format, bytes, sheet, &Limits::default())
     }
 
@@ -535,10 +542,16 @@ pub(crate) mod tests {
 
     #[test]
     fn a_wide_header_is_refused_naming_the_column_limit() {
-        let header = (0..1001).map(|i| format!("c{i}")).collect::<Vec<_>>().join(",");
+        let header = (0..1001)
+            .map(|i| format!("c{i}"))
+            .collect::<Vec<_>>()
+            .join(",");
         let file = format!("{header}\n{}\n", vec!["x"; 1001].join(","));
         let err = read(Format::Csv, file.as_bytes(), None).unwrap_err();
-        assert!(matches!(&err, TableError::Limit(m) if m.contains("at most 1000 columns")), "{err}");
+        assert!(
+            matches!(&err, TableError::Limit(m) if m.contains("at most 1000 columns")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -553,14 +566,23 @@ pub(crate) mod tests {
         assert!(read_with(Format::Csv, rows(3).as_bytes(), None, &limits).is_ok());
         for format in [Format::Csv, Format::Text] {
             let err = read_with(format, rows(4).as_bytes(), None, &limits).unwrap_err();
-            assert!(matches!(&err, TableError::Limit(m) if m.contains("more than 3 data rows")), "{err}");
+            assert!(
+                matches!(&err, TableError::Limit(m) if m.contains("more than 3 data rows")),
+                "{err}"
+            );
         }
         let jsonl = "{\"a\":1,\"b\":2,\"c\":3}\n".repeat(3);
         let err = read_with(Format::Jsonl, jsonl.as_bytes(), None, &limits).unwrap_err();
-        assert!(matches!(&err, TableError::Limit(m) if m.contains("more than 8 cells")), "{err}");
+        assert!(
+            matches!(&err, TableError::Limit(m) if m.contains("more than 8 cells")),
+            "{err}"
+        );
         let long = format!("k\n{}\n", "y".repeat(100));
         let err = read_with(Format::Csv, long.as_bytes(), None, &limits).unwrap_err();
-        assert!(matches!(&err, TableError::Limit(m) if m.contains("64 bytes as JSON")), "{err}");
+        assert!(
+            matches!(&err, TableError::Limit(m) if m.contains("64 bytes as JSON")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -575,6 +597,9 @@ pub(crate) mod tests {
             },
         )
         .unwrap_err();
-        assert!(matches!(&err, TableError::Limit(m) if m.contains("longer than a scan may take")), "{err}");
+        assert!(
+            matches!(&err, TableError::Limit(m) if m.contains("longer than a scan may take")),
+            "{err}"
+        );
     }
 }

@@ -221,7 +221,10 @@ mod tests {
     fn a_header_of_a_million_empty_fields_is_refused_before_it_is_copied() {
         let file = ",".repeat(1_000_000) + "\n";
         let err = read(Format::Csv, file.as_bytes(), None).unwrap_err();
-        assert!(matches!(&err, TableError::Limit(m) if m.contains("at most 1000 columns")), "{err}");
+        assert!(
+            matches!(&err, TableError::Limit(m) if m.contains("at most 1000 columns")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -229,6 +232,9 @@ mod tests {
         let wide: Map<String, Value> = (0..1001).map(|i| (format!("k{i}"), json!(1))).collect();
         let file = format!("{}\n", Value::Object(wide));
         let err = read(Format::Jsonl, file.as_bytes(), None).unwrap_err();
-        assert!(matches!(&err, TableError::Limit(m) if m.contains("at most 1000 columns")), "{err}");
+        assert!(
+            matches!(&err, TableError::Limit(m) if m.contains("at most 1000 columns")),
+            "{err}"
+        );
     }
 }

@@ -45,9 +45,8 @@ pub(super) fn parse_xlsx(
             .cloned()
             .ok_or_else(|| TableError::Workbook("the workbook has no sheet".into()))?,
     };
-    let cannot_read = |e: calamine::XlsxError| {
-        TableError::Workbook(format!("the sheet cannot be read: {e}"))
-    };
+    let cannot_read =
+        |e: calamine::XlsxError| TableError::Workbook(format!("the sheet cannot be read: {e}"));
     let mut cells = book.worksheet_cells_reader(&name).map_err(cannot_read)?;
     check_dimensions(cells.dimensions(), budget.limits)?;
     let mut sheet = SheetRows::default();
@@ -125,7 +124,8 @@ fn check_shared_strings(part: impl Read, budget: &mut Budget) -> Result<(), Tabl
                 for attribute in tag.attributes().with_checks(false).flatten() {
                     let declared = attribute.value.trim();
                     let is_count = attribute.key.local_name().as_ref() == "uniqueCount";
-                    let is_number = !declared.is_empty() && declared.bytes().all(|b| b.is_ascii_digit());
+                    let is_number =
+                        !declared.is_empty() && declared.bytes().all(|b| b.is_ascii_digit());
                     if is_count && is_number {
                         let n = declared.parse::<u128>().unwrap_or(u128::MAX);
                         if n > limit as u128 {
@@ -150,7 +150,15 @@ fn check_dimensions(dimensions: calamine::Dimensions, limits: &Limits) -> Result
     let (start, end) = (dimensions.start, dimensions.end);
     let width = u64::from(end.1.saturating_sub(start.1)) + 1;
     let height = u64::from(end.0.saturating_sub(start.0)) + 1;
-    let extent = || format!("{}{}:{}{}", column_name(start.1), start.0 + 1, column_name(end.1), end.0 + 1);
+    let extent = || {
+        format!(
+            "{}{}:{}{}",
+            column_name(start.1),
+            start.0 + 1,
+            column_name(end.1),
+            end.0 + 1
+        )
+    };
     if width > limits.columns as u64 {
         return Err(TableError::Limit(format!(
             "the sheet declares {width} columns ({}); at most {} columns are read: \
@@ -203,7 +211,13 @@ struct SheetRows {
 }
 
 impl SheetRows {
-    fn push(&mut self, row: u32, col: u32, value: Data, budget: &mut Budget) -> Result<(), TableError> {
+    fn push(
+        &mut self,
+        row: u32,
+        col: u32,
+        value: Data,
+        budget: &mut Budget,
+    ) -> Result<(), TableError> {
         match self.at {
             Some(at) if row < at => {
                 return Err(TableError::Workbook(format!(
@@ -217,7 +231,9 @@ impl SheetRows {
         }
         self.at = Some(row);
         let Some((start, names)) = &self.columns else {
-            let (lo, hi) = self.span.map_or((col, col), |(lo, hi)| (lo.min(col), hi.max(col)));
+            let (lo, hi) = self
+                .span
+                .map_or((col, col), |(lo, hi)| (lo.min(col), hi.max(col)));
             let width = (hi - lo) as usize + 1;
             if width > budget.limits.columns {
                 return Err(super::too_many_columns(width, budget.limits.columns));
@@ -436,7 +452,10 @@ pub(crate) mod tests {
         sheet.write_string(0, 1, "company").unwrap();
         sheet.write_string(1, 0, "stray").unwrap();
         let err = read(Format::Xlsx, &book.save_to_buffer().unwrap(), None).unwrap_err();
-        assert!(matches!(&err, TableError::Header(m) if m.contains("column A")), "{err}");
+        assert!(
+            matches!(&err, TableError::Header(m) if m.contains("column A")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -451,7 +470,9 @@ pub(crate) mod tests {
     #[test]
     fn more_shared_strings_than_the_limit_are_refused_even_when_undeclared() {
         let strings = "<si><t>x</t></si>".repeat(11);
-        let sst = format!(r#"<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">{strings}</sst>"#);
+        let sst = format!(
+            r#"<sst xmlns="http://schemas.openxmlformats.org/spreadsheetml/2006/main">{strings}</sst>"#
+        );
         let bomb = patched(&plain_book(), &[(STRINGS, &sst)]);
         let limits = Limits {
             shared_strings: 10,
@@ -466,14 +487,23 @@ pub(crate) mod tests {
         let cells = r#"<row r="1"><c r="A1" t="inlineStr"><is><t>company</t></is></c></row><row r="1048576"><c r="XFD1048576" t="inlineStr"><is><t>x</t></is></c></row>"#;
         let bomb = patched(
             &plain_book(),
-            &[(SHEET, &sheet_xml(r#"<dimension ref="A1:XFD1048576"/>"#, cells))],
+            &[(
+                SHEET,
+                &sheet_xml(r#"<dimension ref="A1:XFD1048576"/>"#, cells),
+            )],
         );
         let message = limit_message(read(Format::Xlsx, &bomb, None));
-        assert!(message.contains("16384 columns (A1:XFD1048576)"), "{message}");
+        assert!(
+            message.contains("16384 columns (A1:XFD1048576)"),
+            "{message}"
+        );
         assert!(message.contains("at most 1000 columns"), "{message}");
         let long = patched(
             &plain_book(),
-            &[(SHEET, &sheet_xml(r#"<dimension ref="A1:B1048576"/>"#, cells))],
+            &[(
+                SHEET,
+                &sheet_xml(r#"<dimension ref="A1:B1048576"/>"#, cells),
+            )],
         );
         let message = limit_message(read(Format::Xlsx, &long, None));
         assert!(message.contains("at most 1000000 data rows"), "{message}");
@@ -484,7 +514,10 @@ pub(crate) mod tests {
         let far = r#"<row r="1"><c r="A1" t="inlineStr"><is><t>company</t></is></c></row><row r="1048576"><c r="XFD1048576" t="inlineStr"><is><t>x</t></is></c></row>"#;
         let bomb = patched(&plain_book(), &[(SHEET, &sheet_xml("", far))]);
         let err = read(Format::Xlsx, &bomb, None).unwrap_err();
-        assert!(matches!(&err, TableError::Header(m) if m.contains("column XFD")), "{err}");
+        assert!(
+            matches!(&err, TableError::Header(m) if m.contains("column XFD")),
+            "{err}"
+        );
         let wide = r#"<row r="1"><c r="A1" t="inlineStr"><is><t>company</t></is></c><c r="XFD1" t="inlineStr"><is><t>x</t></is></c></row>"#;
         let bomb = patched(&plain_book(), &[(SHEET, &sheet_xml("", wide))]);
         let message = limit_message(read(Format::Xlsx, &bomb, None));
