@@ -46,7 +46,12 @@ impl Server {
             .unwrap()
             .port();
         let child = Command::new(env!("CARGO_BIN_EXE_quest"))
-            .args(["serve", "--bind", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .args([
+                "serve",
+                "--bind",
+                &format!("127.0.0.1:{port}"),
+                "--data-dir",
+            ])
             .arg(dir.path())
             .env("QUEST_ADMIN_TOKEN", ADMIN)
             .env("QUEST_LOG", "warn")
@@ -162,7 +167,9 @@ fn latency_line(label: &str, lat: &[Duration]) {
 /// Downloads an export, discarding it; its size in bytes.
 async fn export(base: &str, session: &str, format: &str) -> u64 {
     let mut response = reqwest::Client::new()
-        .get(format!("{base}/v1/sessions/{session}/export?format={format}"))
+        .get(format!(
+            "{base}/v1/sessions/{session}/export?format={format}"
+        ))
         .bearer_auth(ADMIN)
         .send()
         .await
@@ -244,8 +251,14 @@ async fn run(rows: usize, decided: usize) {
         e.await.unwrap();
     }
     during.sort();
-    latency_line("next+submit while 4 large exports run (2 xlsx, csv, jsonl)", &during);
-    println!("server peak RSS during the four exports: {:.0} MiB", server.peak_mib());
+    latency_line(
+        "next+submit while 4 large exports run (2 xlsx, csv, jsonl)",
+        &during,
+    );
+    println!(
+        "server peak RSS during the four exports: {:.0} MiB",
+        server.peak_mib()
+    );
 }
 
 fn main() {

@@ -1,18 +1,19 @@
-//! SQLite queries for uploads: the uploaded file kept in pieces of
-//! [`SOURCE_CHUNK`] bytes, written with the session and read one piece at a
-//! time. Free functions that `impl Store for SqliteStore` calls.
+//! The uploaded file, kept in pieces of [`SOURCE_CHUNK`] bytes: written with
+//! its session, read one piece at a time. Free functions that
+//! `impl Store for SqliteStore` calls.
 
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{Row, SqlitePool};
 use uuid::Uuid;
 
-use super::{SourceInfo, StoreError};
+use super::writer::WriteCtx;
+use crate::store::{SourceInfo, StoreError};
 
 /// The size of one stored piece of an uploaded file.
 pub const SOURCE_CHUNK: usize = 1 << 20;
 
 /// Stores `bytes` as the session's uploaded file, piece by piece.
 pub(super) async fn insert_source(
-    conn: &mut SqliteConnection,
+    ctx: &mut WriteCtx,
     session_id: Uuid,
     bytes: &[u8],
 ) -> Result<(), StoreError> {
@@ -21,12 +22,15 @@ pub(super) async fn insert_source(
         .chunks(SOURCE_CHUNK)
         .chain(bytes.is_empty().then_some(&[][..]));
     for (seq, piece) in pieces.enumerate() {
-        sqlx::query("INSERT INTO session_source_chunks (session_id, seq, bytes) VALUES (?, ?, ?)")
+        ctx.exec(
+            sqlx::query(
+                "INSERT INTO session_source_chunks (session_id, seq, bytes) VALUES (?, ?, ?)",
+            )
             .bind(session_id.to_string())
             .bind(seq as i64)
-            .bind(piece)
-            .execute(&mut *conn)
-            .await?;
+            .bind(piece.to_vec()),
+        )
+        .await?;
     }
     Ok(())
 }
