@@ -723,9 +723,52 @@ fn process_spec(
     })
 }
 
+/// The data dir whose `admin.token` the client verbs may read when they talk to
+/// a server on this machine: `QUEST_DATA_DIR`, else `./quest-data`.
+pub fn client_data_dir() -> PathBuf {
+    std::env::var_os("QUEST_DATA_DIR").map_or_else(|| PathBuf::from("./quest-data"), PathBuf::from)
+}
+
+/// Where the client verbs remember leases unless `--state-dir` / `QUEST_STATE_DIR`
+/// says: `$XDG_STATE_HOME/quest`, else `$HOME/.local/state/quest`, else `./.quest`.
+pub fn client_state_dir() -> PathBuf {
+    state_dir_from(&|name| std::env::var_os(name))
+}
+
+fn state_dir_from(var: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+    let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = set("XDG_STATE_HOME") {
+        return dir.join("quest");
+    }
+    match set("HOME") {
+        Some(home) => home.join(".local/state/quest"),
+        None => PathBuf::from(".quest"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_client_state_dir_follows_xdg_then_home() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            }
+        };
+        let both = vars(&[("XDG_STATE_HOME", "/x"), ("HOME", "/h")]);
+        assert_eq!(state_dir_from(&both), PathBuf::from("/x/quest"));
+        let empty_xdg = vars(&[("XDG_STATE_HOME", ""), ("HOME", "/h")]);
+        assert_eq!(
+            state_dir_from(&empty_xdg),
+            PathBuf::from("/h/.local/state/quest")
+        );
+        assert_eq!(state_dir_from(&vars(&[])), PathBuf::from(".quest"));
+    }
     use clap::Parser;
 
     #[derive(Parser)]

@@ -794,3 +794,32 @@ fn submit_response(view: SubmissionView) -> SubmitResponse {
         replayed: false,
     }
 }
+
+impl Service {
+    /// The live lease an agent holds in a session, read without renewing or sweeping anything.
+    pub async fn agent_lease(
+        &self,
+        session_id: Uuid,
+        agent: &AgentId,
+    ) -> Result<api::AgentLease, ServiceError> {
+        if agent.to_string().len() > MAX_AGENT_LEN {
+            return Err(invalid(
+                "invalid_agent",
+                format!("the agent name is longer than {MAX_AGENT_LEN} bytes; shorten it"),
+            ));
+        }
+        self.session(session_id).await?;
+        let lease = self.store.agent_lease(session_id, agent).await?;
+        Ok(api::AgentLease {
+            session_id,
+            agent: agent.name.clone(),
+            lease: lease.map(|l| api::HeldLease {
+                id: l.lease_id,
+                quest_id: l.quest_id,
+                key: l.key,
+                phase: l.phase,
+                expires_at: l.expires_at,
+            }),
+        })
+    }
+}

@@ -578,4 +578,22 @@ pub trait Store: Send + Sync + 'static {
     async fn source_info(&self, id: Uuid) -> Result<SourceInfo, StoreError>;
     /// Piece `seq` (0-based, [`SOURCE_CHUNK`] bytes) of the uploaded file; `None` past the end.
     async fn source_chunk(&self, id: Uuid, seq: u64) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// The unexpired lease `agent` (`<token id>/<name>`) holds in a session, read
+    /// without changing anything (no sweep, no renewal).
+    async fn agent_lease(
+        &self,
+        session_id: Uuid,
+        agent: &AgentId,
+    ) -> Result<Option<AgentLeaseRow>, StoreError>;
+}
+
+/// A live lease with the quest it holds, as [`Store::agent_lease`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentLeaseRow {
+    pub lease_id: Uuid,
+    pub quest_id: Uuid,
+    pub key: String,
+    pub phase: Phase,
+    pub expires_at: DateTime<Utc>,
 }

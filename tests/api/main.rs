@@ -3,14 +3,17 @@
 mod auth;
 mod bad_input;
 mod cli;
+mod cli_text;
 mod command_gate;
 mod concurrency;
 mod contract;
 mod exports;
 mod fake_llm;
+mod guard;
 mod helpers;
 mod inputs;
 mod lifecycle;
+mod mcp;
 mod openapi;
 mod operations;
 mod ratchet;

@@ -10,6 +10,7 @@
 //! The live counts of every session are kept in memory by the writer from
 //! what it commits, so `status` and `remaining` read no table.
 
+mod agents;
 mod codec;
 mod inputs;
 mod leases;
@@ -83,6 +84,9 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
+            // Statement journals and sorts of grouped statements stay in memory
+            // instead of a temporary file opened and removed per statement.
+            .pragma("temp_store", "memory")
             // After the WAL is restarted, its file shrinks back to this size.
             .pragma("journal_size_limit", (64 * 1024 * 1024).to_string())
             .disable_statement_logging();
@@ -434,5 +438,13 @@ impl Store for SqliteStore {
 
     async fn source_chunk(&self, id: Uuid, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
         inputs::source_chunk(&self.read, id, seq).await
+    }
+
+    async fn agent_lease(
+        &self,
+        session_id: Uuid,
+        agent: &AgentId,
+    ) -> Result<Option<AgentLeaseRow>, StoreError> {
+        agents::agent_lease(&self.read, session_id, agent, self.clock.now()).await
     }
 }
