@@ -122,10 +122,6 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    async fn start(dir: &std::path::Path) -> Server {
-        Server::start_with(dir, None).await
-    }
-
     /// Starts the binary, with `--config FILE` when given.
     pub(crate) async fn start_with(
         dir: &std::path::Path,
@@ -286,7 +282,7 @@ async fn kill_9_loop(dir: &std::path::Path, toml: Option<&std::path::Path>, conf
                 } else {
                     json!({"email": format!("x{n}@y.test")})
                 };
-                let wait = if wait0 && n % 2 == 0 { "?wait=0" } else { "" };
+                let wait = if wait0 && n.is_multiple_of(2) { "?wait=0" } else { "" };
                 let Some((status, answer)) = call(
                     &client,
                     &base,
