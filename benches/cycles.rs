@@ -77,7 +77,11 @@ async fn start_quest() -> Server {
         .expect("the quest binary starts");
     let base = format!("http://127.0.0.1:{port}");
     wait_until_up(&base).await;
-    Server { child, base, _dir: Some(dir) }
+    Server {
+        child,
+        base,
+        _dir: Some(dir),
+    }
 }
 
 async fn start_baseline() -> Server {
@@ -88,7 +92,11 @@ async fn start_baseline() -> Server {
         .expect("the baseline server starts");
     let base = format!("http://127.0.0.1:{port}");
     wait_until_up(&base).await;
-    Server { child, base, _dir: None }
+    Server {
+        child,
+        base,
+        _dir: None,
+    }
 }
 
 /// The no-op HTTP baseline: axum answering `next` and `submit` from memory
@@ -131,7 +139,12 @@ fn cpu_seconds(pid: u32) -> f64 {
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
     let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
     (ticks(11) + ticks(12)) / 100.0
 }
@@ -153,7 +166,9 @@ async fn metric(client: &reqwest::Client, base: &str, name: &str) -> f64 {
 }
 
 async fn scan(client: &reqwest::Client, base: &str, quests: usize) -> String {
-    let items: Vec<Value> = (0..quests).map(|i| json!({"company": format!("c{i}")})).collect();
+    let items: Vec<Value> = (0..quests)
+        .map(|i| json!({"company": format!("c{i}")}))
+        .collect();
     let config = json!({"key_column": "company", "gate": {"kind": "schema", "schema": {"type": "object", "required": ["email"]}}});
     let session: Value = client
         .post(format!("{base}/v1/sessions"))
@@ -165,7 +180,10 @@ async fn scan(client: &reqwest::Client, base: &str, quests: usize) -> String {
         .json()
         .await
         .unwrap();
-    session["id"].as_str().expect("the scan answers a session").to_owned()
+    session["id"]
+        .as_str()
+        .expect("the scan answers a session")
+        .to_owned()
 }
 
 /// Latencies of `next` and `submit`, and the wall time of the run.
@@ -227,7 +245,11 @@ async fn cycle(base: &str, session: &str, agents: usize, cycles: usize) -> Run {
     }
     next.sort();
     submit.sort();
-    Run { next, submit, wall: started.elapsed() }
+    Run {
+        next,
+        submit,
+        wall: started.elapsed(),
+    }
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
@@ -300,7 +322,10 @@ fn main() {
     let cycles = env_usize("QUEST_BENCH_CYCLES", 20_000);
     let small = env_usize("QUEST_BENCH_SMALL", 1_000).max(cycles + agents * 4);
     let large = env_usize("QUEST_BENCH_LARGE", 1_000_000).max(small);
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let (small_rate, small_p99) = measure_quest(small, agents, cycles).await;
         let (large_rate, large_p99) = measure_quest(large, agents, cycles).await;

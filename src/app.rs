@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, EmailSettings};
 use crate::domain::{Clock, Role, SystemClock, token_hash};
+use crate::export::Exports;
 use crate::gates::GateRegistry;
 use crate::gates::dns::{HickoryResolver, Resolver, UnavailableResolver};
 use crate::gates::email::EmailWorld;
@@ -154,14 +155,22 @@ impl App {
             shutdown.clone(),
         ));
 
-        let service = Arc::new(Service::new(
-            store.clone(),
-            registry,
-            verifiers,
-            runner,
-            events,
-            shutdown.clone(),
-        ));
+        // XLSX exports are built beside the database, not in a RAM-backed /tmp.
+        let export_dir = config.data_dir.join("exports");
+        std::fs::create_dir_all(&export_dir)
+            .with_context(|| format!("cannot create {}", export_dir.display()))?;
+        let exports = Exports::new(usize::from(config.max_exports), Some(export_dir));
+        let service = Arc::new(
+            Service::new(
+                store.clone(),
+                registry,
+                verifiers,
+                runner,
+                events,
+                shutdown.clone(),
+            )
+            .with_exports(exports),
+        );
         let router = http::router(AppState {
             service,
             metrics: metrics_handle(),

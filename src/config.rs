@@ -45,6 +45,10 @@ pub struct Config {
     /// How often expired leases are swept back to `open`.
     #[arg(long, env = "QUEST_SWEEP_SECONDS", default_value_t = 5)]
     pub sweep_seconds: u64,
+    /// Exports that may run at once; past them an export is refused with 503 and `Retry-After`.
+    #[arg(long, env = "QUEST_MAX_EXPORTS", default_value_t = 4,
+          value_parser = clap::value_parser!(u16).range(1..))]
+    pub max_exports: u16,
     /// Log format: `text` or `json`.
     #[arg(long, env = "QUEST_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -145,6 +149,7 @@ impl Config {
             gate_workers: 16,
             gate_timeout_seconds: 120,
             sweep_seconds: 5,
+            max_exports: 4,
             log_format: "text".into(),
             config_file: None,
             dns_servers: None,

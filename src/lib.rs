@@ -9,7 +9,7 @@
 //! - [`store`]: durable state behind the [`store::Store`] trait; all SQL lives there.
 //! - [`workers`]: the gate runner, the L2 verifier runner and the lease sweeper.
 //! - [`service`]: the use cases the HTTP API exposes.
-//! - [`export`]: CSV, JSONL and XLSX exports.
+//! - [`export`]: CSV, JSONL and XLSX exports: declared columns, neutralised cells, bounded slots.
 //! - [`api`]: wire types shared by the server and the OpenAPI document.
 //! - [`http`]: router, extractors, the error body; thin handlers.
 //! - [`cli`]: the client verbs of the binary (the agent loop and operator verbs).

@@ -217,6 +217,10 @@ pub struct NextRequest {
 /// The answer to `next`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(tag = "status", rename_all = "lowercase")]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one answer per request, serialised at once: a box would only add an allocation"
+)]
 pub enum NextResponse {
     /// A quest is leased to you: do it and submit.
     Assigned {
@@ -574,6 +578,7 @@ pub struct CreatedToken {
 #[serde(deny_unknown_fields)]
 pub struct ExportQuery {
     /// `csv` (default), `jsonl` or `xlsx`.
+    #[param(pattern = "^(csv|jsonl|xlsx)$")]
     pub format: Option<String>,
 }
 

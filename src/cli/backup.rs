@@ -21,9 +21,15 @@ pub async fn run(ctx: &Ctx, args: BackupArgs) -> Result<u8, CliError> {
     let partial = args.output.with_extension("partial");
     let written = save(&mut response, &partial).await?;
     std::fs::rename(&partial, &args.output).map_err(|e| {
-        CliError::Usage(format!("cannot move the backup to {}: {e}", args.output.display()))
+        CliError::Usage(format!(
+            "cannot move the backup to {}: {e}",
+            args.output.display()
+        ))
     })?;
-    eprintln!("quest: saved a backup of {written} bytes to {}", args.output.display());
+    eprintln!(
+        "quest: saved a backup of {written} bytes to {}",
+        args.output.display()
+    );
     Ok(super::exit::OK)
 }
 

@@ -438,34 +438,92 @@ mod tests {
         let token = Uuid::now_v7();
         let (l, now) = lease(token, 60, None);
         let leased = status(State::Todo, Some(Phase::Leased), 0);
-        assert_eq!(check_hold(leased, Some(l.id), Some(&l), l.id, token, now), Ok(()));
+        assert_eq!(
+            check_hold(leased, Some(l.id), Some(&l), l.id, token, now),
+            Ok(())
+        );
         let code = |r: Result<(), Refusal>| r.unwrap_err().code();
-        assert_eq!(code(check_hold(leased, Some(l.id), Some(&l), l.id, Uuid::now_v7(), now)), "lease_lost");
-        assert_eq!(code(check_hold(leased, Some(Uuid::now_v7()), Some(&l), l.id, token, now)), "lease_lost");
-        assert_eq!(code(check_hold(leased, Some(l.id), None, l.id, token, now)), "lease_lost");
+        assert_eq!(
+            code(check_hold(
+                leased,
+                Some(l.id),
+                Some(&l),
+                l.id,
+                Uuid::now_v7(),
+                now
+            )),
+            "lease_lost"
+        );
+        assert_eq!(
+            code(check_hold(
+                leased,
+                Some(Uuid::now_v7()),
+                Some(&l),
+                l.id,
+                token,
+                now
+            )),
+            "lease_lost"
+        );
+        assert_eq!(
+            code(check_hold(leased, Some(l.id), None, l.id, token, now)),
+            "lease_lost"
+        );
         let pass = status(State::Pass, None, 0);
-        assert_eq!(code(check_hold(pass, None, Some(&l), l.id, token, now)), "quest_locked");
+        assert_eq!(
+            code(check_hold(pass, None, Some(&l), l.id, token, now)),
+            "quest_locked"
+        );
         let verifying = status(State::Todo, Some(Phase::Verifying), 0);
-        assert_eq!(code(check_hold(verifying, None, Some(&l), l.id, token, now)), "quest_verifying");
+        assert_eq!(
+            code(check_hold(verifying, None, Some(&l), l.id, token, now)),
+            "quest_verifying"
+        );
         let (expired, now) = lease(token, -1, None);
         assert_eq!(
-            code(check_hold(leased, Some(expired.id), Some(&expired), expired.id, token, now)),
+            code(check_hold(
+                leased,
+                Some(expired.id),
+                Some(&expired),
+                expired.id,
+                token,
+                now
+            )),
             "lease_expired"
         );
         let checking = status(State::Todo, Some(Phase::Checking), 0);
         assert_eq!(
-            check_hold(checking, Some(expired.id), Some(&expired), expired.id, token, now),
+            check_hold(
+                checking,
+                Some(expired.id),
+                Some(&expired),
+                expired.id,
+                token,
+                now
+            ),
             Ok(()),
             "a lease under a running check does not expire"
         );
         let (swept, now) = lease(token, 60, Some(LeaseEnd::Expired));
-        assert_eq!(code(check_hold(leased, None, Some(&swept), swept.id, token, now)), "lease_expired");
+        assert_eq!(
+            code(check_hold(leased, None, Some(&swept), swept.id, token, now)),
+            "lease_expired"
+        );
     }
 
     #[test]
     fn a_fail_keeps_the_lease_and_spots_a_repeat_while_a_pass_ends_it() {
-        let facts = vec![Fact::new("schema", "/email", "a string", "a number", "send a string")];
-        let limits = Limits { max_tries: 3, verify: false };
+        let facts = vec![Fact::new(
+            "schema",
+            "/email",
+            "a string",
+            "a number",
+            "send a string",
+        )];
+        let limits = Limits {
+            max_tries: 3,
+            verify: false,
+        };
         let before = Before {
             status: status(State::Todo, Some(Phase::Leased), 1),
             last_facts: &facts,
@@ -480,13 +538,23 @@ mod tests {
         assert_eq!(pass.lease, LeaseAfter::Ended(LeaseEnd::Decided));
         assert!(pass.keeps_result && pass.keeps_receipt && !pass.repeated_failure);
         assert_eq!(pass.decided_by, Some(DecidedBy::Gate));
-        let first = Before { decided_before: false, ..before };
-        assert!(!on_verdict(first, Verdict::Fail, &facts, limits).unwrap().repeated_failure);
+        let first = Before {
+            decided_before: false,
+            ..before
+        };
+        assert!(
+            !on_verdict(first, Verdict::Fail, &facts, limits)
+                .unwrap()
+                .repeated_failure
+        );
     }
 
     #[test]
     fn a_pass_in_a_verified_session_goes_to_the_verifiers_and_the_last_fail_ends_in_done() {
-        let verify = Limits { max_tries: 3, verify: true };
+        let verify = Limits {
+            max_tries: 3,
+            verify: true,
+        };
         let checking = Before {
             status: status(State::Todo, Some(Phase::Checking), 2),
             last_facts: &[],
@@ -512,21 +580,48 @@ mod tests {
             last_facts: &[],
             decided_before: false,
         };
-        let limits = Limits { max_tries: 3, verify: false };
-        assert!(on_verdict(before, Verdict::Pass, &[], limits).is_ok(), "the runner's verdict");
-        let open = Before { status: status(State::Todo, Some(Phase::Open), 0), ..before };
-        assert_eq!(on_verdict(open, Verdict::Pass, &[], limits).unwrap_err().code(), "illegal_transition");
+        let limits = Limits {
+            max_tries: 3,
+            verify: false,
+        };
+        assert!(
+            on_verdict(before, Verdict::Pass, &[], limits).is_ok(),
+            "the runner's verdict"
+        );
+        let open = Before {
+            status: status(State::Todo, Some(Phase::Open), 0),
+            ..before
+        };
+        assert_eq!(
+            on_verdict(open, Verdict::Pass, &[], limits)
+                .unwrap_err()
+                .code(),
+            "illegal_transition"
+        );
     }
 
     #[test]
     fn the_last_lapse_ends_the_quest_with_a_fact_saying_so() {
-        let leased = QuestStatus { lapses: 2, ..status(State::Todo, Some(Phase::Leased), 0) };
+        let leased = QuestStatus {
+            lapses: 2,
+            ..status(State::Todo, Some(Phase::Leased), 0)
+        };
         let last = on_lapse(leased, 3).unwrap();
         assert_eq!(last.status.state, State::Done);
         let (by, fact) = last.decided.unwrap();
         assert_eq!(by, DecidedBy::Limit);
-        assert_eq!((fact.check.as_str(), fact.actual.as_str()), ("lapses", "the lease expired 3 times"));
-        let early = on_lapse(QuestStatus { lapses: 0, ..leased }, 3).unwrap();
+        assert_eq!(
+            (fact.check.as_str(), fact.actual.as_str()),
+            ("lapses", "the lease expired 3 times")
+        );
+        let early = on_lapse(
+            QuestStatus {
+                lapses: 0,
+                ..leased
+            },
+            3,
+        )
+        .unwrap();
         assert_eq!(early.status.phase, Some(Phase::Open));
         assert!(early.decided.is_none());
     }
@@ -535,16 +630,37 @@ mod tests {
     fn reviews_need_the_review_state_and_respect_a_live_claim() {
         let now = Utc::now();
         let later = now + chrono::Duration::seconds(60);
-        assert_eq!(check_reviewable(State::Review, None, None, "ana", now), Ok(()));
-        assert_eq!(check_reviewable(State::Review, Some("ana"), Some(later), "ana", now), Ok(()));
         assert_eq!(
-            check_reviewable(State::Review, Some("bo"), Some(later), "ana", now).unwrap_err().code(),
+            check_reviewable(State::Review, None, None, "ana", now),
+            Ok(())
+        );
+        assert_eq!(
+            check_reviewable(State::Review, Some("ana"), Some(later), "ana", now),
+            Ok(())
+        );
+        assert_eq!(
+            check_reviewable(State::Review, Some("bo"), Some(later), "ana", now)
+                .unwrap_err()
+                .code(),
             "review_claimed"
         );
-        assert_eq!(check_reviewable(State::Review, Some("bo"), Some(now), "ana", now), Ok(()), "an expired claim");
-        assert_eq!(check_reviewable(State::Pass, None, None, "ana", now).unwrap_err().code(), "not_in_review");
-        let (next, receipt, by) = on_review(status(State::Review, None, 1), Decision::Reject, "ana").unwrap();
-        assert_eq!((next.state, receipt, by.to_string()), (State::Done, false, "reviewer:ana".into()));
+        assert_eq!(
+            check_reviewable(State::Review, Some("bo"), Some(now), "ana", now),
+            Ok(()),
+            "an expired claim"
+        );
+        assert_eq!(
+            check_reviewable(State::Pass, None, None, "ana", now)
+                .unwrap_err()
+                .code(),
+            "not_in_review"
+        );
+        let (next, receipt, by) =
+            on_review(status(State::Review, None, 1), Decision::Reject, "ana").unwrap();
+        assert_eq!(
+            (next.state, receipt, by.to_string()),
+            (State::Done, false, "reviewer:ana".into())
+        );
     }
 
     #[test]
@@ -554,8 +670,19 @@ mod tests {
         assert!("no-slash".parse::<AgentId>().is_err());
         let now = Utc::now();
         assert_eq!(wait_seconds(None, now), 5);
-        assert_eq!(wait_seconds(Some(now + chrono::Duration::seconds(500)), now), 30);
-        assert_eq!(wait_seconds(Some(now - chrono::Duration::seconds(5)), now), 1);
-        assert_eq!(on_verified(status(State::Todo, Some(Phase::Verifying), 0), false).unwrap().1, Some(DecidedBy::Gate));
+        assert_eq!(
+            wait_seconds(Some(now + chrono::Duration::seconds(500)), now),
+            30
+        );
+        assert_eq!(
+            wait_seconds(Some(now - chrono::Duration::seconds(5)), now),
+            1
+        );
+        assert_eq!(
+            on_verified(status(State::Todo, Some(Phase::Verifying), 0), false)
+                .unwrap()
+                .1,
+            Some(DecidedBy::Gate)
+        );
     }
 }

@@ -20,6 +20,8 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// Seconds after which a retry may succeed, sent as `Retry-After`.
+    pub retry_after: Option<u32>,
 }
 
 impl ApiError {
@@ -29,6 +31,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -70,7 +73,13 @@ impl IntoResponse for ApiError {
                 message: self.message,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, seconds.into());
+        }
+        response
     }
 }
 
@@ -93,7 +102,11 @@ impl From<StoreError> for ApiError {
 
 impl From<TableError> for ApiError {
     fn from(e: TableError) -> Self {
-        ApiError::invalid("invalid_table", e.to_string())
+        let code = match e {
+            TableError::Limit(_) => "table_limit",
+            _ => "invalid_table",
+        };
+        ApiError::invalid(code, e.to_string())
     }
 }
 
@@ -175,6 +188,14 @@ impl From<crate::service::ServiceError> for ApiError {
             ServiceError::Config(e) => e.into(),
             ServiceError::Gate(e) => e.into(),
             ServiceError::Invalid { code, message } => ApiError::invalid(code, message),
+            ServiceError::Busy {
+                code,
+                message,
+                retry_after_seconds,
+            } => ApiError {
+                retry_after: Some(retry_after_seconds),
+                ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
+            },
         }
     }
 }

@@ -10,8 +10,8 @@ use super::AppState;
 use super::error::ApiError;
 use std::marker::PhantomData;
 
-use crate::domain::{Permission, Role, token_hash};
 use crate::domain::work::AgentId;
+use crate::domain::{Permission, Role, token_hash};
 
 /// `axum::Json` with refusals in the error body.
 #[derive(Debug, FromRequest)]

@@ -76,6 +76,60 @@ impl utoipa::Modify for BearerAuth {
     }
 }
 
+/// The answers any operation may get whatever it is asked: 500 when the server
+/// fails, 503 when the database is unavailable, and 408 past the request
+/// timeout (scans have none), so that the document lists every status sent.
+struct ServerRefusals;
+
+/// Operations outside the request timeout (the scan router).
+const UNTIMED: [&str; 2] = ["create_session", "list_sessions"];
+
+/// A refusal in the error body.
+fn refusal(description: &str) -> utoipa::openapi::RefOr<utoipa::openapi::Response> {
+    use utoipa::openapi::{Ref, RefOr, ResponseBuilder, content::ContentBuilder};
+    let body = ContentBuilder::new()
+        .schema(Some(RefOr::Ref(Ref::from_schema_name("ErrorBody"))))
+        .build();
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content("application/json", body)
+            .build(),
+    )
+}
+
+impl utoipa::Modify for ServerRefusals {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for operation in operations.into_iter().flatten() {
+                let untimed = operation
+                    .operation_id
+                    .as_deref()
+                    .is_some_and(|id| UNTIMED.contains(&id));
+                let responses = &mut operation.responses.responses;
+                if !untimed {
+                    responses.entry("408".into()).or_insert_with(|| {
+                        refusal("The request took longer than the server waits")
+                    });
+                }
+                responses
+                    .entry("500".into())
+                    .or_insert_with(|| refusal("The server failed; the message says nothing more"));
+                responses.entry("503".into()).or_insert_with(|| {
+                    refusal("The database is unavailable (or, for an export, every export slot is taken)")
+                });
+            }
+        }
+    }
+}
+
 fn api_router() -> OpenApiRouter<AppState> {
     let scan = OpenApiRouter::new()
         .routes(routes!(sessions::create_session, sessions::list_sessions))
@@ -132,12 +186,21 @@ async fn request_timeout(
 
 /// The OpenAPI document of this build.
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_router().split_for_parts().1
+    split().1
+}
+
+/// The routes and their document, with the refusals every operation may get.
+fn split() -> (Router<AppState>, utoipa::openapi::OpenApi) {
+    use utoipa::Modify;
+    let (api, mut doc) = api_router().split_for_parts();
+    // Applied here, not in `#[openapi(modifiers)]`: that runs before any route is added.
+    ServerRefusals.modify(&mut doc);
+    (api, doc)
 }
 
 /// The full router: the API, its document at `/openapi.json`, docs at `/docs`.
 pub fn router(state: AppState) -> Router {
-    let (api, doc) = api_router().split_for_parts();
+    let (api, doc) = split();
     let request_id = HeaderName::from_static("x-request-id");
     api.merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route; the API is described at /docs") })

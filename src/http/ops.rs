@@ -38,7 +38,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
 
 /// Prometheus metrics in the text exposition format.
 #[utoipa::path(get, path = "/metrics", tag = "ops", operation_id = "get_metrics", security(()),
-    responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
+    responses((status = 200, description = "Prometheus text format", content_type = "text/plain; charset=utf-8")))]
 pub async fn metrics(State(state): State<AppState>) -> String {
     state.metrics.render()
 }
@@ -55,7 +55,11 @@ pub async fn create_backup(
     let backup = state.service.backup().await?;
     let file = tokio::fs::File::open(&backup.path).await.map_err(|e| {
         tracing::error!(error = %e, "cannot read the backup just made");
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "backup_failed", "the backup could not be read; retry")
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "backup_failed",
+            "the backup could not be read; retry",
+        )
     })?;
     // The backup is removed once the last byte is sent (or the client leaves).
     let chunks = futures_util::stream::unfold((file, backup), |(mut file, backup)| async move {
@@ -69,5 +73,12 @@ pub async fn create_backup(
             Err(e) => Some((Err(e), (file, backup))),
         }
     });
-    Ok(([(header::CONTENT_TYPE, "application/vnd.sqlite3")], Body::from_stream(chunks)).into_response())
+    // Fused: the compression layer polls a body once more after its end, and
+    // `unfold` panics when polled past `None`.
+    let chunks = futures_util::StreamExt::fuse(chunks);
+    Ok((
+        [(header::CONTENT_TYPE, "application/vnd.sqlite3")],
+        Body::from_stream(chunks),
+    )
+        .into_response())
 }

@@ -12,7 +12,7 @@ use crate::api::{ErrorBody, Quest, ReviewClaim, ReviewQuery, ReviewRequest};
 /// filter by session and by the check that raised the doubt (`check=l2:alpha`).
 #[utoipa::path(get, path = "/v1/review", tag = "review", operation_id = "list_review_queue", params(ReviewQuery),
     responses((status = 200, body = Vec<Quest>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn list_review_queue(
     State(state): State<AppState>,
     _caller: Caller<Review>,

@@ -16,6 +16,8 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::*;
 use crate::api::{CreateSessionRequest, ErrorBody, ExportQuery, Session, Status};
+use crate::domain::session::SessionConfig;
+use crate::domain::table::ItemsJsonl;
 use crate::export::ExportFormat;
 use crate::service::{Export, Upload};
 
@@ -36,6 +38,15 @@ pub struct ScanForm {
     config: String,
 }
 
+/// A JSON scan as the server reads it: the items become JSONL text while the
+/// body is parsed, so that a large body never becomes a tree of values.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ScanJson {
+    config: SessionConfig,
+    items: ItemsJsonl,
+}
+
 impl<S: Send + Sync> FromRequest<S> for ScanBody {
     type Rejection = ApiError;
 
@@ -45,58 +56,65 @@ impl<S: Send + Sync> FromRequest<S> for ScanBody {
             .get(header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("multipart/form-data"));
-        if !is_multipart {
-            let Json(body) = Json::<CreateSessionRequest>::from_request(req, state).await?;
-            let config = serde_json::to_value(body.config).map_err(ApiError::internal)?;
-            return Ok(ScanBody {
-                config,
-                upload: Upload::Items(body.items),
-            });
+        if is_multipart {
+            let form = Multipart::from_request(req, state)
+                .await
+                .map_err(|e| ApiError::bad_request("malformed_body", e.body_text()))?;
+            return read_form(form).await;
         }
-        let mut form = Multipart::from_request(req, state)
-            .await
-            .map_err(|e| ApiError::bad_request("malformed_body", e.body_text()))?;
-        let (mut config, mut file) = (None, None);
-        while let Some(field) = form.next_field().await? {
-            match field.name() {
-                Some("config") => {
-                    let text = field.text().await?;
-                    let value = serde_json::from_str::<Value>(&text).map_err(|e| {
-                        ApiError::bad_request(
-                            "malformed_config",
-                            format!("the `config` part is not valid JSON: {e}"),
-                        )
-                    })?;
-                    config = Some(value);
-                }
-                Some("file") => {
-                    let name = field.file_name().unwrap_or("upload").to_owned();
-                    file = Some((name, field.bytes().await?.to_vec()));
-                }
-                other => {
-                    return Err(ApiError::bad_request(
-                        "malformed_body",
-                        format!(
-                            "unexpected form part `{}`: send `file` and `config` only",
-                            other.unwrap_or("")
-                        ),
-                    ));
-                }
-            }
-        }
-        let config = config.ok_or_else(|| {
-            ApiError::invalid(
-                "missing_config",
-                "add a `config` part with the session config JSON",
-            )
-        })?;
-        let (name, bytes) = file
-            .ok_or_else(|| ApiError::invalid("missing_file", "add a `file` part with the table"))?;
+        let Json(body) = Json::<ScanJson>::from_request(req, state).await?;
         Ok(ScanBody {
-            config,
-            upload: Upload::File { name, bytes },
+            config: serde_json::to_value(body.config).map_err(ApiError::internal)?,
+            upload: Upload {
+                name: "items.jsonl".into(),
+                bytes: body.items.0.into_bytes(),
+            },
         })
     }
+}
+
+/// The `config` and `file` parts of a multipart scan.
+async fn read_form(mut form: Multipart) -> Result<ScanBody, ApiError> {
+    let (mut config, mut file) = (None, None);
+    while let Some(field) = form.next_field().await? {
+        match field.name() {
+            Some("config") => config = Some(config_part(&field.text().await?)?),
+            Some("file") => {
+                let name = field.file_name().unwrap_or("upload").to_owned();
+                file = Some(Upload {
+                    name,
+                    bytes: Vec::from(field.bytes().await?),
+                });
+            }
+            other => {
+                return Err(ApiError::bad_request(
+                    "malformed_body",
+                    format!(
+                        "unexpected form part `{}`: send `file` and `config` only",
+                        other.unwrap_or("")
+                    ),
+                ));
+            }
+        }
+    }
+    let config = config.ok_or_else(|| {
+        ApiError::invalid(
+            "missing_config",
+            "add a `config` part with the session config JSON",
+        )
+    })?;
+    let upload =
+        file.ok_or_else(|| ApiError::invalid("missing_file", "add a `file` part with the table"))?;
+    Ok(ScanBody { config, upload })
+}
+
+fn config_part(text: &str) -> Result<Value, ApiError> {
+    serde_json::from_str(text).map_err(|e| {
+        ApiError::bad_request(
+            "malformed_config",
+            format!("the `config` part is not valid JSON: {e}"),
+        )
+    })
 }
 
 /// Creates a session from a table (a scan). All or nothing.
@@ -156,18 +174,31 @@ pub async fn get_status(
     Ok(Json(state.service.status(id).await?))
 }
 
-/// The uploaded file, byte for byte.
+/// The uploaded file, byte for byte, streamed from the database piece by piece.
 #[utoipa::path(get, path = "/v1/sessions/{id}/source", tag = "sessions", operation_id = "get_session_source",
     params(("id" = Uuid, Path, description = "Session id")),
-    responses((status = 200, description = "The uploaded bytes", content_type = "application/octet-stream"),
+    responses((status = 200, description = "The uploaded bytes, with the media type of the upload's format", content(
+            (Vec<u8> = "text/csv"),
+            (Vec<u8> = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+            (Vec<u8> = "application/x-ndjson"),
+            (Vec<u8> = "text/plain; charset=utf-8"),
+        )),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_source(
     State(state): State<AppState>,
     _caller: Caller<Read>,
     Path(id): Path<Uuid>,
 ) -> Result<Response, ApiError> {
-    let (name, media_type, bytes) = state.service.source(id).await?;
-    Ok(attachment(&media_type, &name, Body::from(bytes)))
+    let source = state.service.source(id).await?;
+    let mut response = attachment(
+        &source.media_type,
+        &source.name,
+        Body::from_stream(source.body),
+    );
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, source.size.into());
+    Ok(response)
 }
 
 fn attachment(media_type: &str, file_name: &str, body: Body) -> Response {
@@ -218,8 +249,14 @@ pub async fn stream_events(
 /// The original rows, in order, with the quest columns added.
 #[utoipa::path(get, path = "/v1/sessions/{id}/export", tag = "sessions", operation_id = "export_session",
     params(("id" = Uuid, Path, description = "Session id"), ExportQuery),
-    responses((status = 200, description = "The export file", content_type = "application/octet-stream"),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+    responses((status = 200, description = "The export file in the requested format", content(
+            (Vec<u8> = "text/csv; charset=utf-8"),
+            (Vec<u8> = "application/x-ndjson"),
+            (Vec<u8> = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
+        )),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
+        (status = 503, body = ErrorBody, description = "As many exports run as the server allows at once",
+            headers(("Retry-After" = u32, description = "Seconds to wait before asking again")))))]
 pub async fn export_session(
     State(state): State<AppState>,
     _caller: Caller<Read>,
@@ -236,7 +273,10 @@ pub async fn export_session(
     let (media_type, ext) = format.media_type();
     let name = format!("session-{id}.{ext}");
     let body = match state.service.export(id, format).await? {
-        Export::Whole(bytes) => Body::from(bytes),
+        Export::File(file) => {
+            let file = tokio::fs::File::from_std(file);
+            Body::from_stream(tokio_util::io::ReaderStream::new(file))
+        }
         Export::Stream(stream) => Body::from_stream(stream),
     };
     Ok(attachment(media_type, &name, body))

@@ -141,10 +141,16 @@ mod tests {
         cache.put(token("a"));
         assert_eq!(cache.get("a").map(|t| t.hash), Some("a".into()));
         cache.clear();
-        assert!(cache.get("a").is_none(), "a revocation must reach the next request");
+        assert!(
+            cache.get("a").is_none(),
+            "a revocation must reach the next request"
+        );
         let stale = Tokens::new(Duration::ZERO, 2);
         stale.put(token("b"));
-        assert!(stale.get("b").is_none(), "an entry past its time is read again");
+        assert!(
+            stale.get("b").is_none(),
+            "an entry past its time is read again"
+        );
     }
 
     #[test]
@@ -178,7 +184,10 @@ mod tests {
         assert!(cache.lock().len() <= 2);
         assert!(cache.get(ids[2]).is_some());
         cache.forget(ids[2], State::Todo);
-        assert!(cache.get(ids[2]).is_some(), "a quest that may be submitted again stays");
+        assert!(
+            cache.get(ids[2]).is_some(),
+            "a quest that may be submitted again stays"
+        );
         cache.forget(ids[2], State::Pass);
         assert!(cache.get(ids[2]).is_none());
     }

@@ -20,11 +20,11 @@ use crate::domain::session::{ConfigError, SessionConfig};
 use crate::domain::table::{self, Format, Table, TableError};
 use crate::domain::verify::VerifyConfig;
 use crate::domain::{Decision, EventKind, QuestEvent, Role, SubmissionVerdict, token_hash};
-use crate::export::{self, ExportFormat, Plan};
+use crate::export::{self, ExportFormat, Exports, Plan};
 use crate::gates::{Gate, GateConfigError, GateRegistry};
 use crate::store::{
-    GateDecision, LeaseOutcome, LeaseRow, NewSession, NewSubmission, QuestRow, SessionRow, Store, StoreError,
-    SubmissionView, SubmitOutcome, TokenRow,
+    GateDecision, LeaseOutcome, LeaseRow, NewSession, NewSubmission, QuestRow, SessionRow, Store,
+    StoreError, SubmissionView, SubmitOutcome, TokenRow,
 };
 use crate::verifiers::VerifierRegistry;
 use crate::workers::GateRunner;
@@ -32,9 +32,9 @@ use tokio_util::sync::CancellationToken;
 
 mod cache;
 
-use cache::{Inputs, QuestInput, Tokens};
 use crate::domain::work::{AgentId, CheckFilter};
 use crate::workers::Check;
+use cache::{Inputs, QuestInput, Tokens};
 
 /// Why a use case refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -50,6 +50,13 @@ pub enum ServiceError {
     /// Well-formed but invalid input.
     #[error("{message}")]
     Invalid { code: &'static str, message: String },
+    /// The server is at a bound (running exports); the request may be retried.
+    #[error("{message}")]
+    Busy {
+        code: &'static str,
+        message: String,
+        retry_after_seconds: u32,
+    },
 }
 
 fn invalid(code: &'static str, message: impl Into<String>) -> ServiceError {
@@ -62,20 +69,30 @@ fn invalid(code: &'static str, message: impl Into<String>) -> ServiceError {
 /// The name of the bootstrap admin token.
 pub const BOOTSTRAP_ADMIN: &str = "admin";
 
-/// An export body: streamed page by page, or built whole.
+/// An export body: streamed page by page, or built into a temporary file.
 pub enum Export {
     Stream(futures_util::stream::BoxStream<'static, Result<axum::body::Bytes, StoreError>>),
-    Whole(Vec<u8>),
+    File(std::fs::File),
 }
 
-/// What a scan uploads.
-#[derive(Debug)]
-pub enum Upload {
-    /// Rows sent as JSON objects.
-    Items(Vec<Map<String, Value>>),
-    /// A file, read by its name's extension.
-    File { name: String, bytes: Vec<u8> },
+/// An uploaded file, streamed from the store piece by piece.
+pub struct Source {
+    pub name: String,
+    pub media_type: String,
+    pub size: u64,
+    pub body: futures_util::stream::BoxStream<'static, Result<axum::body::Bytes, StoreError>>,
 }
+
+/// What a scan uploads: a file, read by its name's extension (JSON items
+/// arrive as `items.jsonl`).
+#[derive(Debug)]
+pub struct Upload {
+    pub name: String,
+    pub bytes: Vec<u8>,
+}
+
+/// How long reading one upload may take.
+pub const SCAN_TIME_LIMIT: Duration = Duration::from_secs(120);
 
 /// The longest agent identity (`<token id>/<name>`) accepted.
 pub const MAX_AGENT_LEN: usize = 240;
@@ -99,6 +116,7 @@ pub struct Service {
     inputs: Inputs,
     /// Token lookups, trusted for a second.
     tokens: Tokens,
+    exports: Exports,
 }
 
 impl Service {
@@ -121,6 +139,7 @@ impl Service {
             sessions: RwLock::new(HashMap::new()),
             inputs: Inputs::new(1 << 16),
             tokens: Tokens::new(Duration::from_secs(1), 1 << 14),
+            exports: Exports::default(),
         }
     }
 
@@ -151,9 +170,26 @@ impl Service {
         Ok(found)
     }
 
-    /// The uploaded file of a session: name, media type, bytes.
-    pub async fn source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), ServiceError> {
-        Ok(self.store.session_source(id).await?)
+    /// The uploaded file of a session, read one stored piece at a time.
+    pub async fn source(&self, id: Uuid) -> Result<Source, ServiceError> {
+        let info = self.store.source_info(id).await?;
+        let (store, pieces) = (self.store.clone(), info.pieces);
+        let body = futures_util::stream::try_unfold(0u64, move |seq| {
+            let store = store.clone();
+            async move {
+                if seq >= pieces {
+                    return Ok(None);
+                }
+                let piece = store.source_chunk(id, seq).await?.unwrap_or_default();
+                Ok(Some((axum::body::Bytes::from(piece), seq + 1)))
+            }
+        });
+        Ok(Source {
+            name: info.name,
+            media_type: info.media_type,
+            size: info.size,
+            body: Box::pin(body),
+        })
     }
 
     /// Gives a leased quest back.
@@ -212,22 +248,48 @@ impl Service {
         Ok(revoked.into())
     }
 
-    /// An export of a session in `format`.
+    /// An export of a session in `format`, when an export slot is free. Its
+    /// columns are the session's, the quest's, and the gate's declared fields.
     pub async fn export(&self, id: Uuid, format: ExportFormat) -> Result<Export, ServiceError> {
-        let plan = Plan::new(self.store.as_ref(), id).await?;
-        Ok(match format {
-            ExportFormat::Xlsx => Export::Whole(
-                export::xlsx(self.store.as_ref(), &plan)
-                    .await
-                    .map_err(|e| {
-                        invalid(
-                            "export_failed",
-                            format!("the workbook could not be written: {e}"),
-                        )
-                    })?,
+        let session = self.session(id).await?;
+        let declared = self
+            .gates
+            .build(&session.config.gate)
+            .map(|g| g.declared_fields())
+            .unwrap_or_default();
+        let slot = self.exports.try_slot(format).ok_or_else(|| ServiceError::Busy {
+            code: "exports_busy",
+            message: format!(
+                "{} exports are running, as many as this server runs at once; retry in a few seconds",
+                self.exports.capacity()
             ),
-            _ => Export::Stream(Box::pin(export::stream(self.store.clone(), plan, format))),
+            retry_after_seconds: export::RETRY_AFTER_SECONDS,
+        })?;
+        let plan = Plan::new(self.store.as_ref(), id, declared).await?;
+        Ok(match format {
+            ExportFormat::Xlsx => {
+                let file =
+                    export::xlsx::build(self.store.clone(), plan, self.exports.temp_dir(), slot)
+                        .await
+                        .map_err(|e| match e {
+                            export::xlsx::XlsxExportError::Store(e) => ServiceError::Store(e),
+                            other => invalid("export_failed", other.to_string()),
+                        })?;
+                Export::File(file)
+            }
+            _ => Export::Stream(Box::pin(export::stream(
+                self.store.clone(),
+                plan,
+                format,
+                slot,
+            ))),
         })
+    }
+
+    /// Bounds the exports that run at once (the default: 4, in the system's temporary directory).
+    pub fn with_exports(mut self, exports: Exports) -> Service {
+        self.exports = exports;
+        self
     }
 
     /// A receiver of every committed state change.
@@ -289,39 +351,30 @@ impl Service {
         prompt::check_template(&config.prompt.instructions)
             .map_err(|e| invalid("invalid_config", e.to_string()))?;
         let sheet = config.sheet.clone();
-        let (table, source_name, format, source) = match upload {
-            Upload::Items(items) => {
-                let source = items
-                    .iter()
-                    .map(|i| format!("{}\n", Value::Object(i.clone())))
-                    .collect::<String>();
-                (
-                    table::from_objects(items)?,
-                    "items.jsonl".to_owned(),
-                    Format::Jsonl,
-                    source.into_bytes(),
-                )
-            }
-            Upload::File { name, bytes } => {
-                let format = Format::from_file_name(&name).ok_or_else(|| {
-                    invalid(
-                        "unsupported_file",
-                        format!("`{name}` is not a .csv, .tsv, .xlsx, .jsonl or .txt file"),
-                    )
-                })?;
-                let (table, bytes) = tokio::task::spawn_blocking(move || {
-                    table::parse(format, &bytes, sheet.as_deref()).map(|t| (t, bytes))
-                })
-                .await
-                .map_err(|e| {
-                    invalid(
-                        "invalid_table",
-                        format!("the file could not be parsed: {e}"),
-                    )
-                })??;
-                (table, name, format, bytes)
-            }
-        };
+        let Upload { name, bytes } = upload;
+        let format = Format::from_file_name(&name).ok_or_else(|| {
+            invalid(
+                "unsupported_file",
+                format!("`{name}` is not a .csv, .tsv, .xlsx, .jsonl or .txt file"),
+            )
+        })?;
+        let (table, source) = tokio::task::spawn_blocking(move || {
+            let deadline = std::time::Instant::now() + SCAN_TIME_LIMIT;
+            let options = table::ScanOptions {
+                sheet: sheet.as_deref(),
+                limits: &table::Limits::default(),
+                out_of_time: &move || std::time::Instant::now() >= deadline,
+            };
+            table::parse(format, &bytes, &options).map(|t| (t, bytes))
+        })
+        .await
+        .map_err(|e| {
+            invalid(
+                "invalid_table",
+                format!("the file could not be parsed: {e}"),
+            )
+        })??;
+        let source_name = name;
         let key_column = config
             .key_column
             .clone()
@@ -459,12 +512,7 @@ impl Service {
 
     /// The prompt for a leased quest and an example result. The session's task
     /// template and examples win; the gate's defaults fill what they leave out.
-    fn prompt(
-        &self,
-        session: &SessionRow,
-        quest: &QuestRow,
-        lease: &LeaseRow,
-    ) -> (String, Value) {
+    fn prompt(&self, session: &SessionRow, quest: &QuestRow, lease: &LeaseRow) -> (String, Value) {
         let config = &session.config;
         let defaults = self
             .runner
@@ -542,7 +590,10 @@ impl Service {
             SubmitOutcome::Replayed(view) => {
                 let response = submit_response(view.clone());
                 if response.verdict != SubmissionVerdict::Pending || wait.is_zero() {
-                    return Ok(SubmitResponse { replayed: true, ..response });
+                    return Ok(SubmitResponse {
+                        replayed: true,
+                        ..response
+                    });
                 }
                 view
             }
@@ -575,7 +626,10 @@ impl Service {
     }
 
     /// The decision of the session's gate when it decides at once.
-    async fn decide_at_once(&self, new: &NewSubmission) -> Result<Option<GateDecision>, ServiceError> {
+    async fn decide_at_once(
+        &self,
+        new: &NewSubmission,
+    ) -> Result<Option<GateDecision>, ServiceError> {
         let quest = match self.inputs.get(new.quest_id) {
             Some(quest) => quest,
             None => Arc::new(QuestInput::of(&self.store.get_quest(new.quest_id).await?)),

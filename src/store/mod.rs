@@ -16,10 +16,12 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::domain::session::SessionConfig;
+use crate::domain::table::Row;
 use crate::domain::verify::{Answer, FlagOn, L2JobStatus, VerifierRequest};
 use crate::domain::work::{AgentId, CheckFilter, Refusal};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict, Verdict};
 
+pub use sqlite::SOURCE_CHUNK;
 pub use sqlite::SqliteStore;
 
 /// Why a store call did not do what was asked.
@@ -94,7 +96,7 @@ pub struct NewSession {
     pub source: Vec<u8>,
     pub created_by: String,
     /// `(key, input)` for every row, in upload order.
-    pub rows: Vec<(String, Map<String, Value>)>,
+    pub rows: Vec<(String, Row)>,
 }
 
 /// One quest, as stored.
@@ -133,6 +135,10 @@ pub struct LeaseRow {
 
 /// The answer to `next`.
 #[derive(Debug, Clone, PartialEq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one outcome per lease, moved once into the answer: a box would only add an allocation"
+)]
 pub enum LeaseOutcome {
     /// A quest is the agent's until the lease expires.
     Assigned { quest: QuestRow, lease: LeaseRow },
@@ -392,6 +398,17 @@ pub struct ExportRow {
     pub receipt: Option<String>,
 }
 
+/// An uploaded file, without its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceInfo {
+    pub name: String,
+    pub media_type: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// How many pieces of [`SOURCE_CHUNK`] bytes (the last one shorter) it is stored in.
+    pub pieces: u64,
+}
+
 /// A consistent copy of the database in a file of its own, removed when dropped.
 #[derive(Debug)]
 pub struct Backup {
@@ -428,8 +445,11 @@ pub trait Store: Send + Sync + 'static {
 
     /// Leases the agent's held quest, or the first open one in upload order.
     /// Expired leases of the session are swept first, inside the same transaction.
-    async fn lease_next(&self, session_id: Uuid, agent: &AgentId)
-    -> Result<LeaseOutcome, StoreError>;
+    async fn lease_next(
+        &self,
+        session_id: Uuid,
+        agent: &AgentId,
+    ) -> Result<LeaseOutcome, StoreError>;
     /// Extends a live lease by the session's lease time. The lease's agent must
     /// belong to `token_id` (agents are `<token id>/<name>`).
     async fn heartbeat(
@@ -553,6 +573,11 @@ pub trait Store: Send + Sync + 'static {
     async fn revoke_token(&self, id: Uuid) -> Result<TokenRow, StoreError>;
     /// The live (not revoked) token with this hash, compared in constant time.
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError>;
+
+    /// The uploaded file's name, media type, size and number of pieces.
+    async fn source_info(&self, id: Uuid) -> Result<SourceInfo, StoreError>;
+    /// Piece `seq` (0-based, [`SOURCE_CHUNK`] bytes) of the uploaded file; `None` past the end.
+    async fn source_chunk(&self, id: Uuid, seq: u64) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// The unexpired lease `agent` (`<token id>/<name>`) holds in a session, read
     /// without changing anything (no sweep, no renewal).

@@ -149,9 +149,14 @@ impl GateRunner {
     /// [`Gate::decides_at_once`]) on a result for a quest, made in the
     /// caller's task; `None` when the session's gate must run here after a
     /// PENDING record.
-    pub async fn decide_at_once(&self, check: &Check<'_>) -> Result<Option<GateDecision>, StoreError> {
+    pub async fn decide_at_once(
+        &self,
+        check: &Check<'_>,
+    ) -> Result<Option<GateDecision>, StoreError> {
         match self.gate(check.session_id, &check.config.gate) {
-            Ok(gate) if gate.decides_at_once() => Ok(Some(self.inner.decide(check, Ok(gate)).await?)),
+            Ok(gate) if gate.decides_at_once() => {
+                Ok(Some(self.inner.decide(check, Ok(gate)).await?))
+            }
             _ => Ok(None),
         }
     }
@@ -246,7 +251,8 @@ impl Inner {
         let (outcome, name, version) = match &gate {
             Ok(gate) => {
                 let session = self.session_view(job, gate.as_ref()).await?;
-                let check = AssertUnwindSafe(gate.check(job.input, job.result, &session)).catch_unwind();
+                let check =
+                    AssertUnwindSafe(gate.check(job.input, job.result, &session)).catch_unwind();
                 let limit = gate.timeout().unwrap_or(self.timeout);
                 let outcome = match tokio::time::timeout(limit, check).await {
                     Ok(Ok(outcome)) => outcome,
@@ -330,7 +336,11 @@ impl Inner {
 
     /// Which other quests of the session hold the values of the gate's unique
     /// fields. A store failure here is retried like any other.
-    async fn session_view(&self, job: &Check<'_>, gate: &dyn Gate) -> Result<SessionView, StoreError> {
+    async fn session_view(
+        &self,
+        job: &Check<'_>,
+        gate: &dyn Gate,
+    ) -> Result<SessionView, StoreError> {
         let mut view = SessionView::of_key(job.key);
         for field in gate.unique_fields() {
             if !is_plain_field(&field) {

@@ -476,7 +476,10 @@ async fn agents_on_different_tokens_never_share_a_remembered_lease() {
 async fn the_cli_says_when_a_result_is_a_replay_and_keeps_leases_alive() {
     let app = spawn_app().await;
     let token = app.token("agent", "bots").await;
-    let session = app.scan(contact_config(3), companies(2)).await;
+    // `note` is declared, so that the export has a `result_note` column.
+    let session = app
+        .scan(declaring(contact_config(3), &["note"]), companies(2))
+        .await;
     let bot = Shell::new(&app, &token, Some(&session), "bot");
     exits(&bot.run(&["next"]).await, 0);
     exits(&bot.run(&["submit", "--field", "email=bad"]).await, 1);

@@ -329,6 +329,18 @@ pub fn contact_config(max_tries: u32) -> Value {
     })
 }
 
+/// `config` (a schema gate) with `fields` added to the schema's `properties`
+/// as "anything": declared, so that the export gives each its own column.
+pub fn declaring(mut config: Value, fields: &[&str]) -> Value {
+    let properties = config["gate"]["schema"]["properties"]
+        .as_object_mut()
+        .expect("a schema gate with properties");
+    for field in fields {
+        properties.insert((*field).to_owned(), json!({}));
+    }
+    config
+}
+
 /// A server whose command gate `slow` passes every result after a short
 /// pause: a gate that runs a process, so a submission stays PENDING until
 /// the gate runner decides it. The returned dir holds the gate's script.

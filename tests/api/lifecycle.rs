@@ -371,7 +371,12 @@ async fn the_sweeper_step_returns_expired_leases_so_status_stays_honest() {
     assert_eq!(app.status(&session).await["agents_active"], 2);
     app.clock.advance(std::time::Duration::from_secs(301));
     // The sweeper's step, driven directly on the server's store.
-    assert_eq!(quest::workers::sweeper::run_once(app.store.as_ref()).await.unwrap(), 2);
+    assert_eq!(
+        quest::workers::sweeper::run_once(app.store.as_ref())
+            .await
+            .unwrap(),
+        2
+    );
     let status = app.status(&session).await;
     assert_eq!(
         (status["leased"].as_u64(), status["open"].as_u64()),

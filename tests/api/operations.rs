@@ -14,7 +14,9 @@ async fn a_backup_is_a_consistent_copy_made_while_agents_keep_working() {
     let work = async {
         for _ in 0..40 {
             let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
-            app.submit(&agent, &quest, &lease, json!({"email": "a@b.test"})).await.expect(200);
+            app.submit(&agent, &quest, &lease, json!({"email": "a@b.test"}))
+                .await
+                .expect(200);
         }
     };
     let backup = async {
@@ -26,7 +28,10 @@ async fn a_backup_is_a_consistent_copy_made_while_agents_keep_working() {
             .await
             .unwrap();
         assert_eq!(response.status(), 200);
-        assert_eq!(response.headers()["content-type"], "application/vnd.sqlite3");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/vnd.sqlite3"
+        );
         response.bytes().await.unwrap()
     };
     let ((), bytes) = tokio::join!(work, backup);
@@ -34,8 +39,13 @@ async fn a_backup_is_a_consistent_copy_made_while_agents_keep_working() {
     let copy = tempfile::tempdir().unwrap();
     let path = copy.path().join("copy.db");
     std::fs::write(&path, &bytes).unwrap();
-    let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display())).await.unwrap();
-    let check: String = sqlx::query_scalar("PRAGMA integrity_check").fetch_one(&mut db).await.unwrap();
+    let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    let check: String = sqlx::query_scalar("PRAGMA integrity_check")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
     assert_eq!(check, "ok");
     // One snapshot: the counts kept by triggers agree with the quests in it.
     let (quests, counted, passed): (i64, i64, i64) = sqlx::query_as(
@@ -47,12 +57,19 @@ async fn a_backup_is_a_consistent_copy_made_while_agents_keep_working() {
     .await
     .unwrap();
     assert_eq!((quests, counted), (40, 40));
-    let pass_count: i64 = sqlx::query_scalar("SELECT COALESCE(SUM(n), 0) FROM session_counts WHERE bucket = 'PASS'")
-        .fetch_one(&mut db)
-        .await
-        .unwrap();
+    let pass_count: i64 =
+        sqlx::query_scalar("SELECT COALESCE(SUM(n), 0) FROM session_counts WHERE bucket = 'PASS'")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
     assert_eq!(passed, pass_count);
 
-    app.post("/v1/backup", &viewer, json!({})).await.refused(403, "forbidden");
-    assert_eq!(app.status(&session).await["pass"], 40, "the server kept serving");
+    app.post("/v1/backup", &viewer, json!({}))
+        .await
+        .refused(403, "forbidden");
+    assert_eq!(
+        app.status(&session).await["pass"],
+        40,
+        "the server kept serving"
+    );
 }

@@ -223,20 +223,32 @@ async fn every_verdict_needs_its_proof_in_the_database() {
     let (leased, lease) = assigned(&app.next(&agent, &session, "a").await);
     let (_, _) = assigned(&app.next(&agent, &session, "b").await);
     let (review, review_lease) = assigned(&app.next(&agent, &session, "c").await);
-    app.submit(&agent, &review, &review_lease, json!({"email": "a@b.test", "confidence": "low"}))
-        .await
-        .expect(200);
+    app.submit(
+        &agent,
+        &review,
+        &review_lease,
+        json!({"email": "a@b.test", "confidence": "low"}),
+    )
+    .await
+    .expect(200);
     let mut db = raw(&app).await;
 
     // A verdict straight from `leased` exists only with its decided submission.
     refused(
         &mut db,
-        format!("UPDATE quests SET state = 'PASS', phase = NULL, lease_id = NULL WHERE id = '{leased}'"),
+        format!(
+            "UPDATE quests SET state = 'PASS', phase = NULL, lease_id = NULL WHERE id = '{leased}'"
+        ),
         "needs its decided submission",
     )
     .await;
     // Tries never exceed the session's limit, not even by raw SQL on a TODO quest.
-    refused(&mut db, format!("UPDATE quests SET tries = 99 WHERE id = '{leased}'"), "max_tries").await;
+    refused(
+        &mut db,
+        format!("UPDATE quests SET tries = 99 WHERE id = '{leased}'"),
+        "max_tries",
+    )
+    .await;
     // REVIEW ends only by a recorded review decision.
     refused(
         &mut db,
@@ -245,7 +257,10 @@ async fn every_verdict_needs_its_proof_in_the_database() {
     )
     .await;
     // A quest cannot be moved onto another's row: REPLACE would delete that one silently.
-    let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quests").fetch_one(&mut db).await.unwrap();
+    let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quests")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
     refused(
         &mut db,
         format!("UPDATE OR REPLACE quests SET row_index = 0 WHERE id = '{review}'"),
@@ -262,7 +277,10 @@ async fn every_verdict_needs_its_proof_in_the_database() {
         "starts open",
     )
     .await;
-    let after: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quests").fetch_one(&mut db).await.unwrap();
+    let after: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quests")
+        .fetch_one(&mut db)
+        .await
+        .unwrap();
     assert_eq!(before, after, "no quest was deleted or smuggled in");
 
     // In a session with AI verifiers, a PASS goes through them, even with a
@@ -294,5 +312,8 @@ async fn every_verdict_needs_its_proof_in_the_database() {
     )
     .await;
     let view = app.quest(&leased).await;
-    assert_eq!((view["state"].as_str(), view["phase"].as_str()), (Some("TODO"), Some("leased")));
+    assert_eq!(
+        (view["state"].as_str(), view["phase"].as_str()),
+        (Some("TODO"), Some("leased"))
+    );
 }

@@ -122,10 +122,6 @@ pub(crate) struct Server {
 }
 
 impl Server {
-    async fn start(dir: &std::path::Path) -> Server {
-        Server::start_with(dir, None).await
-    }
-
     /// Starts the binary, with `--config FILE` when given.
     pub(crate) async fn start_with(
         dir: &std::path::Path,
@@ -156,16 +152,20 @@ impl Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("the quest binary starts");
-        let base = format!("http://127.0.0.1:{port}");
+        // Owned by a `Server` at once, so that a panic below still kills and reaps it.
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
         let client = reqwest::Client::new();
         for _ in 0..500 {
             if client
-                .get(format!("{base}/readyz"))
+                .get(format!("{}/readyz", server.base))
                 .send()
                 .await
                 .is_ok_and(|r| r.status() == 200)
             {
-                return Server { child, base };
+                return server;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -277,12 +277,12 @@ async fn kill_9_loop(dir: &std::path::Path, toml: Option<&std::path::Path>, conf
                 }
                 let (quest, lease) = assigned(&next);
                 n += 1;
-                let result = if n % 4 == 0 {
+                let result = if n.is_multiple_of(4) {
                     json!({"email": "bad"})
                 } else {
                     json!({"email": format!("x{n}@y.test")})
                 };
-                let wait = if wait0 && n % 2 == 0 { "?wait=0" } else { "" };
+                let wait = if wait0 && n.is_multiple_of(2) { "?wait=0" } else { "" };
                 let Some((status, answer)) = call(
                     &client,
                     &base,
@@ -371,8 +371,5 @@ async fn kill_9_loop(dir: &std::path::Path, toml: Option<&std::path::Path>, conf
     }
     assert_sums(&status);
     assert_eq!(status["checking"], 0, "nothing is left mid-check");
-    assert_eq!(
-        status["submissions"].as_u64().unwrap() as usize >= acknowledged.len(),
-        true
-    );
+    assert!(status["submissions"].as_u64().unwrap() as usize >= acknowledged.len());
 }

@@ -105,7 +105,10 @@ async fn mixed_session(app: &TestApp) -> String {
         {"company": "Gamma", "city": "Incheon", "staff": 7},
         {"company": "Delta", "city": "Daegu", "staff": 1}
     ]);
-    let session = app.scan(contact_config(1), items).await;
+    // `phone` is declared: only declared fields get a column of their own.
+    let session = app
+        .scan(declaring(contact_config(1), &["phone"]), items)
+        .await;
     let (q, l) = assigned(&app.next(&agent, &session, "a").await);
     app.submit(
         &agent,

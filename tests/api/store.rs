@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use quest::domain::session::SessionConfig;
+use quest::domain::table::Row;
 use quest::domain::work::AgentId;
 use quest::domain::{Phase, SystemClock, Verdict};
 use quest::store::{
@@ -40,7 +41,7 @@ async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, Uuid,
             source_type: "application/x-ndjson".into(),
             source: Vec::new(),
             created_by: "admin".into(),
-            rows: vec![("Acme".into(), input)],
+            rows: vec![("Acme".into(), Row::from_map(&input))],
         })
         .await
         .unwrap();
@@ -71,7 +72,8 @@ async fn while_the_gate_checks_a_new_result_and_a_release_are_refused() {
         result: json!({"email": email}),
         result_hash: quest::domain::receipt::digest(&json!({"email": email})),
     };
-    let SubmitOutcome::Recorded { view: first, .. } = store.submit(submit("a@b.test"), None).await.unwrap()
+    let SubmitOutcome::Recorded { view: first, .. } =
+        store.submit(submit("a@b.test"), None).await.unwrap()
     else {
         panic!("recorded")
     };
@@ -81,21 +83,30 @@ async fn while_the_gate_checks_a_new_result_and_a_release_are_refused() {
     );
 
     assert_eq!(
-        conflict_code(store.submit(submit("other@b.test"), None).await.unwrap_err()),
+        conflict_code(
+            store
+                .submit(submit("other@b.test"), None)
+                .await
+                .unwrap_err()
+        ),
         "submission_in_progress"
     );
     assert_eq!(
         conflict_code(store.release(quest, lease, token).await.unwrap_err()),
         "quest_checking"
     );
-    let SubmitOutcome::Replayed(same) = store.submit(submit("a@b.test"), None).await.unwrap() else {
+    let SubmitOutcome::Replayed(same) = store.submit(submit("a@b.test"), None).await.unwrap()
+    else {
         panic!("a replay")
     };
     assert_eq!(
         same.submission.id, first.submission.id,
         "the identical retry of a PENDING submission is the same submission"
     );
-    assert_eq!(store.pending_submissions().await.unwrap(), [first.submission.id]);
+    assert_eq!(
+        store.pending_submissions().await.unwrap(),
+        [first.submission.id]
+    );
     let quest_row = store.get_quest(quest).await.unwrap();
     assert_eq!(
         (quest_row.phase, quest_row.tries),
@@ -144,7 +155,7 @@ async fn add_session(store: &SqliteStore, companies: &[&str]) -> Uuid {
         .iter()
         .map(|c| {
             let input = json!({"company": c}).as_object().unwrap().clone();
-            (c.to_string(), input)
+            (c.to_string(), Row::from_map(&input))
         })
         .collect();
     store
@@ -298,10 +309,18 @@ async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("q.db");
     let (token, leased) = {
-        let store = SqliteStore::open(&path, Arc::new(SystemClock), tokio::sync::broadcast::channel(8).0)
+        let store = SqliteStore::open(
+            &path,
+            Arc::new(SystemClock),
+            tokio::sync::broadcast::channel(8).0,
+        )
+        .await
+        .unwrap();
+        let token = store
+            .create_token("bot", quest::domain::Role::Agent, "hash")
             .await
-            .unwrap();
-        let token = store.create_token("bot", quest::domain::Role::Agent, "hash").await.unwrap().id;
+            .unwrap()
+            .id;
         let companies: Vec<String> = (0..60).map(|i| format!("c{i}")).collect();
         let names: Vec<&str> = companies.iter().map(String::as_str).collect();
         let session = add_session(&store, &names).await;
@@ -320,15 +339,24 @@ async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
     };
     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     let pages: i64 = {
-        let mut raw = <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("sqlite://{}", path.display()))
+        let mut raw = <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!(
+            "sqlite://{}",
+            path.display()
+        ))
+        .await
+        .unwrap();
+        sqlx::query_scalar("PRAGMA page_count")
+            .fetch_one(&mut raw)
             .await
-            .unwrap();
-        sqlx::query_scalar("PRAGMA page_count").fetch_one(&mut raw).await.unwrap()
+            .unwrap()
     };
     // A few pages of room: the first results fit, then the database is full.
-    let store = SqliteStore::open_tuned(&path, Arc::new(SystemClock), tokio::sync::broadcast::channel(8).0, |o| {
-        o.pragma("max_page_count", (pages + 25).to_string())
-    })
+    let store = SqliteStore::open_tuned(
+        &path,
+        Arc::new(SystemClock),
+        tokio::sync::broadcast::channel(8).0,
+        |o| o.pragma("max_page_count", (pages + 25).to_string()),
+    )
     .await
     .unwrap();
     let padding = "x".repeat(3000);
@@ -359,16 +387,27 @@ async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
         match answer {
             Ok(_) => {
                 answered += 1;
-                assert_eq!((row.phase, subs.len()), (Some(Phase::Checking), 1), "an answered write is stored");
+                assert_eq!(
+                    (row.phase, subs.len()),
+                    (Some(Phase::Checking), 1),
+                    "an answered write is stored"
+                );
             }
             Err(StoreError::Unavailable) => {
                 refused += 1;
-                assert_eq!((row.phase, subs.len()), (Some(Phase::Leased), 0), "a refused write left nothing");
+                assert_eq!(
+                    (row.phase, subs.len()),
+                    (Some(Phase::Leased), 0),
+                    "a refused write left nothing"
+                );
             }
             Err(e) => panic!("a full disk is 'unavailable', not {e}"),
         }
     }
-    assert!(refused > 0 && answered > 0, "{answered} answered, {refused} refused");
+    assert!(
+        refused > 0 && answered > 0,
+        "{answered} answered, {refused} refused"
+    );
     // The writer opened its connection anew and still serves what fits.
     assert!(store.get_quest(leased[0].0).await.is_ok());
 }

@@ -1218,6 +1218,7 @@ async fn a_job_queued_twice_or_run_again_after_its_answer_is_asked_once() {
     use async_trait::async_trait;
     use quest::domain::Verdict;
     use quest::domain::session::SessionConfig;
+    use quest::domain::table::Row;
     use quest::domain::verify::{Artifact, Contract, Question, VerifierRequest, parse_reply};
     use quest::store::{
         GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, SubmitOutcome,
@@ -1271,12 +1272,15 @@ async fn a_job_queued_twice_or_run_again_after_its_answer_is_asked_once() {
             source_type: "application/x-ndjson".into(),
             source: Vec::new(),
             created_by: "admin".into(),
-            rows: vec![("Acme".into(), input)],
+            rows: vec![("Acme".into(), Row::from_map(&input))],
         })
         .await
         .unwrap();
     let LeaseOutcome::Assigned { quest, lease, .. } = store
-        .lease_next(session.id, &quest::domain::work::AgentId::new(token.id, "bot"))
+        .lease_next(
+            session.id,
+            &quest::domain::work::AgentId::new(token.id, "bot"),
+        )
         .await
         .unwrap()
     else {

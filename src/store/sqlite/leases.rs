@@ -103,7 +103,10 @@ async fn claim(
     let s = match ctx.session(session).await {
         Ok(s) => s,
         Err(StoreError::NotFound(what)) => {
-            return Ok(idle.iter().map(|&i| (i, Err(StoreError::NotFound(what)))).collect());
+            return Ok(idle
+                .iter()
+                .map(|&i| (i, Err(StoreError::NotFound(what))))
+                .collect());
         }
         Err(e) => return Err(e.into()),
     };
@@ -134,8 +137,13 @@ async fn claim(
     let mut rows = Vec::with_capacity(claimed.len());
     for row in &claimed {
         let quest = quest_row(row)?;
-        let lease_id = quest.lease_id.ok_or_else(|| corrupt("claimed quest without its lease"))?;
-        let n = ids.iter().position(|id| *id == lease_id).ok_or_else(|| corrupt("claim"))?;
+        let lease_id = quest
+            .lease_id
+            .ok_or_else(|| corrupt("claimed quest without its lease"))?;
+        let n = ids
+            .iter()
+            .position(|id| *id == lease_id)
+            .ok_or_else(|| corrupt("claim"))?;
         let lease = LeaseRow {
             id: lease_id,
             quest_id: quest.id,
@@ -228,7 +236,14 @@ async fn held<'r>(
         .zip(holds)
         .map(|(found, h)| {
             let (quest, lease) = found.ok_or(StoreError::NotFound("quest"))?;
-            work::check_hold(status_of(&quest), quest.lease_id, lease.as_ref(), h.lease, h.token, ctx.now)?;
+            work::check_hold(
+                status_of(&quest),
+                quest.lease_id,
+                lease.as_ref(),
+                h.lease,
+                h.token,
+                ctx.now,
+            )?;
             Ok((quest, lease.ok_or(StoreError::NotFound("lease"))?))
         })
         .collect())

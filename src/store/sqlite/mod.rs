@@ -12,6 +12,7 @@
 
 mod agents;
 mod codec;
+mod inputs;
 mod leases;
 mod reads;
 mod sessions;
@@ -33,6 +34,7 @@ use uuid::Uuid;
 
 use super::*;
 use crate::domain::{Clock, QuestEvent};
+pub use inputs::SOURCE_CHUNK;
 use leases::{Heartbeat, Hold, Lease, Release};
 use verdicts::{Decide, Submit};
 use writer::{Counters, Finish, GroupError, Kind, Op, Ranked, Request, Single, WriteCtx, Writer};
@@ -230,28 +232,39 @@ impl Store for SqliteStore {
     }
 
     async fn session_source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), StoreError> {
-        reads::session_source(&self.read, id).await
+        inputs::whole_source(&self.read, id).await
     }
 
     async fn session_status(&self, id: Uuid) -> Result<SessionStatus, StoreError> {
         reads::session_status(&self.read, id, self.counts(id), self.clock.now()).await
     }
 
-    async fn lease_next(
-        &self,
-        session: Uuid,
-        agent: &AgentId,
-    ) -> Result<LeaseOutcome, StoreError> {
+    async fn lease_next(&self, session: Uuid, agent: &AgentId) -> Result<LeaseOutcome, StoreError> {
         let agent = agent.clone();
         self.group(Lease { session, agent }).await
     }
 
-    async fn heartbeat(&self, quest: Uuid, lease: Uuid, token: Uuid) -> Result<LeaseRow, StoreError> {
-        self.group(Heartbeat(Hold { quest, lease, token })).await
+    async fn heartbeat(
+        &self,
+        quest: Uuid,
+        lease: Uuid,
+        token: Uuid,
+    ) -> Result<LeaseRow, StoreError> {
+        self.group(Heartbeat(Hold {
+            quest,
+            lease,
+            token,
+        }))
+        .await
     }
 
     async fn release(&self, quest: Uuid, lease: Uuid, token: Uuid) -> Result<(), StoreError> {
-        self.group(Release(Hold { quest, lease, token })).await
+        self.group(Release(Hold {
+            quest,
+            lease,
+            token,
+        }))
+        .await
     }
 
     async fn sweep_expired(&self) -> Result<u64, StoreError> {
@@ -274,7 +287,11 @@ impl Store for SqliteStore {
         submission: Uuid,
         decision: GateDecision,
     ) -> Result<Decided, StoreError> {
-        self.group(Decide { submission, decision }).await
+        self.group(Decide {
+            submission,
+            decision,
+        })
+        .await
     }
 
     async fn pending_submissions(&self) -> Result<Vec<Uuid>, StoreError> {
@@ -347,12 +364,16 @@ impl Store for SqliteStore {
         seconds: u32,
     ) -> Result<QuestRow, StoreError> {
         let reviewer = reviewer.to_owned();
-        single!(self, |ctx| verify::claim_review(ctx, quest_id, reviewer, seconds).await)
+        single!(self, |ctx| verify::claim_review(
+            ctx, quest_id, reviewer, seconds
+        )
+        .await)
     }
 
     async fn release_review(&self, quest_id: Uuid, reviewer: &str) -> Result<(), StoreError> {
         let reviewer = reviewer.to_owned();
-        single!(self, |ctx| verify::release_review(ctx, quest_id, reviewer).await)
+        single!(self, |ctx| verify::release_review(ctx, quest_id, reviewer)
+            .await)
     }
 
     async fn decide_review(
@@ -363,7 +384,10 @@ impl Store for SqliteStore {
         note: &str,
     ) -> Result<QuestRow, StoreError> {
         let (reviewer, note) = (reviewer.to_owned(), note.to_owned());
-        single!(self, |ctx| verify::decide_review(ctx, quest_id, reviewer, decision, note).await)
+        single!(self, |ctx| verify::decide_review(
+            ctx, quest_id, reviewer, decision, note
+        )
+        .await)
     }
 
     async fn result_fields(&self, session_id: Uuid) -> Result<Vec<String>, StoreError> {
@@ -379,14 +403,21 @@ impl Store for SqliteStore {
         reads::export_page(&self.read, session_id, after_row, limit).await
     }
 
-    async fn create_token(&self, name: &str, role: Role, hash: &str) -> Result<TokenRow, StoreError> {
+    async fn create_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+    ) -> Result<TokenRow, StoreError> {
         let (name, hash) = (name.to_owned(), hash.to_owned());
-        single!(self, |ctx| sessions::create_token(ctx, name, role, hash).await)
+        single!(self, |ctx| sessions::create_token(ctx, name, role, hash)
+            .await)
     }
 
     async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
         let (name, hash) = (name.to_owned(), hash.to_owned());
-        single!(self, |ctx| sessions::ensure_token(ctx, name, role, hash).await)
+        single!(self, |ctx| sessions::ensure_token(ctx, name, role, hash)
+            .await)
     }
 
     async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
@@ -399,6 +430,14 @@ impl Store for SqliteStore {
 
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
         reads::find_token(&self.read, hash).await
+    }
+
+    async fn source_info(&self, id: Uuid) -> Result<SourceInfo, StoreError> {
+        inputs::source_info(&self.read, id).await
+    }
+
+    async fn source_chunk(&self, id: Uuid, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        inputs::source_chunk(&self.read, id, seq).await
     }
 
     async fn agent_lease(

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
-use sqlx::{Row, SqliteConnection, SqlitePool};
+use sqlx::{SqliteConnection, SqlitePool};
 use uuid::Uuid;
 
 use super::codec::*;
@@ -22,7 +22,6 @@ async fn fetch_quest(conn: &mut SqliteConnection, id: Uuid) -> Result<QuestRow, 
     quest_row(&row)
 }
 
-
 async fn fetch_submission(
     conn: &mut SqliteConnection,
     id: Uuid,
@@ -35,7 +34,6 @@ async fn fetch_submission(
     submission_row(&row)
 }
 
-
 async fn fetch_session(conn: &mut SqliteConnection, id: Uuid) -> Result<SessionRow, StoreError> {
     let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?");
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
@@ -46,12 +44,14 @@ async fn fetch_session(conn: &mut SqliteConnection, id: Uuid) -> Result<SessionR
     session_row(&row)
 }
 
-
 /// The counts of every session, as the triggers keep them in `session_counts`:
 /// read once at start; the writer keeps them from then on.
 pub async fn all_counts(pool: &SqlitePool) -> Result<HashMap<Uuid, Counts>, StoreError> {
     let mut all: HashMap<Uuid, Counts> = HashMap::new();
-    for row in sqlx::query("SELECT id, total FROM sessions").fetch_all(pool).await? {
+    for row in sqlx::query("SELECT id, total FROM sessions")
+        .fetch_all(pool)
+        .await?
+    {
         all.entry(uuid(&row.str("id")?)?).or_default().total = row.int("total")? as u64;
     }
     for row in sqlx::query("SELECT session_id, bucket, n FROM session_counts")
@@ -70,17 +70,17 @@ pub async fn all_counts(pool: &SqlitePool) -> Result<HashMap<Uuid, Counts>, Stor
             "DONE" => c.done = n,
             "submissions" => c.submissions = n,
             other => {
-                return Err(StoreError::Corrupt(format!("unknown count bucket `{other}`")));
+                return Err(StoreError::Corrupt(format!(
+                    "unknown count bucket `{other}`"
+                )));
             }
         }
     }
     Ok(all)
 }
 
-
 pub async fn list_sessions(pool: &SqlitePool) -> Result<Vec<SessionRow>, StoreError> {
-    let sql =
-        format!("SELECT {SESSION_COLUMNS} FROM sessions ORDER BY created_at DESC, id DESC");
+    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions ORDER BY created_at DESC, id DESC");
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .fetch_all(pool)
         .await?;
@@ -89,22 +89,6 @@ pub async fn list_sessions(pool: &SqlitePool) -> Result<Vec<SessionRow>, StoreEr
 
 pub async fn get_session(pool: &SqlitePool, id: Uuid) -> Result<SessionRow, StoreError> {
     fetch_session(&mut *pool.acquire().await?, id).await
-}
-
-pub async fn session_source(pool: &SqlitePool, id: Uuid) -> Result<(String, String, Vec<u8>), StoreError> {
-    let row = sqlx::query(
-        "SELECT s.source_name, s.source_type, f.source FROM sessions s
-         JOIN session_sources f ON f.session_id = s.id WHERE s.id = ?",
-    )
-    .bind(id.to_string())
-    .fetch_optional(pool)
-    .await?
-    .ok_or(StoreError::NotFound("session"))?;
-    Ok((
-        row.str("source_name")?,
-        row.str("source_type")?,
-        row.try_get("source")?,
-    ))
 }
 
 /// A session's progress; `counts` come from memory, the rest from one snapshot.

@@ -36,12 +36,7 @@ pub async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, S
     )
     .await?;
     // The file lives apart from the session row, which every lease and submit reads.
-    ctx.exec(
-        sqlx::query("INSERT INTO session_sources (session_id, source) VALUES (?, ?)")
-            .bind(s.id.to_string())
-            .bind(s.source),
-    )
-    .await?;
+    super::inputs::insert_source(ctx, s.id, &s.source).await?;
     let now = ts(ctx.now);
     let session_id = s.id.to_string();
     for (c, chunk) in s.rows.chunks(ROWS_PER_INSERT).enumerate() {
@@ -56,7 +51,7 @@ pub async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, S
                 .bind(session_id.clone())
                 .bind((c * ROWS_PER_INSERT + i) as i64)
                 .bind(key.clone())
-                .bind(json(input))
+                .bind(input.as_str().to_owned())
                 .bind(now.clone());
         }
         ctx.exec(insert).await?;
@@ -88,7 +83,9 @@ pub async fn create_token(
     match inserted {
         Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(StoreError::conflict(
             "name_taken",
-            format!("a live token is already named `{name}`: pick another name or revoke that token"),
+            format!(
+                "a live token is already named `{name}`: pick another name or revoke that token"
+            ),
         )),
         other => {
             other?;

@@ -174,7 +174,11 @@ fn decide(
     quest.last_facts = d.facts;
     quest.result = effects.keeps_result.then(|| submission.result.clone());
     quest.submission_id = Some(submission.id);
-    quest.receipt = if effects.keeps_receipt { submission.receipt.clone() } else { None };
+    quest.receipt = if effects.keeps_receipt {
+        submission.receipt.clone()
+    } else {
+        None
+    };
     quest.decided_by = effects.decided_by.map(|b| b.to_string());
     quest.repeated_failure = effects.repeated_failure;
     quest.updated_at = ctx.now;
@@ -182,7 +186,8 @@ fn decide(
         LeaseAfter::Renewed => {
             quest.lease_id = Some(lease.id);
             let mut kept = lease_of(lease);
-            kept.expires_at = ctx.now + chrono::Duration::seconds(session.config.lease_seconds as i64);
+            kept.expires_at =
+                ctx.now + chrono::Duration::seconds(session.config.lease_seconds as i64);
             writes.renewed.push((kept.id, kept.expires_at));
             Some(kept)
         }
@@ -255,7 +260,10 @@ impl Kind for Submit {
                 )),
                 None => None,
             };
-            found.insert(row.int("i")? as usize, (quest_row(&row)?, prefixed_lease(&row)?, latest));
+            found.insert(
+                row.int("i")? as usize,
+                (quest_row(&row)?, prefixed_lease(&row)?, latest),
+            );
         }
         let mut writes = Writes::default();
         let mut out = Vec::with_capacity(reqs.len());
@@ -320,7 +328,14 @@ async fn record(
     lease: Option<LeaseFacts>,
 ) -> Result<SubmitOutcome, StoreError> {
     let new = &r.new;
-    work::check_hold(status_of(&quest), quest.lease_id, lease.as_ref(), new.lease_id, new.token_id, ctx.now)?;
+    work::check_hold(
+        status_of(&quest),
+        quest.lease_id,
+        lease.as_ref(),
+        new.lease_id,
+        new.token_id,
+        ctx.now,
+    )?;
     let lease = lease.ok_or(StoreError::NotFound("lease"))?;
     let session = ctx.session(quest.session_id).await?;
     let before = status_of(&quest);
@@ -351,11 +366,21 @@ async fn record(
     let (kept, l2_jobs) = match r.decision.clone() {
         Some(d) => {
             quest.lease_id = Some(lease.id);
-            decide(ctx, writes, &session, &mut quest, &mut submission, &lease, d)?
+            decide(
+                ctx,
+                writes,
+                &session,
+                &mut quest,
+                &mut submission,
+                &lease,
+                d,
+            )?
         }
         None => (Some(lease_of(&lease)), Vec::new()),
     };
-    writes.new_submissions.push(submission_json(&submission, &new.result_hash));
+    writes
+        .new_submissions
+        .push(submission_json(&submission, &new.result_hash));
     writes.quests.push(quest.clone());
     Ok(SubmitOutcome::Recorded {
         view: SubmissionView {
@@ -388,7 +413,10 @@ impl Kind for Decide {
             let s = submission_row(&row)?;
             submissions.insert(s.id, s);
         }
-        let quest_ids: Vec<String> = submissions.values().map(|s| s.quest_id.to_string()).collect();
+        let quest_ids: Vec<String> = submissions
+            .values()
+            .map(|s| s.quest_id.to_string())
+            .collect();
         let sql = format!(
             "SELECT q.*, {LEASE_PREFIXED} FROM json_each(?1) j JOIN quests q ON q.id = j.value
              LEFT JOIN leases l ON l.id = q.lease_id"
@@ -404,9 +432,7 @@ impl Kind for Decide {
         let mut writes = Writes::default();
         let mut out = Vec::with_capacity(reqs.len());
         for r in reqs {
-            out.push(
-                decide_pending(ctx, &mut writes, r, &mut submissions, &mut quests).await,
-            );
+            out.push(decide_pending(ctx, &mut writes, r, &mut submissions, &mut quests).await);
         }
         writes.apply(ctx).await?;
         Ok(out)
@@ -441,7 +467,15 @@ async fn decide_pending(
         )));
     };
     let session = ctx.session(quest.session_id).await?;
-    let (_, l2_jobs) = decide(ctx, writes, &session, &mut quest, &mut submission, &lease, r.decision.clone())?;
+    let (_, l2_jobs) = decide(
+        ctx,
+        writes,
+        &session,
+        &mut quest,
+        &mut submission,
+        &lease,
+        r.decision.clone(),
+    )?;
     writes
         .decided_submissions
         .push(submission_json(&submission, ""));

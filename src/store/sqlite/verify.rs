@@ -151,11 +151,10 @@ async fn finish_verification(
     submission_id: Uuid,
 ) -> Result<QuestRow, StoreError> {
     let session = ctx.session(quest.session_id).await?;
-    let config = session
-        .config
-        .verify
-        .as_ref()
-        .ok_or_else(|| StoreError::Corrupt(format!("session {} has no verifiers", session.id)))?;
+    let config =
+        session.config.verify.as_ref().ok_or_else(|| {
+            StoreError::Corrupt(format!("session {} has no verifiers", session.id))
+        })?;
     // The questions as they were asked, from the jobs themselves.
     let asked = ctx
         .rows(
@@ -197,7 +196,12 @@ async fn finish_verification(
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
-    let decision = verify::decide(&questions, &outcomes, config.flag_threshold, config.quorum());
+    let decision = verify::decide(
+        &questions,
+        &outcomes,
+        config.flag_threshold,
+        config.quorum(),
+    );
     let before = status_of(&quest);
     let (next, decided_by) = work::on_verified(before, decision.flagged)?;
     let submission = ctx

@@ -31,9 +31,11 @@ use sqlx::{ConnectOptions, Connection, Sqlite, SqliteConnection};
 use tokio::sync::{broadcast, mpsc, oneshot};
 use uuid::Uuid;
 
-use super::codec::session_row;
 use super::codec::SESSION_COLUMNS;
-use crate::domain::{Clock, EventKind, Phase, QuestEvent, QuestStatus, State, SubmissionVerdict, Verdict};
+use super::codec::session_row;
+use crate::domain::{
+    Clock, EventKind, Phase, QuestEvent, QuestStatus, State, SubmissionVerdict, Verdict,
+};
 use crate::store::{Counts, QuestRow, SessionRow, StoreError, SubmissionRow};
 
 /// The most requests one commit carries.
@@ -140,7 +142,11 @@ impl WriteCtx {
 
     /// A new session with `total` open quests.
     pub fn session_created(&mut self, session: Uuid, total: u64) {
-        self.moves.push((session, Bucket::Quest(State::Todo, Some(Phase::Open)), total as i64));
+        self.moves.push((
+            session,
+            Bucket::Quest(State::Todo, Some(Phase::Open)),
+            total as i64,
+        ));
         self.moves.push((session, Bucket::Total, total as i64));
         self.events.push(QuestEvent {
             kind: EventKind::SessionCreated,
