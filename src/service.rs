@@ -1,6 +1,7 @@
 //! The use cases behind the HTTP API: scan, lease, submit and wait, review,
-//! tokens. Handlers call exactly one of these; these call the store, the gate
-//! registry and the gate runner, and never speak HTTP.
+//! tokens; the web console's own are in [`console`]. Handlers call exactly one
+//! of these; these call the store, the gate registry and the gate runner, and
+//! never speak HTTP.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -29,6 +30,8 @@ use crate::store::{
 use crate::verifiers::VerifierRegistry;
 use crate::workers::GateRunner;
 use tokio_util::sync::CancellationToken;
+
+pub mod console;
 
 /// Why a use case refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -571,12 +574,7 @@ impl Service {
         check: Option<&str>,
         limit: u32,
     ) -> Result<Vec<api::Quest>, ServiceError> {
-        if check.is_some_and(|c| c.is_empty() || c.len() > 200) {
-            return Err(invalid(
-                "invalid_check",
-                "check names a fact check, e.g. `l2:alpha` or `l2:*`",
-            ));
-        }
+        check_filter(check)?;
         if let Some(id) = session {
             self.session(id).await?;
         }
@@ -621,18 +619,7 @@ impl Service {
         decision: Decision,
         note: &str,
     ) -> Result<api::Quest, ServiceError> {
-        if note.len() > 10_000 {
-            return Err(invalid(
-                "invalid_note",
-                "the note is longer than 10000 bytes; shorten it",
-            ));
-        }
-        if decision == Decision::Reject && note.trim().is_empty() {
-            return Err(invalid(
-                "note_required",
-                "a rejection needs a note that says what is wrong, for the record and the export",
-            ));
-        }
+        check_note(decision, note)?;
         self.store
             .decide_review(quest_id, reviewer, decision, note)
             .await?;
@@ -662,6 +649,34 @@ impl Service {
             secret,
         })
     }
+}
+
+/// Refuses a review filter `check` that names no fact check.
+fn check_filter(check: Option<&str>) -> Result<(), ServiceError> {
+    if check.is_some_and(|c| c.is_empty() || c.len() > 200) {
+        return Err(invalid(
+            "invalid_check",
+            "check names a fact check, e.g. `l2:alpha` or `l2:*`",
+        ));
+    }
+    Ok(())
+}
+
+/// Refuses a reviewer's note that is too long, or missing from a rejection.
+fn check_note(decision: Decision, note: &str) -> Result<(), ServiceError> {
+    if note.len() > 10_000 {
+        return Err(invalid(
+            "invalid_note",
+            "the note is longer than 10000 bytes; shorten it",
+        ));
+    }
+    if decision == Decision::Reject && note.trim().is_empty() {
+        return Err(invalid(
+            "note_required",
+            "a rejection needs a note that says what is wrong, for the record and the export",
+        ));
+    }
+    Ok(())
 }
 
 /// A fresh bearer secret: 32 random bytes, hex, with a recognisable prefix.

@@ -29,6 +29,11 @@ use super::*;
 use crate::domain::verify::{self, Question};
 use crate::domain::{Clock, DecidedBy, EventKind, QuestEvent, QuestStatus, Transition};
 
+// The console's reads and writes, in their own file; a child module, so it
+// shares this file's row decoders and the writer.
+#[path = "sqlite_console.rs"]
+mod console;
+
 /// The most jobs one commit carries.
 pub const MAX_BATCH: usize = 256;
 
@@ -1876,5 +1881,56 @@ impl Store for SqliteStore {
             }
         }
         Ok(found)
+    }
+
+    async fn create_browser_session(
+        &self,
+        hash: &str,
+        token_id: Uuid,
+        csrf: &str,
+        seconds: u32,
+    ) -> Result<BrowserSessionRow, StoreError> {
+        let (hash, csrf) = (hash.to_owned(), csrf.to_owned());
+        write!(self, |ctx| console::create_browser_session(ctx, hash, token_id, csrf, seconds).await)
+    }
+
+    async fn find_browser_session(
+        &self,
+        hash: &str,
+    ) -> Result<Option<BrowserSessionRow>, StoreError> {
+        console::find_browser_session(&self.read, self.clock.now(), hash).await
+    }
+
+    async fn end_browser_session(&self, hash: &str) -> Result<(), StoreError> {
+        let hash = hash.to_owned();
+        write!(self, |ctx| console::end_browser_session(ctx, hash).await)
+    }
+
+    async fn agent_stats(&self, session_id: Uuid) -> Result<Vec<AgentStatsRow>, StoreError> {
+        console::agent_stats(&self.read, session_id).await
+    }
+
+    async fn failing_checks(
+        &self,
+        session_id: Uuid,
+        limit: u32,
+    ) -> Result<Vec<FailingCheckRow>, StoreError> {
+        console::failing_checks(&self.read, session_id, limit).await
+    }
+
+    async fn throughput(&self, session_id: Uuid, minutes: u32) -> Result<Throughput, StoreError> {
+        console::throughput(&self.read, self.clock.now(), session_id, minutes).await
+    }
+
+    async fn quest_page(
+        &self,
+        session_id: Uuid,
+        query: &QuestQuery,
+    ) -> Result<QuestPage, StoreError> {
+        console::quest_page(&self.read, session_id, query).await
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
     }
 }
