@@ -170,7 +170,7 @@ pub async fn get_source(
     Ok(attachment(&media_type, &name, Body::from(bytes)))
 }
 
-fn attachment(media_type: &str, file_name: &str, body: Body) -> Response {
+pub(super) fn attachment(media_type: &str, file_name: &str, body: Body) -> Response {
     let safe: String = file_name
         .chars()
         .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\')
