@@ -166,11 +166,12 @@ impl<N: Need> FromRequestParts<AppState> for Signed<N> {
         };
         let Some((cookie, session)) = session else {
             return Err(if parts.method == Method::GET || parts.method == Method::HEAD {
-                let next = parts
-                    .uri
-                    .path_and_query()
-                    .map_or("/ui", |p| p.as_str())
-                    .to_owned();
+                // Inside the console's nested router the path has lost its `/ui`.
+                let uri = parts
+                    .extensions
+                    .get::<axum::extract::OriginalUri>()
+                    .map_or(&parts.uri, |o| &o.0);
+                let next = uri.path_and_query().map_or("/ui", |p| p.as_str()).to_owned();
                 PageError::SignIn { next }
             } else {
                 PageError::new(

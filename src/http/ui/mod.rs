@@ -91,7 +91,8 @@ async fn guard(request: Request, next: Next) -> Response {
     );
     headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    // Not `no-referrer`: under it a browser sends `Origin: null` with the console's own forms.
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
     if !is_asset {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
