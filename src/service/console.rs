@@ -17,8 +17,8 @@ use crate::store::{
 
 /// How long a browser session lasts after sign-in; it is never extended.
 pub const BROWSER_SESSION_SECONDS: u32 = 12 * 3600;
-/// How many minutes the throughput chart covers.
-pub const THROUGHPUT_MINUTES: u32 = 60;
+/// The throughput chart covers the session's life so far, within these bounds (minutes).
+pub const THROUGHPUT_MINUTES: (u32, u32) = (15, 60);
 /// How many of the checks that fail most a session's page shows.
 pub const FAILING_CHECKS: u32 = 12;
 /// At most this many quests one bulk decision covers.
@@ -169,7 +169,10 @@ impl Service {
         }
         check_filter(query.check.as_deref())?;
         let session = self.get_session(id).await?;
-        let throughput = self.store.throughput(id, THROUGHPUT_MINUTES).await?;
+        let age = (self.store.now() - session.created_at).num_minutes() + 1;
+        let (least, most) = THROUGHPUT_MINUTES;
+        let minutes = u32::try_from(age).unwrap_or(most).clamp(least, most);
+        let throughput = self.store.throughput(id, minutes).await?;
         let agents = self
             .store
             .agent_stats(id)

@@ -218,17 +218,31 @@ impl Browser {
         self.client.screenshot().await.expect("a screenshot")
     }
 
-    /// The whole page as a PNG, the window made as tall as the page first.
+    /// The whole page as a PNG: the window made as tall as the page's content first.
     pub async fn full_page(&self, width: u32) -> Vec<u8> {
-        let height = self.js("return Math.ceil(document.documentElement.scrollHeight)").await.as_u64().unwrap_or(900);
-        self.client.set_window_size(width, (height as u32).clamp(400, 6000)).await.unwrap();
-        // The window's own chrome takes some height: grow until the page fits.
-        let inner = self.js("return window.innerHeight").await.as_u64().unwrap_or(height);
-        if inner < height {
-            let extra = (height - inner) as u32;
-            self.client.set_window_size(width, (height as u32 + extra).clamp(400, 6000)).await.unwrap();
-        }
+        let content = "return Math.ceil(document.querySelector('main').getBoundingClientRect().bottom + window.scrollY)";
+        let wanted = self.js(content).await.as_u64().unwrap_or(900) as u32;
+        let inner = self.resize(width, wanted).await;
+        // The window's frame takes some height: add it back.
+        self.resize(width, wanted + wanted.saturating_sub(inner)).await;
         self.screenshot().await
+    }
+
+    /// Resizes the window and returns the page's height once the page has seen the new size.
+    async fn resize(&self, width: u32, height: u32) -> u32 {
+        let height = height.clamp(400, 8000);
+        self.client.set_window_size(width, height).await.unwrap();
+        let mut last = 0;
+        // A resize reaches the page a moment later: read until the height holds.
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let inner = self.js("return window.innerHeight").await.as_u64().unwrap_or(0) as u32;
+            if inner == last {
+                break;
+            }
+            last = inner;
+        }
+        last
     }
 }
 

@@ -84,7 +84,7 @@ impl Server {
         let (quest, lease) = assigned(&next);
         for result in results {
             let answer = self.post(&format!("/v1/quests/{quest}/submit"), token, json!({"lease_id": lease, "result": result})).await;
-            self.clock.advance(Duration::from_secs(17));
+            self.clock.advance(Duration::from_secs(9));
             if answer["state"] != "TODO" {
                 break;
             }
@@ -141,7 +141,8 @@ async fn fill(s: &Server) -> (String, String, String) {
             _ => (&local, "llama-8b", vec![honest(name, "ceo"), honest(name, "info")]),
         };
         s.work(token, &main, agent, &results).await;
-        s.clock.advance(Duration::from_secs(40 + (i as u64 * 37) % 80));
+        // Busy minutes and quiet ones, as agents come and go.
+        s.clock.advance(Duration::from_secs([5, 12, 30, 8, 75, 20, 3, 40][i % 8]));
     }
     for i in 0..6 {
         s.work(&fleet, &finished, "claude-1", &[json!({"email": format!("hello{i}@cafe.test")})]).await;

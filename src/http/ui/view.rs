@@ -216,6 +216,8 @@ fn needles(result: &Value) -> Vec<String> {
 #[derive(Debug, Clone, Serialize)]
 pub struct EvidenceItem {
     pub label: String,
+    /// A detail a reviewer rarely needs (digests, sizes, headers): folded away.
+    pub minor: bool,
     /// `text`, `link`, `snippet` or `list`.
     pub kind: &'static str,
     pub text: String,
@@ -230,12 +232,16 @@ pub struct EvidenceView {
     pub items: Vec<EvidenceItem>,
 }
 
+/// Evidence a reviewer rarely needs to see at once.
+const MINOR: &[&str] = &["sha256", "bytes", "truncated", "content_type", "fetched_at"];
+
 /// Evidence as labelled items: URLs as links, the snippet with the submitted
 /// values marked, lists of hosts or addresses as lists, the rest as text.
 pub fn evidence(evidence: &[Value], result: &Value) -> Vec<EvidenceView> {
     let needles = needles(result);
     let item = |label: &str, kind, text: String| EvidenceItem {
         label: label.to_owned(),
+        minor: MINOR.contains(&label),
         kind,
         text,
         parts: Vec::new(),
@@ -250,7 +256,7 @@ pub fn evidence(evidence: &[Value], result: &Value) -> Vec<EvidenceView> {
             let check = map.get("check").and_then(Value::as_str).unwrap_or_default().to_owned();
             let items = map
                 .iter()
-                .filter(|(k, _)| k.as_str() != "check")
+                .filter(|(k, v)| k.as_str() != "check" && !v.is_null())
                 .map(|(k, v)| match v {
                     Value::String(s) if k == "snippet" => EvidenceItem {
                         parts: highlight(s, &needles),
@@ -430,6 +436,9 @@ mod tests {
         assert_eq!(views[0].check, "source");
         let kinds: Vec<_> = views[0].items.iter().map(|i| (i.label.as_str(), i.kind)).collect();
         assert_eq!(kinds, [("url", "link"), ("status", "text"), ("snippet", "snippet")]);
+        let folded = evidence(&[json!({"check": "source", "sha256": "ab", "snippet": null})], &result);
+        assert_eq!(folded[0].items.len(), 1, "a missing value is left out");
+        assert!(folded[0].items[0].minor, "a digest is folded away");
         assert!(views[0].items[2].parts.iter().any(|p| p.mark && p.text == "info@acme.test"));
         assert_eq!(views[1].items[0].kind, "list");
         assert_eq!(views[1].items[1].kind, "text", "a javascript: URL is text, never a link");
