@@ -98,7 +98,7 @@ pub fn throughput(t: &Throughput) -> Chart {
         })
         .collect();
     let mut levels = vec![0, top];
-    if top % 2 == 0 {
+    if top.is_multiple_of(2) {
         levels.insert(1, top / 2);
     }
     let lines = levels
