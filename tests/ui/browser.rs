@@ -73,11 +73,13 @@ pub struct Window {
     pub width: u32,
     pub height: u32,
     pub dark: bool,
+    /// Whether pages may run their script (WebDriver's own scripts run either way).
+    pub scripts: bool,
 }
 
 impl Window {
     /// A desktop window, 1280 px wide, in the light scheme.
-    pub const DESKTOP: Window = Window { width: 1280, height: 900, dark: false };
+    pub const DESKTOP: Window = Window { width: 1280, height: 900, dark: false, scripts: true };
 }
 
 /// Starts a browser, or returns `None` after saying why `test` is skipped.
@@ -123,9 +125,16 @@ async fn start(test: &str, (chromium, driver): &(PathBuf, PathBuf), window: Wind
     let mut args: Vec<String> = FLAGS.iter().map(|f| f.to_string()).collect();
     args.push(format!("--user-data-dir={}", profile.path().display()));
     args.push(format!("--window-size={},{}", window.width, window.height));
+    let mut blink = Vec::new();
     if window.dark {
         args.push("--force-dark-mode".into());
-        args.push("--blink-settings=preferredColorScheme=0".into());
+        blink.push("preferredColorScheme=0");
+    }
+    if !window.scripts {
+        blink.push("scriptEnabled=false");
+    }
+    if !blink.is_empty() {
+        args.push(format!("--blink-settings={}", blink.join(",")));
     }
     let mut caps = serde_json::Map::new();
     caps.insert("browserName".into(), json!("chrome"));

@@ -7,7 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::{Value, json};
 
-use crate::browser::{launch, launch_two, screenshot_on_failure};
+use fantoccini::Locator;
+
+use crate::browser::{Window, launch, launch_two, launch_with, screenshot_on_failure};
 use crate::console::{reviews, session, work};
 use crate::helpers::spawn_app;
 
@@ -207,6 +209,41 @@ async fn an_agents_markup_runs_no_script_and_the_pages_load_nothing_from_another
         let rel = browser.js(&format!("return document.querySelector('a[href=\"{other}/contact\"]').rel")).await;
         assert_eq!(rel, "noopener noreferrer nofollow");
         assert_eq!(hits.load(Ordering::SeqCst), 0, "nothing was fetched from the other origin");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn with_javascript_off_a_reviewer_still_signs_in_approves_and_rejects_with_a_note() {
+    let test = "no_javascript";
+    let Some(browser) = launch_with(test, Window { scripts: false, ..Window::DESKTOP }).await else { return };
+    let app = spawn_app().await;
+    let (session, agent) = session(&app, 3).await;
+    let ids = reviews(&app, &agent, &session, 2).await;
+    let alice = app.token("reviewer", "alice").await;
+    let c = &browser.client;
+    let current = || async {
+        c.find(Locator::Css("[data-review-current]")).await.unwrap().attr("data-quest-id").await.unwrap().unwrap_or_default()
+    };
+    screenshot_on_failure(test, &[&browser], async {
+        browser.open(&format!("{}/ui/review", app.base)).await;
+        assert_eq!(c.current_url().await.unwrap().path(), "/ui/login");
+        c.find(Locator::Css("input[name=token]")).await.unwrap().send_keys(&alice).await.unwrap();
+        c.find(Locator::Css("form[action='/ui/login'] button")).await.unwrap().click().await.unwrap();
+        assert_eq!(c.current_url().await.unwrap().path(), "/ui/review", "back where sign-in began");
+        assert_eq!(current().await, ids[0]);
+        assert!(!c.find(Locator::Css("[data-key='r']")).await.unwrap().is_displayed().await.unwrap(), "the key-only button hides");
+        assert!(c.find(Locator::Id("reject-note")).await.unwrap().is_displayed().await.unwrap(), "the note field is there");
+
+        c.find(Locator::Css("button[data-key='a']")).await.unwrap().click().await.unwrap();
+        assert_eq!(current().await, ids[1], "the next quest opened");
+        assert_eq!(app.quest(&ids[0]).await["decided_by"], "reviewer:alice");
+
+        c.find(Locator::Id("reject-note")).await.unwrap().send_keys("not the company's address").await.unwrap();
+        c.find(Locator::Css("#reject-form button[type=submit]")).await.unwrap().click().await.unwrap();
+        c.find(Locator::Css("[data-last-decision]")).await.unwrap();
+        let rejected = app.quest(&ids[1]).await;
+        assert_eq!((rejected["state"].as_str(), rejected["reviews"][0]["note"].as_str()), (Some("DONE"), Some("not the company's address")));
     })
     .await;
 }

@@ -383,3 +383,44 @@ async fn the_event_stream_needs_a_session_and_carries_every_session_it_names() {
     read_until(r#""pass":1"#, &mut text).await;
     assert!(text.contains(&format!(r#""session_id":"{one}""#)), "{text}");
 }
+
+#[tokio::test]
+async fn the_quest_and_review_pages_show_each_ai_verifiers_answer_with_its_reason_and_filter_by_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("judge.sh");
+    std::fs::write(
+        &script,
+        "request=$(cat)\ncase \"$request\" in\n  *gmail.test*) echo '{\"answer\": \"yes\", \"reason\": \"a free-mail <b>inbox</b>\"}' ;;\n  *) echo '{\"answer\": \"no\", \"reason\": \"own domain\"}' ;;\nesac\n",
+    )
+    .unwrap();
+    let toml = format!(
+        "[verifiers.local]\nkind = \"command\"\nargv = [\"/bin/sh\", \"{}\"]\nenv = [\"PATH\"]\nmodel = \"house-rules\"\ntimeout_ms = 10000\n",
+        script.display()
+    );
+    let app = crate::helpers::spawn_app_with(&toml).await;
+    let mut config = crate::helpers::contact_config(3);
+    config["verify"] = json!({"verifiers": ["local"], "questions": ["Is the address a personal one rather than the company's own?"]});
+    let session = app.scan(config, crate::helpers::companies(3)).await;
+    let agent = app.token("agent", "bot").await;
+    let (flagged, _) = work(&app, &agent, &session, "bot", json!({"email": "boss@gmail.test"})).await;
+    let (held, _) = work(&app, &agent, &session, "bot", json!({"email": "x@firm.test", "confidence": "low"})).await;
+    assert_eq!(app.settled(&flagged).await["state"], "REVIEW");
+    assert_eq!(app.settled(&held).await["state"], "REVIEW");
+    let alice = sign_in(&app, &app.token("reviewer", "alice").await).await;
+
+    let page = get(&app, &format!("/ui/quests/{flagged}"), Some(&alice)).await;
+    let body = page.expect(200);
+    for shown in ["<strong>local</strong>", "house-rules", "Is the address a personal one rather than the company&#x27;s own?", "a free-mail &lt;b&gt;inbox&lt;&#x2f;b&gt;", "flagged"] {
+        assert!(body.contains(shown), "the quest page shows `{shown}`: {body}");
+    }
+    // The review page, filtered as the API's queue: only the quest the verifier doubted.
+    let review = get(&app, &format!("/ui/review?session={session}&check=l2%3A%2A"), Some(&alice)).await;
+    let body = review.expect(200);
+    assert!(body.contains(&format!(r#"data-review-current data-quest-id="{flagged}""#)), "{body}");
+    assert!(body.contains("a free-mail &lt;b&gt;inbox&lt;"), "the answer beside the decision");
+    assert_eq!(count(body, "data-quest-id=\""), 2, "the current quest, and a queue of one: {body}");
+    let other = get(&app, "/ui/review?check=review_when", Some(&alice)).await;
+    assert!(other.expect(200).contains(&format!(r#"data-review-current data-quest-id="{held}""#)));
+    let none = get(&app, "/ui/review?check=nothing-like-this", Some(&alice)).await;
+    assert!(none.expect(200).contains("Nothing to review"));
+}

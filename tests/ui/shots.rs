@@ -85,7 +85,7 @@ impl Server {
         for result in results {
             let answer = self.post(&format!("/v1/quests/{quest}/submit"), token, json!({"lease_id": lease, "result": result})).await;
             self.clock.advance(Duration::from_secs(9));
-            if answer["state"] != "TODO" {
+            if answer["state"] != "TODO" || answer["phase"] == "verifying" {
                 break;
             }
         }
@@ -93,9 +93,32 @@ impl Server {
     }
 }
 
+/// Two AI verifiers as small scripts: they doubt a subsidiary's address.
+fn verifiers(dir: &std::path::Path) -> String {
+    let judges = [
+        ("house-rules", "yes", "The input names a subsidiary, and the page may be the parent group: the subsidiary may not read this inbox.", "The address is written on the contact page of the company itself."),
+        ("second-look", "yes", "The contact page belongs to the group; nothing on it names this company.", "The domain and the page match the company named in the input."),
+    ];
+    let mut toml = String::new();
+    for (name, flag, doubt, clear) in judges {
+        let script = dir.join(format!("{name}.sh"));
+        std::fs::write(&script, format!(
+            "request=$(cat)\ncase \"$request\" in\n  *subsidiary*) echo '{{\"answer\": \"{flag}\", \"reason\": \"{doubt}\"}}' ;;\n  *) echo '{{\"answer\": \"no\", \"reason\": \"{clear}\"}}' ;;\nesac\n"
+        )).unwrap();
+        toml.push_str(&format!(
+            "[verifiers.{name}]\nkind = \"command\"\nargv = [\"/bin/sh\", \"{}\"]\nenv = [\"PATH\"]\nmodel = \"{name}-v2\"\ntimeout_ms = 10000\n\n",
+            script.display()
+        ));
+    }
+    toml
+}
+
 async fn serve() -> Server {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::with_data_dir(dir.path());
+    let file = dir.path().join("quest.toml");
+    std::fs::write(&file, verifiers(dir.path())).unwrap();
+    config.config_file = Some(file);
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.admin_token = Some("tour-admin-token".into());
     let clock = Arc::new(ManualClock::new());
@@ -108,8 +131,16 @@ async fn serve() -> Server {
 
 /// The tour's work: three sessions, four agents, every kind of verdict.
 async fn fill(s: &Server) -> (String, String, String) {
-    let items: Vec<Value> = COMPANIES.iter().map(|c| json!({"company": c, "city": "Changwon", "employees": 40 + c.len() * 7})).collect();
-    let config = json!({"name": "Korean manufacturers · contacts", "key_column": "company", "max_tries": 3, "gate": {"kind": "email"}});
+    let items: Vec<Value> = COMPANIES
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let note = if i == 10 || i == 17 { "subsidiary of Hanbit Group" } else { "" };
+            json!({"company": c, "city": "Changwon", "employees": 40 + c.len() * 7, "note": note})
+        })
+        .collect();
+    let config = json!({"name": "Korean manufacturers · contacts", "key_column": "company", "max_tries": 3,
+        "gate": {"kind": "email"}, "verify": {"verifiers": ["house-rules", "second-look"]}});
     let main = s.scan(config, Value::Array(items)).await;
     let cafes: Vec<Value> = ["Cafe Onion", "Fritz Coffee", "Anthracite", "Center Coffee", "Felt", "Namusairo"].iter().map(|c| json!({"company": c})).collect();
     let listed = json!({"kind": "schema", "schema": {"type": "object", "required": ["email"], "properties": {"email": {"type": "string", "pattern": "@"}}}});
@@ -149,6 +180,15 @@ async fn fill(s: &Server) -> (String, String, String) {
     }
     for i in 0..7 {
         s.work(&runner, &coverage, "gpt-4o", &[json!({"test": format!("#[test] fn rule_{i:03}_parses() {{ assert!(parse(\"a\").is_ok()); }}")})]).await;
+    }
+    // The AI verifiers answer in the background: wait until they are done.
+    for _ in 0..600 {
+        let status = s.client.get(format!("{}/v1/sessions/{main}/status", s.base)).bearer_auth(&s.admin).send().await.unwrap();
+        let status: Value = status.json().await.unwrap();
+        if status["verifying"] == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Two agents are mid-quest as the pictures are taken.
     s.post(&format!("/v1/sessions/{main}/next"), &fleet, json!({"agent": "claude-1"})).await;
@@ -202,7 +242,7 @@ async fn tour_of_the_console_in_pictures() {
         )).await;
         shoot(&desk, &format!("{base}/ui/quests/{}", flailed.as_str().unwrap()), "quest.png", 1280, loaded).await;
         desk.client.set_window_size(1280, 900).await.unwrap();
-        desk.open(&format!("{base}/ui/review?session={main}")).await;
+        desk.open(&format!("{base}/ui/review?session={main}&check=l2%3A%2A")).await;
         desk.until("the review page", "return !!document.querySelector('[data-review-current]')").await;
         save("review.png", &desk.full_page(1280).await, 1280);
         desk.client.set_window_size(1280, 900).await.unwrap();
@@ -223,7 +263,7 @@ async fn tour_of_the_console_in_pictures() {
     .await;
     drop(dark);
 
-    let Some(phone) = launch_with(test, Window { width: 390, height: 844, dark: false }).await else { return };
+    let Some(phone) = launch_with(test, Window { width: 390, height: 844, ..Window::DESKTOP }).await else { return };
     screenshot_on_failure(test, &[&phone], async {
         phone.sign_in(&base, &alice).await;
         let width = phone.js("return window.innerWidth").await.as_u64().unwrap() as u32;
