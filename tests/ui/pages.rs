@@ -233,7 +233,7 @@ async fn the_session_page_shows_agents_failing_checks_throughput_and_a_paged_fil
 
     assert!(body.contains("<code>deny</code>"), "the failing check is listed");
     assert!(body.contains("<span class=\"c-done\">2 fail</span>"), "{body}");
-    assert!(body.contains("quests decided per minute · last 60 min · 4 in all"), "the chart counts decided quests");
+    assert!(body.contains("quests decided per minute · last 15 min · 4 in all"), "the chart counts decided quests: {body}");
     assert_eq!(count(body, "data-quest-id="), 50, "one page of the table");
     assert!(page.plain().contains(&format!("/ui/sessions/{session}?after=49#quests")), "a next page");
 
@@ -252,6 +252,13 @@ async fn the_session_page_shows_agents_failing_checks_throughput_and_a_paged_fil
     let failing = get(&app, &format!("/ui/sessions/{session}?check=deny&field=%2Femail"), Some(&vera)).await;
     assert_eq!(count(failing.expect(200), "data-quest-id="), 1);
     assert!(failing.body.contains(&format!(r#"data-quest-id="{flailed}""#)));
+    // The chart covers the session's life so far, up to an hour.
+    app.clock.advance(Duration::from_secs(30 * 60));
+    let later = get(&app, &format!("/ui/sessions/{session}"), Some(&vera)).await;
+    assert!(later.expect(200).contains("last 31 min · 4 in all"), "{}", later.body);
+    app.clock.advance(Duration::from_secs(60 * 60));
+    let much_later = get(&app, &format!("/ui/sessions/{session}"), Some(&vera)).await;
+    assert!(much_later.expect(200).contains("last 60 min · 0 in all"), "{}", much_later.body);
     let bad = get(&app, &format!("/ui/sessions/{session}?state=LOST"), Some(&vera)).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert!(bad.body.contains("TODO, PASS, REVIEW or DONE"));
