@@ -1,18 +1,27 @@
 //! Throughput and latency of the agent loop: `cargo bench --bench cycles`.
 //!
-//! Starts the real server in-process on a temporary data dir, scans a session,
-//! and lets concurrent agents run next + submit (schema gate, PASS) over
-//! loopback HTTP until every quest is decided. Prints cycles per second and
-//! latency percentiles, for a small and a large session, so that the ratio
-//! shows whether latency stays flat as the table grows.
-//! Options (environment): QUEST_BENCH_AGENTS (default 32), QUEST_BENCH_CYCLES
-//! (cycles measured per run, default 4000).
+//! Starts the real `quest serve` as a child process on a temporary data dir
+//! (SQLite, `synchronous=FULL`), scans a session, and lets concurrent agents
+//! run next + submit (schema gate, PASS) over loopback HTTP from this process.
+//! For a small and a large session it prints cycles per second, p50/p99 of
+//! `next` and of `submit`, the server's CPU time per cycle (from
+//! `/proc/<pid>/stat`), and the store's commits and driver round trips per
+//! cycle (from `/metrics`). The same load then runs against a no-op HTTP
+//! server (this binary again, answering both requests from memory), so that
+//! what the HTTP layer costs and what the store costs are told apart.
+//!
+//! Options (environment): QUEST_BENCH_AGENTS (default 64), QUEST_BENCH_CYCLES
+//! (cycles measured per run, default 20000), QUEST_BENCH_SMALL (default 1000)
+//! and QUEST_BENCH_LARGE (default 1000000) quests.
 
+use std::net::SocketAddr;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use quest::app::App;
-use quest::config::Config;
 use serde_json::{Value, json};
+
+const ADMIN: &str = "bench-admin";
 
 fn env_usize(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -21,22 +30,134 @@ fn env_usize(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-async fn run(quests: usize, agents: usize, cycles: usize) -> (f64, Vec<Duration>) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::with_data_dir(dir.path());
-    config.bind = "127.0.0.1:0".parse().unwrap();
-    config.admin_token = Some("bench-admin".into());
-    let app = App::build(config).await.unwrap();
-    let base = format!("http://{}", app.local_addr());
-    tokio::spawn(app.run(std::future::pending()));
+/// A server process, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+async fn wait_until_up(base: &str) {
     let client = reqwest::Client::new();
-    let items: Vec<Value> = (0..quests)
-        .map(|i| json!({"company": format!("c{i}")}))
-        .collect();
+    for _ in 0..600 {
+        if client.get(format!("{base}/healthz")).send().await.is_ok() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the server at {base} did not come up");
+}
+
+async fn start_quest() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_quest"))
+        .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .env("QUEST_ADMIN_TOKEN", ADMIN)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("the quest binary starts");
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until_up(&base).await;
+    Server { child, base, _dir: Some(dir) }
+}
+
+async fn start_baseline() -> Server {
+    let port = free_port();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--baseline-server", &port.to_string()])
+        .spawn()
+        .expect("the baseline server starts");
+    let base = format!("http://127.0.0.1:{port}");
+    wait_until_up(&base).await;
+    Server { child, base, _dir: None }
+}
+
+/// The no-op HTTP baseline: axum answering `next` and `submit` from memory
+/// with bodies shaped like the real ones, behind the same bearer check.
+fn run_baseline_server(port: u16) {
+    use axum::routing::{get, post};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async move {
+        let counter = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let next = {
+            let counter = counter.clone();
+            move |headers: axum::http::HeaderMap, _body: axum::Json<Value>| {
+                let counter = counter.clone();
+                async move {
+                    assert!(headers.contains_key("authorization"));
+                    let n = counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    axum::Json(json!({"status": "assigned",
+                        "quest": {"id": format!("00000000-0000-0000-0000-{n:012}"), "input": {"company": "c"}},
+                        "lease": {"id": "00000000-0000-0000-0000-000000000001", "expires_at": "2026-01-01T00:00:00Z"},
+                        "prompt": "Produce the result for the input below.".repeat(8)}))
+                }
+            }
+        };
+        let submit = |_body: axum::Json<Value>| async {
+            axum::Json(json!({"verdict": "PASS", "state": "PASS", "facts": [], "remaining": 1, "receipt": "sha256:0"}))
+        };
+        let app = axum::Router::new()
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/v1/sessions/{id}/next", post(next))
+            .route("/v1/quests/{id}/submit", post(submit));
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        axum::serve(listener, app).await.unwrap();
+    });
+}
+
+/// User + system CPU seconds of a process so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 here.
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// A counter of the server's `/metrics`.
+async fn metric(client: &reqwest::Client, base: &str, name: &str) -> f64 {
+    let text = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|l| l.starts_with(name) && !l.starts_with('#'))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn scan(client: &reqwest::Client, base: &str, quests: usize) -> String {
+    let items: Vec<Value> = (0..quests).map(|i| json!({"company": format!("c{i}")})).collect();
     let config = json!({"key_column": "company", "gate": {"kind": "schema", "schema": {"type": "object", "required": ["email"]}}});
     let session: Value = client
         .post(format!("{base}/v1/sessions"))
-        .bearer_auth("bench-admin")
+        .bearer_auth(ADMIN)
         .json(&json!({"config": config, "items": items}))
         .send()
         .await
@@ -44,19 +165,30 @@ async fn run(quests: usize, agents: usize, cycles: usize) -> (f64, Vec<Duration>
         .json()
         .await
         .unwrap();
-    let session = session["id"].as_str().unwrap().to_owned();
+    session["id"].as_str().expect("the scan answers a session").to_owned()
+}
+
+/// Latencies of `next` and `submit`, and the wall time of the run.
+struct Run {
+    next: Vec<Duration>,
+    submit: Vec<Duration>,
+    wall: Duration,
+}
+
+async fn cycle(base: &str, session: &str, agents: usize, cycles: usize) -> Run {
+    let client = reqwest::Client::new();
     let per_agent = cycles / agents;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for agent in 0..agents {
-        let (client, base, session) = (client.clone(), base.clone(), session.clone());
+        let (client, base, session) = (client.clone(), base.to_owned(), session.to_owned());
         tasks.push(tokio::spawn(async move {
-            let mut latencies = Vec::with_capacity(per_agent);
+            let (mut next_lat, mut submit_lat) = (Vec::new(), Vec::new());
             for _ in 0..per_agent {
                 let t = Instant::now();
                 let next: Value = client
                     .post(format!("{base}/v1/sessions/{session}/next"))
-                    .bearer_auth("bench-admin")
+                    .bearer_auth(ADMIN)
                     .json(&json!({"agent": format!("a{agent}")}))
                     .send()
                     .await
@@ -64,14 +196,16 @@ async fn run(quests: usize, agents: usize, cycles: usize) -> (f64, Vec<Duration>
                     .json()
                     .await
                     .unwrap();
+                next_lat.push(t.elapsed());
                 if next["status"] != "assigned" {
                     break;
                 }
                 let quest = next["quest"]["id"].as_str().unwrap();
                 let lease = next["lease"]["id"].as_str().unwrap();
+                let t = Instant::now();
                 let answer: Value = client
                     .post(format!("{base}/v1/quests/{quest}/submit"))
-                    .bearer_auth("bench-admin")
+                    .bearer_auth(ADMIN)
                     .json(&json!({"lease_id": lease, "result": {"email": "a@b.test"}}))
                     .send()
                     .await
@@ -79,45 +213,103 @@ async fn run(quests: usize, agents: usize, cycles: usize) -> (f64, Vec<Duration>
                     .json()
                     .await
                     .unwrap();
-                assert_eq!(answer["verdict"], "PASS");
-                latencies.push(t.elapsed());
+                submit_lat.push(t.elapsed());
+                assert_eq!(answer["verdict"], "PASS", "{answer}");
             }
-            latencies
+            (next_lat, submit_lat)
         }));
     }
-    let mut latencies = Vec::new();
+    let (mut next, mut submit) = (Vec::new(), Vec::new());
     for task in tasks {
-        latencies.extend(task.await.unwrap());
+        let (n, s) = task.await.unwrap();
+        next.extend(n);
+        submit.extend(s);
     }
-    let rate = latencies.len() as f64 / started.elapsed().as_secs_f64();
-    latencies.sort();
-    (rate, latencies)
+    next.sort();
+    submit.sort();
+    Run { next, submit, wall: started.elapsed() }
 }
 
 fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
+    sorted
+        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// One measured run against the real server; returns cycles/s and next's p99.
+async fn measure_quest(quests: usize, agents: usize, cycles: usize) -> (f64, Duration) {
+    let server = start_quest().await;
+    let client = reqwest::Client::new();
+    let session = scan(&client, &server.base, quests).await;
+    // Warm up: connections, statement caches, the session's caches.
+    cycle(&server.base, &session, agents, agents * 4).await;
+    let cpu0 = cpu_seconds(server.child.id());
+    let commits0 = metric(&client, &server.base, "quest_store_commits_total").await;
+    let trips0 = metric(&client, &server.base, "quest_store_round_trips_total").await;
+    let run = cycle(&server.base, &session, agents, cycles).await;
+    let done = run.submit.len() as f64;
+    let cpu = cpu_seconds(server.child.id()) - cpu0;
+    let commits = metric(&client, &server.base, "quest_store_commits_total").await - commits0;
+    let trips = metric(&client, &server.base, "quest_store_round_trips_total").await - trips0;
+    let rate = done / run.wall.as_secs_f64();
+    println!(
+        "quest    {quests:>8} quests, {agents} agents: {rate:>7.0} cycles/s | next p50 {} p99 {} | submit p50 {} p99 {} | \
+         server CPU {:.0} µs/cycle | {:.3} commits/cycle (one fsync each) | {:.2} round trips/cycle",
+        ms(pct(&run.next, 0.5)),
+        ms(pct(&run.next, 0.99)),
+        ms(pct(&run.submit, 0.5)),
+        ms(pct(&run.submit, 0.99)),
+        cpu / done * 1e6,
+        commits / done,
+        trips / done,
+    );
+    (rate, pct(&run.next, 0.99))
+}
+
+async fn measure_baseline(agents: usize, cycles: usize) -> f64 {
+    let server = start_baseline().await;
+    cycle(&server.base, "s", agents, agents * 4).await;
+    let cpu0 = cpu_seconds(server.child.id());
+    let run = cycle(&server.base, "s", agents, cycles).await;
+    let done = run.submit.len() as f64;
+    let rate = done / run.wall.as_secs_f64();
+    println!(
+        "baseline (no-op HTTP), {agents} agents: {rate:>7.0} cycles/s | next p50 {} p99 {} | submit p50 {} p99 {} | \
+         server CPU {:.0} µs/cycle",
+        ms(pct(&run.next, 0.5)),
+        ms(pct(&run.next, 0.99)),
+        ms(pct(&run.submit, 0.5)),
+        ms(pct(&run.submit, 0.99)),
+        (cpu_seconds(server.child.id()) - cpu0) / done * 1e6,
+    );
+    rate
 }
 
 fn main() {
-    let agents = env_usize("QUEST_BENCH_AGENTS", 32);
-    let cycles = env_usize("QUEST_BENCH_CYCLES", 4000);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let mut results = Vec::new();
-    for quests in [cycles, 100 * cycles] {
-        let (rate, lat) = runtime.block_on(run(quests, agents, cycles));
-        println!(
-            "{quests:>8} quests, {agents} agents: {rate:>8.0} next+submit cycles/s; cycle latency p50 {:?} p99 {:?}",
-            pct(&lat, 0.5),
-            pct(&lat, 0.99)
-        );
-        results.push((rate, pct(&lat, 0.5)));
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--baseline-server") {
+        run_baseline_server(args[i + 1].parse().unwrap());
+        return;
     }
-    println!(
-        "large/small session: throughput ratio {:.2}, p50 latency ratio {:.2}",
-        results[1].0 / results[0].0,
-        results[1].1.as_secs_f64() / results[0].1.as_secs_f64()
-    );
+    let agents = env_usize("QUEST_BENCH_AGENTS", 64);
+    let cycles = env_usize("QUEST_BENCH_CYCLES", 20_000);
+    let small = env_usize("QUEST_BENCH_SMALL", 1_000).max(cycles + agents * 4);
+    let large = env_usize("QUEST_BENCH_LARGE", 1_000_000).max(small);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap();
+    runtime.block_on(async {
+        let (small_rate, small_p99) = measure_quest(small, agents, cycles).await;
+        let (large_rate, large_p99) = measure_quest(large, agents, cycles).await;
+        let baseline = measure_baseline(agents, cycles).await;
+        println!(
+            "large/small session: throughput ratio {:.2}, next p99 ratio {:.2}; quest/baseline throughput {:.2}",
+            large_rate / small_rate,
+            large_p99.as_secs_f64() / small_p99.as_secs_f64(),
+            small_rate / baseline,
+        );
+    });
 }

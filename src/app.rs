@@ -37,6 +37,7 @@ pub struct App {
     router: axum::Router,
     shutdown: CancellationToken,
     admin_token: String,
+    store: Arc<dyn Store>,
 }
 
 /// The process-wide metrics recorder (a recorder can be installed only once).
@@ -165,6 +166,7 @@ impl App {
             router,
             shutdown,
             admin_token,
+            store,
         })
     }
 
@@ -173,6 +175,11 @@ impl App {
         self.listener
             .local_addr()
             .expect("a bound listener has an address")
+    }
+
+    /// The store the server runs on (for tests and tools that drive a worker's step).
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.store.clone()
     }
 
     /// The admin bearer token.

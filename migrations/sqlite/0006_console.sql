@@ -78,6 +78,8 @@ BEGIN
     WHERE session_id = NEW.session_id AND agent = NEW.agent;
 END;
 
+-- A submission is inserted PENDING (its gate runs later), or already decided
+-- (a gate that needs no I/O decides in the request): count its verdict then.
 CREATE TRIGGER console_agent_submitted
 AFTER INSERT ON submissions
 BEGIN
@@ -85,6 +87,30 @@ BEGIN
     VALUES (NEW.session_id, NEW.agent, 1, strftime('%Y-%m-%dT%H:%M:%fZ', NEW.created_at))
     ON CONFLICT (session_id, agent) DO UPDATE SET
         submissions = submissions + 1, last_seen = MAX(last_seen, excluded.last_seen);
+END;
+
+CREATE TRIGGER console_agent_decided_at_once
+AFTER INSERT ON submissions
+WHEN NEW.verdict <> 'PENDING'
+BEGIN
+    INSERT INTO console_agent_stats (session_id, agent, last_seen)
+    VALUES (NEW.session_id, NEW.agent, strftime('%Y-%m-%dT%H:%M:%fZ', NEW.created_at))
+    ON CONFLICT (session_id, agent) DO NOTHING;
+    UPDATE console_agent_stats SET
+        pass = pass + (NEW.verdict = 'PASS'),
+        fail = fail + (NEW.verdict = 'FAIL'),
+        review = review + (NEW.verdict = 'REVIEW'),
+        done = done + (NEW.verdict = 'FAIL' AND NEW.state_after = 'DONE'),
+        pass_first = pass_first + (NEW.verdict = 'PASS' AND NOT EXISTS (
+            SELECT 1 FROM submissions e
+            WHERE e.quest_id = NEW.quest_id AND e.agent = NEW.agent AND e.id <> NEW.id
+              AND (e.created_at < NEW.created_at OR (e.created_at = NEW.created_at AND e.id < NEW.id)))),
+        tries_to_pass = tries_to_pass + CASE WHEN NEW.verdict = 'PASS' THEN (
+            SELECT COUNT(*) FROM submissions e
+            WHERE e.quest_id = NEW.quest_id AND e.agent = NEW.agent
+              AND (e.created_at < NEW.created_at OR (e.created_at = NEW.created_at AND e.id <= NEW.id)))
+            ELSE 0 END
+    WHERE session_id = NEW.session_id AND agent = NEW.agent;
 END;
 
 CREATE TRIGGER console_agent_decided
@@ -128,6 +154,25 @@ CREATE TABLE console_fact_counts (
 CREATE TRIGGER console_facts_counted
 AFTER UPDATE OF verdict ON submissions
 WHEN OLD.verdict = 'PENDING' AND NEW.verdict IN ('FAIL', 'REVIEW')
+BEGIN
+    INSERT INTO console_fact_counts (session_id, check_name, field, fails, reviews, quest_id,
+                                     submission_id, expected, actual, hint, last_at)
+    SELECT NEW.session_id, COALESCE(json_extract(f.value, '$.check'), ''),
+           COALESCE(json_extract(f.value, '$.field'), ''),
+           NEW.verdict = 'FAIL', NEW.verdict = 'REVIEW', NEW.quest_id, NEW.id,
+           COALESCE(json_extract(f.value, '$.expected'), ''), COALESCE(json_extract(f.value, '$.actual'), ''),
+           COALESCE(json_extract(f.value, '$.hint'), ''), COALESCE(NEW.decided_at, NEW.created_at)
+    FROM json_each(NEW.facts) f WHERE json_type(f.value) = 'object'
+    ON CONFLICT (session_id, check_name, field) DO UPDATE SET
+        fails = fails + excluded.fails, reviews = reviews + excluded.reviews,
+        quest_id = excluded.quest_id, submission_id = excluded.submission_id,
+        expected = excluded.expected, actual = excluded.actual, hint = excluded.hint,
+        last_at = excluded.last_at;
+END;
+
+CREATE TRIGGER console_facts_counted_at_once
+AFTER INSERT ON submissions
+WHEN NEW.verdict IN ('FAIL', 'REVIEW')
 BEGIN
     INSERT INTO console_fact_counts (session_id, check_name, field, fails, reviews, quest_id,
                                      submission_id, expected, actual, hint, last_at)

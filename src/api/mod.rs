@@ -336,7 +336,7 @@ impl From<SubmissionRow> for Submission {
             id: s.id,
             quest_id: s.quest_id,
             session_id: s.session_id,
-            agent: s.agent,
+            agent: s.agent.to_string(),
             result: s.result,
             verdict: s.verdict,
             facts: s.facts,

@@ -214,8 +214,17 @@ impl Client {
 
     /// GET raw bytes as a response, for streaming downloads.
     pub async fn download(&self, path: &str) -> Result<reqwest::Response, CliError> {
+        self.download_with(Method::GET, path).await
+    }
+
+    /// Raw bytes as a response of a request with `method` and no body.
+    pub async fn download_with(
+        &self,
+        method: Method,
+        path: &str,
+    ) -> Result<reqwest::Response, CliError> {
         let response = self
-            .request(Method::GET, path)
+            .request(method, path)
             .send()
             .await
             .map_err(|e| self.transport(e))?;

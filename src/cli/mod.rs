@@ -3,6 +3,7 @@
 //! `token`, `agent-prompt`). Each verb parses its arguments, calls the API
 //! through [`client::Client`] and prints; exit statuses are listed in [`EXIT_STATUSES`].
 
+pub mod backup;
 pub mod client;
 pub mod demo;
 pub mod review;
@@ -101,6 +102,8 @@ pub enum Verb {
     /// Manage API tokens.
     #[command(subcommand)]
     Token(TokenVerb),
+    /// Save a consistent copy of the server's database while it keeps serving (admin).
+    Backup(backup::BackupArgs),
     /// Print the one-paragraph instruction to paste into an agent.
     AgentPrompt,
 }
@@ -301,6 +304,7 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
         Verb::Export(a) => export(&ctx, a).await,
         Verb::Review(a) => review::run(&ctx, a).await,
         Verb::Token(t) => token(&ctx, t).await,
+        Verb::Backup(args) => backup::run(&ctx, args).await,
         Verb::AgentPrompt => agent_prompt(&ctx).await,
         Verb::Heartbeat => heartbeat(&ctx).await,
         Verb::Release => release(&ctx).await,
@@ -828,18 +832,7 @@ async fn export(ctx: &Ctx, args: ExportArgs) -> Result<u8, CliError> {
         .client
         .download(&format!("/v1/sessions/{session}/export?format={ext}"))
         .await?;
-    let io =
-        |e: std::io::Error| CliError::Usage(format!("cannot write {}: {e}", args.output.display()));
-    let mut file = std::fs::File::create(&args.output).map_err(io)?;
-    let mut written = 0u64;
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| CliError::Garbled(e.to_string()))?
-    {
-        std::io::Write::write_all(&mut file, &chunk).map_err(io)?;
-        written += chunk.len() as u64;
-    }
+    let written = backup::save(&mut response, &args.output).await?;
     eprintln!("quest: wrote {written} bytes to {}", args.output.display());
     Ok(exit::OK)
 }

@@ -43,6 +43,7 @@ pub mod receipt;
 pub mod session;
 pub mod table;
 pub mod verify;
+pub mod work;
 
 /// A text that names no variant of a closed enum.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -47,6 +47,14 @@ pub enum Answer {
 text_enum!(FlagOn { Yes => "yes", No => "no" });
 text_enum!(Answer { Yes => "yes", No => "no" });
 
+/// Where one L2 job is: waiting for its verifier, or answered (once, for good).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum L2JobStatus {
+    Queued,
+    Answered,
+}
+text_enum!(L2JobStatus { Queued => "queued", Answered => "answered" });
+
 impl Answer {
     /// Whether this answer raises the doubt for a question that flags on `flag_on`.
     pub fn flags(self, flag_on: FlagOn) -> bool {
@@ -199,6 +207,17 @@ impl VerifyConfig {
         }
         self.quorum = Some(quorum);
         Ok(self)
+    }
+
+    /// The L2 jobs an L1 PASS creates: one per verifier and question, as
+    /// `(verifier, question index, question)`.
+    pub fn jobs(&self) -> impl Iterator<Item = (&str, usize, &Question)> {
+        self.verifiers.iter().flat_map(move |v| {
+            self.questions
+                .iter()
+                .enumerate()
+                .map(move |(i, q)| (v.as_str(), i, q))
+        })
     }
 
     /// The quorum: as set, or a majority of the verifiers.

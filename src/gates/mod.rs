@@ -160,6 +160,15 @@ pub trait Gate: Send + Sync {
     fn timeout(&self) -> Option<Duration> {
         None
     }
+
+    /// Whether the gate decides at once and asks nothing of the world (no
+    /// network, no process, no store). Such a gate runs inside the submit
+    /// request, and its verdict is recorded together with the submission; a
+    /// gate that does I/O runs on the gate runner after a durable PENDING
+    /// record, so that a crash in the middle of a check loses nothing.
+    fn decides_at_once(&self) -> bool {
+        false
+    }
 }
 
 /// A gate configuration that cannot be built.

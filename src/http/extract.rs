@@ -11,6 +11,7 @@ use super::error::ApiError;
 use std::marker::PhantomData;
 
 use crate::domain::{Permission, Role, token_hash};
+use crate::domain::work::AgentId;
 
 /// `axum::Json` with refusals in the error body.
 #[derive(Debug, FromRequest)]
@@ -43,11 +44,10 @@ pub struct Principal {
 
 impl Principal {
     /// The identity of an agent: this token plus the name the agent chose.
-    pub fn agent(&self, name: Option<&str>) -> String {
-        format!(
-            "{}/{}",
+    pub fn agent(&self, name: Option<&str>) -> AgentId {
+        AgentId::new(
             self.token_id,
-            name.filter(|n| !n.is_empty()).unwrap_or(&self.name)
+            name.filter(|n| !n.is_empty()).unwrap_or(&self.name),
         )
     }
 }

@@ -100,6 +100,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(ops::healthz))
         .routes(routes!(ops::readyz))
         .routes(routes!(ops::metrics))
+        .routes(routes!(ops::create_backup))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         // Scans are left out: a large upload may take long, and a timeout must not
         // answer while the scan still commits.

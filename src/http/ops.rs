@@ -1,11 +1,14 @@
 //! Operations: liveness, readiness, Prometheus metrics.
 
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::io::AsyncReadExt;
 
 use super::AppState;
 use super::error::ApiError;
-use super::extract::Json;
+use super::extract::{Administer, Caller, Json};
 use crate::api::{ErrorBody, Health};
 
 /// The process is up.
@@ -38,4 +41,33 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> String {
     state.metrics.render()
+}
+
+/// A consistent copy of the whole database (SQLite), made while the server
+/// keeps serving; `quest backup FILE` saves it.
+#[utoipa::path(post, path = "/v1/backup", tag = "ops", operation_id = "create_backup",
+    responses((status = 200, description = "The database file", content_type = "application/vnd.sqlite3"),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
+pub async fn create_backup(
+    State(state): State<AppState>,
+    _caller: Caller<Administer>,
+) -> Result<Response, ApiError> {
+    let backup = state.service.backup().await?;
+    let file = tokio::fs::File::open(&backup.path).await.map_err(|e| {
+        tracing::error!(error = %e, "cannot read the backup just made");
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "backup_failed", "the backup could not be read; retry")
+    })?;
+    // The backup is removed once the last byte is sent (or the client leaves).
+    let chunks = futures_util::stream::unfold((file, backup), |(mut file, backup)| async move {
+        let mut buf = vec![0; 256 * 1024];
+        match file.read(&mut buf).await {
+            Ok(0) => None,
+            Ok(n) => {
+                buf.truncate(n);
+                Some((Ok::<_, std::io::Error>(Bytes::from(buf)), (file, backup)))
+            }
+            Err(e) => Some((Err(e), (file, backup))),
+        }
+    });
+    Ok(([(header::CONTENT_TYPE, "application/vnd.sqlite3")], Body::from_stream(chunks)).into_response())
 }

@@ -167,6 +167,7 @@ impl Service {
                 "search for at most 200 characters of a key",
             ));
         }
+        // The table's check is one check by name; the queue's rules refuse the same bad ones.
         check_filter(query.check.as_deref())?;
         let session = self.get_session(id).await?;
         let age = (self.store.now() - session.created_at).num_minutes() + 1;
@@ -209,13 +210,13 @@ impl Service {
         check: Option<&str>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, ServiceError> {
-        check_filter(check)?;
+        let check = check_filter(check)?;
         if let Some(id) = session {
             self.session(id).await?;
         }
         Ok(self
             .store
-            .review_queue(session, check, limit.clamp(1, BULK_LIMIT))
+            .review_queue(session, check.as_ref(), limit.clamp(1, BULK_LIMIT))
             .await?)
     }
 

@@ -1,6 +1,7 @@
 //! Durable state behind one trait, [`Store`]. All SQL lives below this module;
-//! `sqlite.rs` is the embedded default. Every write applies the domain's
-//! transition function, and the database's triggers repeat its rules.
+//! [`sqlite`] is the embedded default. Stores decide nothing: every write
+//! executes what [`crate::domain::work`] returns for it, and the database's
+//! triggers repeat those rules.
 //!
 //! Callers pass no clock: each store takes "now" from its own [`Clock`], so a
 //! scale-out backend can take it from the database instead.
@@ -15,7 +16,8 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::domain::session::SessionConfig;
-use crate::domain::verify::{Answer, FlagOn, VerifierRequest};
+use crate::domain::verify::{Answer, FlagOn, L2JobStatus, VerifierRequest};
+use crate::domain::work::{AgentId, CheckFilter, Refusal};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict, Verdict};
 
 pub use sqlite::SqliteStore;
@@ -41,6 +43,12 @@ pub enum StoreError {
     /// The writer is gone (shutting down) or could not start a transaction.
     #[error("the database is unavailable")]
     Unavailable,
+}
+
+impl From<Refusal> for StoreError {
+    fn from(r: Refusal) -> Self {
+        StoreError::conflict(r.code(), r.to_string())
+    }
 }
 
 impl StoreError {
@@ -109,6 +117,8 @@ pub struct QuestRow {
     pub decided_by: Option<String>,
     pub review_claimed_by: Option<String>,
     pub review_claim_expires_at: Option<DateTime<Utc>>,
+    /// The last two FAILs carried the same facts (a doom loop the prompt names).
+    pub repeated_failure: bool,
     pub updated_at: DateTime<Utc>,
 }
 
@@ -117,7 +127,7 @@ pub struct QuestRow {
 pub struct LeaseRow {
     pub id: Uuid,
     pub quest_id: Uuid,
-    pub agent: String,
+    pub agent: AgentId,
     pub expires_at: DateTime<Utc>,
 }
 
@@ -125,12 +135,7 @@ pub struct LeaseRow {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LeaseOutcome {
     /// A quest is the agent's until the lease expires.
-    Assigned {
-        quest: QuestRow,
-        lease: LeaseRow,
-        /// The last two FAILs of this quest carried the same facts.
-        repeated_failure: bool,
-    },
+    Assigned { quest: QuestRow, lease: LeaseRow },
     /// Nothing is open now, but quests are in flight.
     Wait { retry_after_seconds: u32 },
     /// No quest remains.
@@ -144,7 +149,7 @@ pub struct SubmissionRow {
     pub quest_id: Uuid,
     pub session_id: Uuid,
     pub lease_id: Uuid,
-    pub agent: String,
+    pub agent: AgentId,
     pub result: Value,
     pub verdict: SubmissionVerdict,
     pub facts: Vec<Fact>,
@@ -173,10 +178,14 @@ pub struct NewSubmission {
 /// What `submit` did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SubmitOutcome {
-    /// A new submission, recorded as PENDING; the gate must run.
-    Recorded(SubmissionRow),
+    /// A new submission: PENDING when the gate must still run, else decided,
+    /// with the L2 jobs its PASS created.
+    Recorded {
+        view: SubmissionView,
+        l2_jobs: Vec<Uuid>,
+    },
     /// The identical retry of the quest's latest submission: its record, unchanged.
-    Replayed(SubmissionRow),
+    Replayed(SubmissionView),
 }
 
 /// A gate's decision, ready to be applied.
@@ -225,7 +234,7 @@ pub struct L2Job {
     pub flag_on: FlagOn,
     /// Exactly what the verifier sees besides the question.
     pub request: VerifierRequest,
-    pub answered: bool,
+    pub status: L2JobStatus,
 }
 
 /// A verifier's outcome on one job, ready to be recorded.
@@ -465,11 +474,30 @@ pub struct QuestPage {
     pub has_next: bool,
 }
 
+/// A consistent copy of the database in a file of its own, removed when dropped.
+#[derive(Debug)]
+pub struct Backup {
+    pub path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Backup {
+    /// A backup to be written at `dir/name`; the folder goes with the value.
+    pub fn new(dir: tempfile::TempDir, name: &str) -> Backup {
+        Backup {
+            path: dir.path().join(name),
+            _dir: dir,
+        }
+    }
+}
+
 /// Durable state of the service.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Whether the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
+    /// A consistent copy of the whole database, made while the store keeps serving.
+    async fn backup(&self) -> Result<Backup, StoreError>;
 
     /// Stores a session with all its quests, all or nothing.
     async fn create_session(&self, session: NewSession) -> Result<SessionRow, StoreError>;
@@ -482,7 +510,8 @@ pub trait Store: Send + Sync + 'static {
 
     /// Leases the agent's held quest, or the first open one in upload order.
     /// Expired leases of the session are swept first, inside the same transaction.
-    async fn lease_next(&self, session_id: Uuid, agent: &str) -> Result<LeaseOutcome, StoreError>;
+    async fn lease_next(&self, session_id: Uuid, agent: &AgentId)
+    -> Result<LeaseOutcome, StoreError>;
     /// Extends a live lease by the session's lease time. The lease's agent must
     /// belong to `token_id` (agents are `<token id>/<name>`).
     async fn heartbeat(
@@ -501,8 +530,14 @@ pub trait Store: Send + Sync + 'static {
     /// Returns expired leases to `open` (or DONE after `max_lapses`); the number swept.
     async fn sweep_expired(&self) -> Result<u64, StoreError>;
 
-    /// Records a submission (PENDING, phase `checking`) before any gate runs.
-    async fn submit(&self, submission: NewSubmission) -> Result<SubmitOutcome, StoreError>;
+    /// Records a submission. Without a decision it is PENDING (phase
+    /// `checking`) until the gate runner applies one; with the decision of a
+    /// gate that ran in the request, the submission and its verdict are one write.
+    async fn submit(
+        &self,
+        submission: NewSubmission,
+        decision: Option<GateDecision>,
+    ) -> Result<SubmitOutcome, StoreError>;
     /// Applies a gate's decision in one transaction. Applying to an already decided
     /// submission changes nothing and returns the record.
     async fn apply_verdict(
@@ -555,7 +590,7 @@ pub trait Store: Send + Sync + 'static {
     async fn review_queue(
         &self,
         session_id: Option<Uuid>,
-        check: Option<&str>,
+        check: Option<&CheckFilter>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError>;
     /// Gives a reviewer a time-limited claim on a quest in REVIEW.

@@ -26,8 +26,18 @@ use crate::domain::session::GateConfig;
 use crate::domain::verify::{Artifact, Contract, VerifierRequest};
 use crate::domain::{Fact, Verdict};
 use crate::gates::{Gate, GateOutcome, GateRegistry, HOLDERS_SHOWN, SessionView};
-use crate::store::{Decided, GateDecision, GateJob, Store, StoreError, is_plain_field};
+use crate::store::{Decided, GateDecision, Store, StoreError, is_plain_field};
 use crate::workers::VerifierRunner;
+
+/// One result to check for one quest.
+pub struct Check<'a> {
+    pub session_id: Uuid,
+    pub quest_id: Uuid,
+    pub key: &'a str,
+    pub input: &'a serde_json::Value,
+    pub result: &'a serde_json::Value,
+    pub config: &'a crate::domain::session::SessionConfig,
+}
 
 /// Runs gates for queued submissions.
 #[derive(Clone)]
@@ -135,6 +145,22 @@ impl GateRunner {
         self.inner.gate(session_id, config)
     }
 
+    /// The decision of a gate that decides at once (see
+    /// [`Gate::decides_at_once`]) on a result for a quest, made in the
+    /// caller's task; `None` when the session's gate must run here after a
+    /// PENDING record.
+    pub async fn decide_at_once(&self, check: &Check<'_>) -> Result<Option<GateDecision>, StoreError> {
+        match self.gate(check.session_id, &check.config.gate) {
+            Ok(gate) if gate.decides_at_once() => Ok(Some(self.inner.decide(check, Ok(gate)).await?)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Queues the L2 jobs a PASS decided in a request created.
+    pub fn enqueue_verifiers(&self, jobs: &[Uuid]) {
+        self.inner.verifiers.enqueue(jobs.iter().copied());
+    }
+
     /// Decides one submission: runs its gate and applies the verdict.
     pub async fn run_once(&self, submission_id: Uuid) -> Result<Decided, StoreError> {
         self.inner.run_once(submission_id).await
@@ -194,19 +220,38 @@ impl Inner {
 
     async fn run_once(&self, submission_id: Uuid) -> Result<Decided, StoreError> {
         let job = self.store.gate_job(submission_id).await?;
-        let started = std::time::Instant::now();
         let gate = self.gate(job.submission.session_id, &job.config.gate);
+        let check = Check {
+            session_id: job.submission.session_id,
+            quest_id: job.submission.quest_id,
+            key: &job.key,
+            input: &job.input,
+            result: &job.submission.result,
+            config: &job.config,
+        };
+        let decision = self.decide(&check, gate).await?;
+        let decided = self.store.apply_verdict(submission_id, decision).await?;
+        self.verifiers.enqueue(decided.l2_jobs.iter().copied());
+        Ok(decided)
+    }
+
+    /// Runs `gate` on one result and seals the decision: verdict, facts,
+    /// evidence, receipt, and what the AI verifiers may see.
+    async fn decide(
+        &self,
+        job: &Check<'_>,
+        gate: Result<Arc<dyn Gate>, String>,
+    ) -> Result<GateDecision, StoreError> {
+        let started = std::time::Instant::now();
         let (outcome, name, version) = match &gate {
             Ok(gate) => {
-                let session = self.session_view(&job, gate.as_ref()).await?;
-                let check =
-                    AssertUnwindSafe(gate.check(&job.input, &job.submission.result, &session))
-                        .catch_unwind();
+                let session = self.session_view(job, gate.as_ref()).await?;
+                let check = AssertUnwindSafe(gate.check(job.input, job.result, &session)).catch_unwind();
                 let limit = gate.timeout().unwrap_or(self.timeout);
                 let outcome = match tokio::time::timeout(limit, check).await {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(_)) => {
-                        tracing::error!(submission = %submission_id, "the gate panicked; the verdict is REVIEW");
+                        tracing::error!(quest = %job.quest_id, "the gate panicked; the verdict is REVIEW");
                         review(Fact::new(
                             "gate",
                             "",
@@ -248,14 +293,14 @@ impl Inner {
                 contract: Contract {
                     task: prompt::task_for(
                         &job.config.prompt.instructions,
-                        &job.key,
-                        &job.input,
+                        job.key,
+                        job.input,
                         || gate.default_prompt().task,
                     ),
                     input: job.input.clone(),
                 },
                 artifact: Artifact {
-                    result: gate.artifact(&job.submission.result),
+                    result: gate.artifact(job.result),
                     evidence: outcome.evidence.clone(),
                 },
             }),
@@ -263,8 +308,8 @@ impl Inner {
         };
         let gate_config = serde_json::to_value(&job.config.gate).unwrap_or_default();
         let receipt = ReceiptParts {
-            input: &job.input,
-            result: &job.submission.result,
+            input: job.input,
+            result: job.result,
             facts: &outcome.facts,
             evidence: &outcome.evidence,
             gate: &name,
@@ -272,7 +317,7 @@ impl Inner {
             gate_config: &gate_config,
         }
         .seal();
-        let decision = GateDecision {
+        Ok(GateDecision {
             verdict: outcome.verdict,
             facts: outcome.facts,
             evidence: outcome.evidence,
@@ -280,19 +325,12 @@ impl Inner {
             gate_version: version,
             receipt,
             verify,
-        };
-        let decided = self.store.apply_verdict(submission_id, decision).await?;
-        self.verifiers.enqueue(decided.l2_jobs.iter().copied());
-        Ok(decided)
+        })
     }
 
     /// Which other quests of the session hold the values of the gate's unique
     /// fields. A store failure here is retried like any other.
-    async fn session_view(
-        &self,
-        job: &GateJob,
-        gate: &dyn Gate,
-    ) -> Result<SessionView, StoreError> {
+    async fn session_view(&self, job: &Check<'_>, gate: &dyn Gate) -> Result<SessionView, StoreError> {
         let mut view = SessionView::default();
         for field in gate.unique_fields() {
             if !is_plain_field(&field) {
@@ -304,14 +342,14 @@ impl Inner {
                 );
                 continue;
             }
-            let Some(value) = job.submission.result.get(&field).and_then(|v| v.as_str()) else {
+            let Some(value) = job.result.get(&field).and_then(|v| v.as_str()) else {
                 continue;
             };
             let holders = self
                 .store
                 .result_holders(
-                    job.submission.session_id,
-                    job.submission.quest_id,
+                    job.session_id,
+                    job.quest_id,
                     &field,
                     value,
                     HOLDERS_SHOWN as u32,

@@ -7,5 +7,5 @@ pub mod gate_runner;
 pub mod sweeper;
 pub mod verifier_runner;
 
-pub use gate_runner::GateRunner;
+pub use gate_runner::{Check, GateRunner};
 pub use verifier_runner::VerifierRunner;

@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::domain::State;
-use crate::domain::verify::Answer;
+use crate::domain::verify::{Answer, L2JobStatus};
 use crate::store::{L2Job, L2Recorded, NewL2Answer, Store, StoreError};
 use crate::verifiers::{AskError, Declared, VerifierRegistry};
 
@@ -111,7 +111,7 @@ impl VerifierRunner {
     /// `None` when the job was already answered: nothing is asked then.
     pub async fn run_once(&self, job_id: Uuid) -> Result<Option<L2Recorded>, StoreError> {
         let job = self.inner.store.l2_job(job_id).await?;
-        if job.answered {
+        if job.status == L2JobStatus::Answered {
             return Ok(None);
         }
         let (answer, latency) = self.inner.ask(&job).await;
@@ -155,7 +155,7 @@ impl Inner {
         let Some(job) = until_stored(id, shutdown, || self.store.l2_job(id)).await else {
             return;
         };
-        if job.answered {
+        if job.status == L2JobStatus::Answered {
             return; // an earlier run asked and recorded it
         }
         let _permit = match self.permits.get(&job.verifier) {
@@ -408,7 +408,7 @@ mod tests {
                     evidence: vec![],
                 },
             },
-            answered: false,
+            status: L2JobStatus::Queued,
         };
         ask_until_deadline(&declared, &job, Instant::now()).await
     }

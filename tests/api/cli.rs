@@ -86,10 +86,13 @@ fn exits(run: &Run, code: i32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_loop_exits_with_a_status_for_every_outcome() {
-    let app = spawn_app().await;
+    let (app, _gate) = spawn_app_with_slow_gate().await;
     let token = app.token("agent", "bots").await;
-    let session = app.scan(contact_config(2), companies(4)).await;
+    let session = app.scan(contact_config(2), companies(3)).await;
     let bot = Shell::new(&app, &token, Some(&session), "bot-1");
+    // A gate that runs a process: its submissions are PENDING until it decides.
+    let slow = app.scan(slow_config(2), companies(1)).await;
+    let slow_bot = Shell::new(&app, &token, Some(&slow), "bot-1");
 
     let next = bot.run(&["next"]).await;
     exits(&next, 0);
@@ -141,10 +144,10 @@ async fn the_agent_loop_exits_with_a_status_for_every_outcome() {
         0,
     );
 
-    exits(&bot.run(&["next"]).await, 0);
-    let pending = bot.run(&["submit", "--wait", "0", "--json"]).await;
+    exits(&slow_bot.run(&["next"]).await, 0);
+    let pending = slow_bot.run(&["submit", "--wait", "0", "--json"]).await;
     exits(&pending, 64);
-    let pending = bot
+    let pending = slow_bot
         .run_with_input(
             &["submit", "--wait", "0", "--file", "-"],
             r#"{"email": "e@f.test"}"#,
@@ -152,7 +155,8 @@ async fn the_agent_loop_exits_with_a_status_for_every_outcome() {
         .await;
     exits(&pending, 4);
     assert!(pending.stdout.contains("quest wait"), "{}", pending.stdout);
-    exits(&bot.run(&["wait"]).await, 0);
+    exits(&slow_bot.run(&["wait"]).await, 0);
+    exits(&slow_bot.run(&["next"]).await, 11);
 
     let finished = bot.run(&["next"]).await;
     exits(&finished, 11);

@@ -18,6 +18,8 @@ pub struct TestApp {
     pub admin: String,
     pub clock: Arc<ManualClock>,
     pub data_dir: TempDir,
+    /// The server's own store, to drive a worker's step directly.
+    pub store: Arc<dyn quest::store::Store>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -110,6 +112,7 @@ pub async fn spawn_app_tuned(
         .expect("the app builds");
     let base = format!("http://{}", app.local_addr());
     let admin = app.admin_token().to_owned();
+    let store = app.store();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(app.run(async {
         let _ = stopped.await;
@@ -120,6 +123,7 @@ pub async fn spawn_app_tuned(
         admin,
         clock,
         data_dir,
+        store,
         stop: Some(stop),
         server: Some(server),
     }
@@ -303,6 +307,34 @@ pub fn contact_config(max_tries: u32) -> Value {
             "instructions": "Find the contact email of the company.",
             "examples": [{"input": {"company": "Foo"}, "result": {"email": "info@foo.test", "confidence": "high"}}]
         }
+    })
+}
+
+/// A server whose command gate `slow` passes every result after a short
+/// pause: a gate that runs a process, so a submission stays PENDING until
+/// the gate runner decides it. The returned dir holds the gate's script.
+pub async fn spawn_app_with_slow_gate() -> (TestApp, TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("slow.sh"),
+        "cat > /dev/null\n/bin/sleep 0.2\necho '{\"verdict\": \"PASS\"}'\n",
+    )
+    .unwrap();
+    let toml = format!(
+        "[gates.slow]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./slow.sh\"]\nworkdir = \"{}\"\n\
+         timeout_ms = 10000\n",
+        dir.path().display()
+    );
+    (spawn_app_with(&toml).await, dir)
+}
+
+/// A session config for the `slow` gate of [`spawn_app_with_slow_gate`].
+pub fn slow_config(max_tries: u32) -> Value {
+    json!({
+        "key_column": "company",
+        "max_tries": max_tries,
+        "gate": {"kind": "command", "name": "slow"},
+        "prompt": {"instructions": "Find the contact email of the company."}
     })
 }
 

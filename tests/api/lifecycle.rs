@@ -370,17 +370,8 @@ async fn the_sweeper_step_returns_expired_leases_so_status_stays_honest() {
     assert_eq!(app.status(&session).await["leased"], 2);
     assert_eq!(app.status(&session).await["agents_active"], 2);
     app.clock.advance(std::time::Duration::from_secs(301));
-    let mut config = quest::config::Config::with_data_dir(app.data_dir.path());
-    config.bind = "127.0.0.1:0".parse().unwrap();
-    // The sweeper's step, driven directly through a second handle on the same database.
-    let store = quest::store::SqliteStore::open(
-        &config.database_path(),
-        app.clock.clone(),
-        tokio::sync::broadcast::channel(8).0,
-    )
-    .await
-    .unwrap();
-    assert_eq!(quest::workers::sweeper::run_once(&store).await.unwrap(), 2);
+    // The sweeper's step, driven directly on the server's store.
+    assert_eq!(quest::workers::sweeper::run_once(app.store.as_ref()).await.unwrap(), 2);
     let status = app.status(&session).await;
     assert_eq!(
         (status["leased"].as_u64(), status["open"].as_u64()),
@@ -391,9 +382,9 @@ async fn the_sweeper_step_returns_expired_leases_so_status_stays_honest() {
 
 #[tokio::test]
 async fn a_zero_wait_answers_pending_and_the_submission_can_be_polled() {
-    let app = spawn_app().await;
+    let (app, _gate) = spawn_app_with_slow_gate().await;
     let agent = app.token("agent", "bot").await;
-    let session = app.scan(contact_config(3), companies(1)).await;
+    let session = app.scan(slow_config(3), companies(1)).await;
     let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
     let pending = app
         .post(

@@ -204,3 +204,95 @@ pub async fn assert_counters_match_the_rows(app: &TestApp, session: &str) {
     }
     assert_eq!(status["total"].as_i64(), Some(counted), "{status}");
 }
+
+/// Runs `sql` on a raw connection and expects the database to refuse it with
+/// a message holding `why`.
+async fn refused(db: &mut SqliteConnection, sql: String, why: &str) {
+    let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+        .execute(&mut *db)
+        .await
+        .expect_err(&sql);
+    assert!(err.to_string().contains(why), "{sql}: {err}");
+}
+
+#[tokio::test]
+async fn every_verdict_needs_its_proof_in_the_database() {
+    let app = spawn_app().await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(contact_config(3), companies(3)).await;
+    let (leased, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let (_, _) = assigned(&app.next(&agent, &session, "b").await);
+    let (review, review_lease) = assigned(&app.next(&agent, &session, "c").await);
+    app.submit(&agent, &review, &review_lease, json!({"email": "a@b.test", "confidence": "low"}))
+        .await
+        .expect(200);
+    let mut db = raw(&app).await;
+
+    // A verdict straight from `leased` exists only with its decided submission.
+    refused(
+        &mut db,
+        format!("UPDATE quests SET state = 'PASS', phase = NULL, lease_id = NULL WHERE id = '{leased}'"),
+        "needs its decided submission",
+    )
+    .await;
+    // Tries never exceed the session's limit, not even by raw SQL on a TODO quest.
+    refused(&mut db, format!("UPDATE quests SET tries = 99 WHERE id = '{leased}'"), "max_tries").await;
+    // REVIEW ends only by a recorded review decision.
+    refused(
+        &mut db,
+        format!("UPDATE quests SET state = 'PASS', decided_by = 'gate' WHERE id = '{review}'"),
+        "recorded review decision",
+    )
+    .await;
+    // A quest cannot be moved onto another's row: REPLACE would delete that one silently.
+    let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quests").fetch_one(&mut db).await.unwrap();
+    refused(
+        &mut db,
+        format!("UPDATE OR REPLACE quests SET row_index = 0 WHERE id = '{review}'"),
+        "never change",
+    )
+    .await;
+    refused(
+        &mut db,
+        format!(
+            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
+             VALUES ('{}', '{session}', 99, 'x', '{{}}', 'PASS', NULL, '2026-01-01')",
+            uuid::Uuid::now_v7()
+        ),
+        "starts open",
+    )
+    .await;
+    let after: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM quests").fetch_one(&mut db).await.unwrap();
+    assert_eq!(before, after, "no quest was deleted or smuggled in");
+
+    // In a session with AI verifiers, a PASS goes through them, even with a
+    // decided submission in place.
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE sessions SET config = json_set(config, '$.verify', json('{{\"verifiers\": [\"x\"]}}')) WHERE id = '{session}'"
+    )))
+    .execute(&mut db)
+    .await
+    .unwrap();
+    let submission = uuid::Uuid::now_v7();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO submissions (id, quest_id, session_id, lease_id, agent, result, result_hash, verdict,
+           state_after, tries_after, created_at, decided_at)
+         VALUES ('{submission}', '{leased}', '{session}', '{lease}', '{}/a', '{{}}', 'h', 'PASS', 'PASS', 0,
+           '2026-01-01T00:00:00.000000Z', '2026-01-01T00:00:00.000000Z')",
+        uuid::Uuid::now_v7()
+    )))
+    .execute(&mut db)
+    .await
+    .unwrap();
+    refused(
+        &mut db,
+        format!(
+            "UPDATE quests SET state = 'PASS', phase = NULL, lease_id = NULL, submission_id = '{submission}'
+             WHERE id = '{leased}'"
+        ),
+        "goes through them",
+    )
+    .await;
+    let view = app.quest(&leased).await;
+    assert_eq!((view["state"].as_str(), view["phase"].as_str()), (Some("TODO"), Some("leased")));
+}

@@ -74,16 +74,19 @@ async fn a_submission_still_being_checked_is_decided_after_a_restart() {
         .unwrap();
     let result = json!({"email": "late@b.test"});
     let recorded = store
-        .submit(NewSubmission {
-            quest_id: quest.parse().unwrap(),
-            lease_id: lease.parse().unwrap(),
-            token_id: bot.id,
-            result_hash: quest::domain::receipt::digest(&result),
-            result,
-        })
+        .submit(
+            NewSubmission {
+                quest_id: quest.parse().unwrap(),
+                lease_id: lease.parse().unwrap(),
+                token_id: bot.id,
+                result_hash: quest::domain::receipt::digest(&result),
+                result,
+            },
+            None,
+        )
         .await
         .unwrap();
-    let SubmitOutcome::Recorded(pending) = recorded else {
+    let SubmitOutcome::Recorded { view: pending, .. } = recorded else {
         panic!("a new submission")
     };
     assert_eq!(
@@ -93,7 +96,7 @@ async fn a_submission_still_being_checked_is_decided_after_a_restart() {
     drop(store);
 
     let app = spawn_app_in(dir).await;
-    let verdict = poll_verdict(&app, &pending.id.to_string()).await;
+    let verdict = poll_verdict(&app, &pending.submission.id.to_string()).await;
     assert_eq!(verdict["verdict"], "PASS");
     assert_eq!(app.quest(&quest).await["state"], "PASS");
 }

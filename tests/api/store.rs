@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use quest::domain::session::SessionConfig;
+use quest::domain::work::AgentId;
 use quest::domain::{Phase, SystemClock, Verdict};
 use quest::store::{
     GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError,
@@ -44,7 +45,7 @@ async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, Uuid,
         .await
         .unwrap();
     let LeaseOutcome::Assigned { quest, lease, .. } = store
-        .lease_next(session.id, &format!("{}/bot", token.id))
+        .lease_next(session.id, &AgentId::new(token.id, "bot"))
         .await
         .unwrap()
     else {
@@ -70,7 +71,8 @@ async fn while_the_gate_checks_a_new_result_and_a_release_are_refused() {
         result: json!({"email": email}),
         result_hash: quest::domain::receipt::digest(&json!({"email": email})),
     };
-    let SubmitOutcome::Recorded(first) = store.submit(submit("a@b.test")).await.unwrap() else {
+    let SubmitOutcome::Recorded { view: first, .. } = store.submit(submit("a@b.test"), None).await.unwrap()
+    else {
         panic!("recorded")
     };
     assert_eq!(
@@ -79,21 +81,21 @@ async fn while_the_gate_checks_a_new_result_and_a_release_are_refused() {
     );
 
     assert_eq!(
-        conflict_code(store.submit(submit("other@b.test")).await.unwrap_err()),
+        conflict_code(store.submit(submit("other@b.test"), None).await.unwrap_err()),
         "submission_in_progress"
     );
     assert_eq!(
         conflict_code(store.release(quest, lease, token).await.unwrap_err()),
         "quest_checking"
     );
-    let SubmitOutcome::Replayed(same) = store.submit(submit("a@b.test")).await.unwrap() else {
+    let SubmitOutcome::Replayed(same) = store.submit(submit("a@b.test"), None).await.unwrap() else {
         panic!("a replay")
     };
     assert_eq!(
-        same.id, first.id,
+        same.submission.id, first.submission.id,
         "the identical retry of a PENDING submission is the same submission"
     );
-    assert_eq!(store.pending_submissions().await.unwrap(), [first.id]);
+    assert_eq!(store.pending_submissions().await.unwrap(), [first.submission.id]);
     let quest_row = store.get_quest(quest).await.unwrap();
     assert_eq!(
         (quest_row.phase, quest_row.tries),
@@ -173,27 +175,30 @@ async fn submit_email(
     email: &str,
 ) -> (Uuid, Uuid) {
     let LeaseOutcome::Assigned { quest, lease, .. } = store
-        .lease_next(session, &format!("{token}/{agent}"))
+        .lease_next(session, &AgentId::new(token, agent))
         .await
         .unwrap()
     else {
         panic!("a quest is open")
     };
     let result = json!({"email": email, "note": "x"});
-    let SubmitOutcome::Recorded(submission) = store
-        .submit(NewSubmission {
-            quest_id: quest.id,
-            lease_id: lease.id,
-            token_id: token,
-            result_hash: quest::domain::receipt::digest(&result),
-            result,
-        })
+    let SubmitOutcome::Recorded { view, .. } = store
+        .submit(
+            NewSubmission {
+                quest_id: quest.id,
+                lease_id: lease.id,
+                token_id: token,
+                result_hash: quest::domain::receipt::digest(&result),
+                result,
+            },
+            None,
+        )
         .await
         .unwrap()
     else {
         panic!("recorded")
     };
-    (quest.id, submission.id)
+    (quest.id, view.submission.id)
 }
 
 async fn decide(store: &SqliteStore, submission: Uuid, verdict: Verdict) {
@@ -286,4 +291,84 @@ async fn the_holders_of_a_result_value_are_the_other_quests_that_keep_it() {
             .await,
         Err(StoreError::Corrupt(_))
     ));
+}
+
+#[tokio::test]
+async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let (token, leased) = {
+        let store = SqliteStore::open(&path, Arc::new(SystemClock), tokio::sync::broadcast::channel(8).0)
+            .await
+            .unwrap();
+        let token = store.create_token("bot", quest::domain::Role::Agent, "hash").await.unwrap().id;
+        let companies: Vec<String> = (0..60).map(|i| format!("c{i}")).collect();
+        let names: Vec<&str> = companies.iter().map(String::as_str).collect();
+        let session = add_session(&store, &names).await;
+        let mut leased = Vec::new();
+        for i in 0..60 {
+            let LeaseOutcome::Assigned { quest, lease } = store
+                .lease_next(session, &AgentId::new(token, format!("a{i}")))
+                .await
+                .unwrap()
+            else {
+                panic!("a quest is open")
+            };
+            leased.push((quest.id, lease.id));
+        }
+        (token, leased)
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    let pages: i64 = {
+        let mut raw = <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("sqlite://{}", path.display()))
+            .await
+            .unwrap();
+        sqlx::query_scalar("PRAGMA page_count").fetch_one(&mut raw).await.unwrap()
+    };
+    // A few pages of room: the first results fit, then the database is full.
+    let store = SqliteStore::open_tuned(&path, Arc::new(SystemClock), tokio::sync::broadcast::channel(8).0, |o| {
+        o.pragma("max_page_count", (pages + 25).to_string())
+    })
+    .await
+    .unwrap();
+    let padding = "x".repeat(3000);
+    let mut answers = Vec::new();
+    // Waves of concurrent writes: the first ones fit, later batches find the disk full.
+    for wave in leased.chunks(10) {
+        answers.extend(
+            futures_util::future::join_all(wave.iter().map(|(quest, lease)| {
+                let result = json!({"email": "a@b.test", "note": padding});
+                store.submit(
+                    NewSubmission {
+                        quest_id: *quest,
+                        lease_id: *lease,
+                        token_id: token,
+                        result_hash: quest::domain::receipt::digest(&result),
+                        result,
+                    },
+                    None,
+                )
+            }))
+            .await,
+        );
+    }
+    let (mut answered, mut refused) = (0, 0);
+    for ((quest, _), answer) in leased.iter().zip(answers) {
+        let row = store.get_quest(*quest).await.unwrap();
+        let (subs, _) = store.quest_history(*quest).await.unwrap();
+        match answer {
+            Ok(_) => {
+                answered += 1;
+                assert_eq!((row.phase, subs.len()), (Some(Phase::Checking), 1), "an answered write is stored");
+            }
+            Err(StoreError::Unavailable) => {
+                refused += 1;
+                assert_eq!((row.phase, subs.len()), (Some(Phase::Leased), 0), "a refused write left nothing");
+            }
+            Err(e) => panic!("a full disk is 'unavailable', not {e}"),
+        }
+    }
+    assert!(refused > 0 && answered > 0, "{answered} answered, {refused} refused");
+    // The writer opened its connection anew and still serves what fits.
+    assert!(store.get_quest(leased[0].0).await.is_ok());
 }

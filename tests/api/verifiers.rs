@@ -1177,16 +1177,19 @@ async fn a_restart_with_submissions_still_being_checked_asks_each_verifier_each_
     for (i, (quest, lease)) in leased.iter().enumerate() {
         let result = json!({"email": format!("info{i}@acme.test")});
         let recorded = store
-            .submit(NewSubmission {
-                quest_id: quest.parse().unwrap(),
-                lease_id: lease.parse().unwrap(),
-                token_id: bot.id,
-                result_hash: quest::domain::receipt::digest(&result),
-                result,
-            })
+            .submit(
+                NewSubmission {
+                    quest_id: quest.parse().unwrap(),
+                    lease_id: lease.parse().unwrap(),
+                    token_id: bot.id,
+                    result_hash: quest::domain::receipt::digest(&result),
+                    result,
+                },
+                None,
+            )
             .await
             .unwrap();
-        assert!(matches!(recorded, SubmitOutcome::Recorded(_)));
+        assert!(matches!(recorded, SubmitOutcome::Recorded { .. }));
     }
     drop(store);
 
@@ -1273,26 +1276,30 @@ async fn a_job_queued_twice_or_run_again_after_its_answer_is_asked_once() {
         .await
         .unwrap();
     let LeaseOutcome::Assigned { quest, lease, .. } = store
-        .lease_next(session.id, &format!("{}/bot", token.id))
+        .lease_next(session.id, &quest::domain::work::AgentId::new(token.id, "bot"))
         .await
         .unwrap()
     else {
         panic!("a quest is open")
     };
     let result = json!({"email": "info@acme.test"});
-    let SubmitOutcome::Recorded(submission) = store
-        .submit(NewSubmission {
-            quest_id: quest.id,
-            lease_id: lease.id,
-            token_id: token.id,
-            result_hash: quest::domain::receipt::digest(&result),
-            result: result.clone(),
-        })
+    let SubmitOutcome::Recorded { view, .. } = store
+        .submit(
+            NewSubmission {
+                quest_id: quest.id,
+                lease_id: lease.id,
+                token_id: token.id,
+                result_hash: quest::domain::receipt::digest(&result),
+                result: result.clone(),
+            },
+            None,
+        )
         .await
         .unwrap()
     else {
         panic!("recorded")
     };
+    let submission = view.submission;
     let decided = store
         .apply_verdict(
             submission.id,

@@ -3,9 +3,18 @@
 //! figures behind these reads are kept by the triggers of migration 0006, so
 //! each read costs the same however many quests a session holds.
 
-use chrono::{DurationRound, TimeDelta};
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
+use sqlx::SqlitePool;
+use sqlx::sqlite::SqliteRow;
+use uuid::Uuid;
 
-use super::*;
+use super::codec::*;
+use super::writer::WriteCtx;
+use crate::domain::Fact;
+use crate::store::{
+    AgentStatsRow, BrowserSessionRow, FailingCheckRow, QuestPage, QuestQuery, QuestRow, StoreError,
+    Throughput,
+};
 
 /// Expired browser sessions are kept this long for the record, then deleted.
 const KEEP_EXPIRED_DAYS: i64 = 30;
@@ -30,37 +39,38 @@ pub(super) async fn create_browser_session(
     csrf: String,
     seconds: u32,
 ) -> Result<BrowserSessionRow, StoreError> {
-    let live: Option<String> =
-        sqlx::query_scalar("SELECT id FROM tokens WHERE id = ? AND revoked_at IS NULL")
-            .bind(token_id.to_string())
-            .fetch_optional(&mut ctx.conn)
-            .await?;
+    let live = ctx
+        .row(
+            sqlx::query("SELECT id FROM tokens WHERE id = ? AND revoked_at IS NULL")
+                .bind(token_id.to_string()),
+        )
+        .await?;
     if live.is_none() {
         return Err(StoreError::conflict(
             "token_revoked",
             "the token was revoked; sign in with a valid one",
         ));
     }
-    sqlx::query("DELETE FROM console_sessions WHERE expires_at < ?")
-        .bind(ts(ctx.now - TimeDelta::days(KEEP_EXPIRED_DAYS)))
-        .execute(&mut ctx.conn)
-        .await?;
-    sqlx::query(
-        "INSERT INTO console_sessions (hash, token_id, csrf, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+    ctx.exec(
+        sqlx::query("DELETE FROM console_sessions WHERE expires_at < ?")
+            .bind(ts(ctx.now - TimeDelta::days(KEEP_EXPIRED_DAYS))),
     )
-    .bind(&hash)
-    .bind(token_id.to_string())
-    .bind(&csrf)
-    .bind(ts(ctx.now))
-    .bind(ts(ctx.now + TimeDelta::seconds(i64::from(seconds))))
-    .execute(&mut ctx.conn)
     .await?;
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "{BROWSER_SESSION} WHERE c.hash = ?"
-    )))
-    .bind(&hash)
-    .fetch_one(&mut ctx.conn)
+    ctx.exec(
+        sqlx::query(
+            "INSERT INTO console_sessions (hash, token_id, csrf, created_at, expires_at) VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(hash.clone())
+        .bind(token_id.to_string())
+        .bind(csrf)
+        .bind(ts(ctx.now))
+        .bind(ts(ctx.now + TimeDelta::seconds(i64::from(seconds)))),
+    )
     .await?;
+    let row = ctx
+        .row(sqlx::query(sqlx::AssertSqlSafe(format!("{BROWSER_SESSION} WHERE c.hash = ?"))).bind(hash))
+        .await?
+        .ok_or(StoreError::NotFound("browser session"))?;
     browser_session_row(&row)
 }
 
@@ -89,12 +99,13 @@ pub(super) async fn find_browser_session(
 }
 
 pub(super) async fn end_browser_session(ctx: &mut WriteCtx, hash: String) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE console_sessions SET ended_at = ?, end_reason = 'signed_out' WHERE hash = ? AND ended_at IS NULL",
+    ctx.exec(
+        sqlx::query(
+            "UPDATE console_sessions SET ended_at = ?, end_reason = 'signed_out' WHERE hash = ? AND ended_at IS NULL",
+        )
+        .bind(ts(ctx.now))
+        .bind(hash),
     )
-    .bind(ts(ctx.now))
-    .bind(&hash)
-    .execute(&mut ctx.conn)
     .await?;
     Ok(())
 }

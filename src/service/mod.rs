@@ -24,14 +24,19 @@ use crate::domain::{Decision, EventKind, QuestEvent, Role, SubmissionVerdict, to
 use crate::export::{self, ExportFormat, Plan};
 use crate::gates::{Gate, GateConfigError, GateRegistry};
 use crate::store::{
-    LeaseOutcome, LeaseRow, NewSession, NewSubmission, QuestRow, SessionRow, Store, StoreError,
+    GateDecision, LeaseOutcome, LeaseRow, NewSession, NewSubmission, QuestRow, SessionRow, Store, StoreError,
     SubmissionView, SubmitOutcome, TokenRow,
 };
 use crate::verifiers::VerifierRegistry;
 use crate::workers::GateRunner;
 use tokio_util::sync::CancellationToken;
 
+mod cache;
 pub mod console;
+
+use cache::{Inputs, QuestInput, Tokens};
+use crate::domain::work::{AgentId, CheckFilter};
+use crate::workers::Check;
 
 /// Why a use case refused or failed.
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +97,10 @@ pub struct Service {
     shutdown: CancellationToken,
     /// Sessions never change after the scan, so they are cached once read.
     sessions: RwLock<HashMap<Uuid, Arc<SessionRow>>>,
+    /// The input of leased quests, for the gate that runs in the submit request.
+    inputs: Inputs,
+    /// Token lookups, trusted for a second.
+    tokens: Tokens,
 }
 
 impl Service {
@@ -112,6 +121,8 @@ impl Service {
             events,
             shutdown,
             sessions: RwLock::new(HashMap::new()),
+            inputs: Inputs::new(1 << 16),
+            tokens: Tokens::new(Duration::from_secs(1), 1 << 14),
         }
     }
 
@@ -125,9 +136,21 @@ impl Service {
         self.store.ping().await
     }
 
+    /// A consistent copy of the database, made while the server serves.
+    pub async fn backup(&self) -> Result<crate::store::Backup, ServiceError> {
+        Ok(self.store.backup().await?)
+    }
+
     /// The live token with this secret's digest.
     pub async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
-        self.store.find_token(hash).await
+        if let Some(token) = self.tokens.get(hash) {
+            return Ok(Some(token));
+        }
+        let found = self.store.find_token(hash).await?;
+        if let Some(token) = &found {
+            self.tokens.put(token.clone());
+        }
+        Ok(found)
     }
 
     /// The uploaded file of a session: name, media type, bytes.
@@ -186,7 +209,9 @@ impl Service {
                  or by replacing <data-dir>/admin.token and restarting",
             )));
         }
-        Ok(self.store.revoke_token(id).await?.into())
+        let revoked = self.store.revoke_token(id).await?;
+        self.tokens.clear();
+        Ok(revoked.into())
     }
 
     /// An export of a session in `format`.
@@ -371,8 +396,12 @@ impl Service {
     }
 
     /// Leases the agent's next quest and renders its prompt.
-    pub async fn next(&self, session_id: Uuid, agent: &str) -> Result<NextResponse, ServiceError> {
-        if agent.len() > MAX_AGENT_LEN {
+    pub async fn next(
+        &self,
+        session_id: Uuid,
+        agent: &AgentId,
+    ) -> Result<NextResponse, ServiceError> {
+        if agent.to_string().len() > MAX_AGENT_LEN {
             return Err(invalid(
                 "invalid_agent",
                 format!("the agent name is longer than {MAX_AGENT_LEN} bytes; shorten it"),
@@ -381,14 +410,10 @@ impl Service {
         let session = self.session(session_id).await?;
         let outcome = self.store.lease_next(session_id, agent).await?;
         Ok(match outcome {
-            LeaseOutcome::Assigned {
-                quest,
-                lease,
-                repeated_failure,
-            } => {
+            LeaseOutcome::Assigned { quest, lease } => {
                 metrics::counter!("quest_leases_total").increment(1);
-                let (prompt, result_example) =
-                    self.prompt(&session, &quest, &lease, repeated_failure);
+                self.inputs.remember(&quest);
+                let (prompt, result_example) = self.prompt(&session, &quest, &lease);
                 let config = &session.config;
                 let url = format!("/v1/quests/{}/submit", quest.id);
                 NextResponse::Assigned {
@@ -428,7 +453,6 @@ impl Service {
         session: &SessionRow,
         quest: &QuestRow,
         lease: &LeaseRow,
-        repeated_failure: bool,
     ) -> (String, Value) {
         let config = &session.config;
         let defaults = self
@@ -460,7 +484,7 @@ impl Service {
             tries: quest.tries,
             max_tries: config.max_tries,
             last_facts: &quest.last_facts,
-            repeated_failure,
+            repeated_failure: quest.repeated_failure,
             submit_url: &format!("/v1/quests/{}/submit", quest.id),
             lease_id: &lease.id.to_string(),
         });
@@ -470,8 +494,10 @@ impl Service {
         (text, example)
     }
 
-    /// Records a result, hands it to the gate and waits up to `wait` for the verdict.
-    /// Returns the answer and whether it is still PENDING.
+    /// Records a result and answers its verdict. A gate that decides at once
+    /// runs here and its verdict is recorded with the submission; any other
+    /// gate runs on the gate runner after a PENDING record, and the answer
+    /// waits up to `wait` for its verdict.
     pub async fn submit(
         &self,
         token_id: Uuid,
@@ -481,8 +507,6 @@ impl Service {
         wait: Duration,
     ) -> Result<SubmitResponse, ServiceError> {
         let result = Value::Object(result);
-        // Subscribe before the gate can possibly finish, so its event is not missed.
-        let mut events = self.events.subscribe();
         let new = NewSubmission {
             quest_id,
             lease_id,
@@ -490,53 +514,71 @@ impl Service {
             result_hash: digest(&result),
             result,
         };
-        let (submission, replayed) = match self.store.submit(new).await? {
-            SubmitOutcome::Recorded(s) if wait.is_zero() => {
-                // No wait: answer with the state as recorded, before the gate can race it.
+        let decision = self.decide_at_once(&new).await?;
+        // Subscribe before the gate can possibly finish, so its event is not missed.
+        let mut events = decision.is_none().then(|| self.events.subscribe());
+        let view = match self.store.submit(new, decision).await? {
+            SubmitOutcome::Recorded { view, l2_jobs } => {
                 metrics::counter!("quest_submissions_total").increment(1);
-                let response = submit_response(self.store.submission_view(s.id).await?);
-                self.runner.enqueue(s.id);
-                return Ok(response);
+                if view.submission.verdict == SubmissionVerdict::Pending {
+                    self.runner.enqueue(view.submission.id);
+                } else {
+                    self.inputs.forget(quest_id, view.quest.state);
+                    self.runner.enqueue_verifiers(&l2_jobs);
+                }
+                view
             }
-            SubmitOutcome::Recorded(s) => {
-                metrics::counter!("quest_submissions_total").increment(1);
-                self.runner.enqueue(s.id);
-                (s, false)
+            SubmitOutcome::Replayed(view) => {
+                let response = submit_response(view.clone());
+                if response.verdict != SubmissionVerdict::Pending || wait.is_zero() {
+                    return Ok(SubmitResponse { replayed: true, ..response });
+                }
+                view
             }
-            SubmitOutcome::Replayed(s) => (s, true),
         };
-        if submission.verdict == SubmissionVerdict::Pending && !wait.is_zero() {
-            let deadline = tokio::time::Instant::now() + wait;
-            loop {
-                let event = tokio::select! {
-                    _ = self.shutdown.cancelled() => break,
-                    event = tokio::time::timeout_at(deadline, events.recv()) => event,
-                };
-                match event {
-                    Err(_) => break,
-                    Ok(Ok(e))
-                        if e.kind == EventKind::Decided
-                            && e.submission_id == Some(submission.id) =>
-                    {
+        let (Some(events), SubmissionVerdict::Pending, false) =
+            (events.as_mut(), view.submission.verdict, wait.is_zero())
+        else {
+            return Ok(submit_response(view));
+        };
+        let id = view.submission.id;
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let event = tokio::select! {
+                _ = self.shutdown.cancelled() => break,
+                event = tokio::time::timeout_at(deadline, events.recv()) => event,
+            };
+            match event {
+                Err(_) => break,
+                Ok(Ok(e)) if e.kind == EventKind::Decided && e.submission_id == Some(id) => break,
+                Ok(Ok(_)) => {}
+                Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
+                    if self.store.get_submission(id).await?.verdict != SubmissionVerdict::Pending {
                         break;
                     }
-                    Ok(Ok(_)) => {}
-                    Ok(Err(broadcast::error::RecvError::Lagged(_))) => {
-                        if self.store.get_submission(submission.id).await?.verdict
-                            != SubmissionVerdict::Pending
-                        {
-                            break;
-                        }
-                    }
-                    Ok(Err(broadcast::error::RecvError::Closed)) => break,
                 }
+                Ok(Err(broadcast::error::RecvError::Closed)) => break,
             }
         }
-        let response = submit_response(self.store.submission_view(submission.id).await?);
-        Ok(SubmitResponse {
-            replayed,
-            ..response
-        })
+        Ok(submit_response(self.store.submission_view(id).await?))
+    }
+
+    /// The decision of the session's gate when it decides at once.
+    async fn decide_at_once(&self, new: &NewSubmission) -> Result<Option<GateDecision>, ServiceError> {
+        let quest = match self.inputs.get(new.quest_id) {
+            Some(quest) => quest,
+            None => Arc::new(QuestInput::of(&self.store.get_quest(new.quest_id).await?)),
+        };
+        let session = self.session(quest.session_id).await?;
+        let check = Check {
+            session_id: quest.session_id,
+            quest_id: new.quest_id,
+            key: &quest.key,
+            input: &quest.input,
+            result: &new.result,
+            config: &session.config,
+        };
+        Ok(self.runner.decide_at_once(&check).await?)
     }
 
     /// Extends a lease.
@@ -574,14 +616,14 @@ impl Service {
         check: Option<&str>,
         limit: u32,
     ) -> Result<Vec<api::Quest>, ServiceError> {
-        check_filter(check)?;
+        let check = check_filter(check)?;
         if let Some(id) = session {
             self.session(id).await?;
         }
         let mut out = Vec::new();
         for quest in self
             .store
-            .review_queue(session, check, limit.clamp(1, 500))
+            .review_queue(session, check.as_ref(), limit.clamp(1, 500))
             .await?
         {
             out.push(self.with_history(quest).await?);
@@ -651,15 +693,12 @@ impl Service {
     }
 }
 
-/// Refuses a review filter `check` that names no fact check.
-fn check_filter(check: Option<&str>) -> Result<(), ServiceError> {
-    if check.is_some_and(|c| c.is_empty() || c.len() > 200) {
-        return Err(invalid(
-            "invalid_check",
-            "check names a fact check, e.g. `l2:alpha` or `l2:*`",
-        ));
-    }
-    Ok(())
+/// A review filter `check`, parsed, or the refusal of one that names no fact check.
+fn check_filter(check: Option<&str>) -> Result<Option<CheckFilter>, ServiceError> {
+    check
+        .map(CheckFilter::parse)
+        .transpose()
+        .map_err(|e| invalid("invalid_check", e.to_string()))
 }
 
 /// Refuses a reviewer's note that is too long, or missing from a rejection.

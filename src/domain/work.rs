@@ -1,0 +1,561 @@
+//! What each write does to a quest, decided here and only executed by the
+//! stores: who may act on a lease, what a verdict, a lapse, the AI verifiers'
+//! decision or a reviewer's decision sets, and the words of every refusal.
+//!
+//! A store reads the rows involved, calls one of these functions and writes
+//! what it returns; no store decides anything itself.
+
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use super::{DecidedBy, Decision, Fact, Phase, QuestStatus, State, Transition, Verdict};
+
+/// Who holds a lease: an agent name under the token that leased it.
+/// Many agents may share one token; a lease belongs to exactly one of them.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AgentId {
+    pub token: Uuid,
+    pub name: String,
+}
+
+impl AgentId {
+    /// The agent `name` of `token`.
+    pub fn new(token: Uuid, name: impl Into<String>) -> AgentId {
+        AgentId {
+            token,
+            name: name.into(),
+        }
+    }
+
+    /// Whether this agent acts under `token`.
+    pub fn belongs_to(&self, token: Uuid) -> bool {
+        self.token == token
+    }
+}
+
+/// Stored as `<token id>/<name>`.
+impl fmt::Display for AgentId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.token, self.name)
+    }
+}
+
+impl FromStr for AgentId {
+    type Err = super::UnknownValue;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || super::UnknownValue {
+            kind: "agent",
+            value: s.to_owned(),
+        };
+        let (token, name) = s.split_once('/').ok_or_else(bad)?;
+        Ok(AgentId {
+            token: Uuid::parse_str(token).map_err(|_| bad())?,
+            name: name.to_owned(),
+        })
+    }
+}
+
+/// Why a lease ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseEnd {
+    /// Its holder gave it back.
+    Released,
+    /// It ran out (a lapse).
+    Expired,
+    /// The quest's verdict ended the agent's part.
+    Decided,
+}
+text_enum!(LeaseEnd { Released => "released", Expired => "expired", Decided => "decided" });
+
+/// A lease as the hold rules see it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseFacts {
+    pub id: Uuid,
+    pub quest_id: Uuid,
+    pub agent: AgentId,
+    pub expires_at: DateTime<Utc>,
+    pub ended: Option<LeaseEnd>,
+}
+
+/// A request the quest's state refuses. Nothing was changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    QuestLocked(State),
+    QuestVerifying,
+    LeaseLost,
+    LeaseExpired,
+    /// A release while the gate checks the holder's submission.
+    QuestChecking,
+    /// A new result while the gate checks the previous one.
+    SubmissionInProgress,
+    NotInReview(State),
+    ReviewClaimed {
+        by: String,
+        until: DateTime<Utc>,
+    },
+    /// An L2 answer for a quest that is no longer verified for that job.
+    NotVerifying,
+    /// The move is not in the state machine.
+    Illegal(String),
+}
+
+impl Refusal {
+    /// The machine-readable code on the wire.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Refusal::QuestLocked(_) => "quest_locked",
+            Refusal::QuestVerifying => "quest_verifying",
+            Refusal::LeaseLost => "lease_lost",
+            Refusal::LeaseExpired => "lease_expired",
+            Refusal::QuestChecking => "quest_checking",
+            Refusal::SubmissionInProgress => "submission_in_progress",
+            Refusal::NotInReview(_) => "not_in_review",
+            Refusal::ReviewClaimed { .. } => "review_claimed",
+            Refusal::NotVerifying => "not_verifying",
+            Refusal::Illegal(_) => "illegal_transition",
+        }
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::QuestLocked(state) => write!(
+                f,
+                "the quest is {state} and can no longer change; call next for another quest"
+            ),
+            Refusal::QuestVerifying => f.write_str(
+                "the gate passed this quest and AI verifiers are checking it; it is no longer yours: call next for another quest",
+            ),
+            Refusal::LeaseLost => f.write_str(
+                "you do not hold this quest's lease (it was released, expired and re-leased, or belongs to another agent); call next",
+            ),
+            Refusal::LeaseExpired => {
+                f.write_str("the lease expired before this request; call next to lease a quest again")
+            }
+            Refusal::QuestChecking => {
+                f.write_str("the gate is checking your submission; wait for its verdict")
+            }
+            Refusal::SubmissionInProgress => f.write_str(
+                "the gate is still checking your previous submission; poll it or wait for its verdict",
+            ),
+            Refusal::NotInReview(state) => write!(
+                f,
+                "the quest is {state}, not REVIEW; only REVIEW quests can be claimed or decided"
+            ),
+            Refusal::ReviewClaimed { by, until } => write!(
+                f,
+                "{by} is reviewing this quest until {}; pick another one",
+                until.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            ),
+            Refusal::NotVerifying => f.write_str("the quest is not being verified for this job"),
+            Refusal::Illegal(what) => f.write_str(what),
+        }
+    }
+}
+
+/// Applies a transition, naming an illegal one as a refusal.
+pub fn step(status: QuestStatus, t: Transition) -> Result<QuestStatus, Refusal> {
+    status.apply(t).map_err(|e| Refusal::Illegal(e.to_string()))
+}
+
+/// Whether an agent of `token` holds `lease_id` on this quest now: the check
+/// behind every submit, heartbeat and release. `lease` is the lease row with
+/// that id on this quest, if there is one.
+pub fn check_hold(
+    status: QuestStatus,
+    quest_lease: Option<Uuid>,
+    lease: Option<&LeaseFacts>,
+    lease_id: Uuid,
+    token: Uuid,
+    now: DateTime<Utc>,
+) -> Result<(), Refusal> {
+    if status.state.is_terminal() {
+        return Err(Refusal::QuestLocked(status.state));
+    }
+    if status.phase == Some(Phase::Verifying) {
+        return Err(Refusal::QuestVerifying);
+    }
+    let Some(lease) = lease else {
+        return Err(Refusal::LeaseLost);
+    };
+    if lease.ended == Some(LeaseEnd::Expired) {
+        return Err(Refusal::LeaseExpired);
+    }
+    if quest_lease != Some(lease_id) || !lease.agent.belongs_to(token) {
+        return Err(Refusal::LeaseLost);
+    }
+    if lease.expires_at <= now && status.phase == Some(Phase::Leased) {
+        return Err(Refusal::LeaseExpired);
+    }
+    Ok(())
+}
+
+/// What the holder may do with a held lease beyond holding it.
+pub fn check_release(status: QuestStatus) -> Result<QuestStatus, Refusal> {
+    if status.phase == Some(Phase::Checking) {
+        return Err(Refusal::QuestChecking);
+    }
+    step(status, Transition::Release)
+}
+
+/// A new result on a held lease: refused while the previous one is checked.
+pub fn check_submit(status: QuestStatus) -> Result<QuestStatus, Refusal> {
+    if status.phase == Some(Phase::Checking) {
+        return Err(Refusal::SubmissionInProgress);
+    }
+    step(status, Transition::Submit)
+}
+
+/// The limits of a session that a verdict needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_tries: u32,
+    /// Whether the session has AI verifiers, which look at every L1 PASS.
+    pub verify: bool,
+}
+
+/// What happens to the lease when a verdict is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseAfter {
+    /// A FAIL that leaves tries: the holder keeps the lease, renewed.
+    Renewed,
+    /// The agent's part is over (decided, or on to the verifiers).
+    Ended(LeaseEnd),
+}
+
+/// Everything a gate's verdict sets on its quest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VerdictEffects {
+    pub status: QuestStatus,
+    /// Whether the submitted result is kept on the quest (accepted, under
+    /// review, or awaiting the verifiers).
+    pub keeps_result: bool,
+    /// Whether the submission's receipt becomes the quest's.
+    pub keeps_receipt: bool,
+    pub decided_by: Option<DecidedBy>,
+    pub lease: LeaseAfter,
+    /// The FAIL repeats the facts of the FAIL before it (a doom loop).
+    pub repeated_failure: bool,
+    /// Whether the verifiers must now be asked (one job per verifier and question).
+    pub asks_verifiers: bool,
+}
+
+/// The quest a verdict lands on, as it was before.
+#[derive(Debug, Clone, Copy)]
+pub struct Before<'a> {
+    /// `checking` when the gate ran after a PENDING record, `leased` when the
+    /// gate decided inside the request and the verdict is recorded with its submission.
+    pub status: QuestStatus,
+    pub last_facts: &'a [Fact],
+    /// Whether a decided submission came before (so `last_facts` are a FAIL's).
+    pub decided_before: bool,
+}
+
+/// What `verdict` with `facts` does to the quest.
+pub fn on_verdict(
+    before: Before<'_>,
+    verdict: Verdict,
+    facts: &[Fact],
+    limits: Limits,
+) -> Result<VerdictEffects, Refusal> {
+    let checking = if before.status.phase == Some(Phase::Leased) {
+        check_submit(before.status)?
+    } else {
+        before.status
+    };
+    let verify = limits.verify && verdict == Verdict::Pass;
+    let status = step(
+        checking,
+        Transition::Decide {
+            verdict,
+            max_tries: limits.max_tries,
+            verify,
+        },
+    )?;
+    let (keeps_result, keeps_receipt, decided_by) = match (status.state, status.phase) {
+        (State::Pass, _) => (true, true, Some(DecidedBy::Gate)),
+        // REVIEW, or verifying: the result is kept, not yet accepted.
+        (State::Review, _) | (State::Todo, Some(Phase::Verifying)) => (true, false, None),
+        (State::Done, _) => (false, false, Some(DecidedBy::Limit)),
+        (State::Todo, _) => (false, false, None),
+    };
+    let lease = if status.phase == Some(Phase::Leased) {
+        LeaseAfter::Renewed
+    } else {
+        LeaseAfter::Ended(LeaseEnd::Decided)
+    };
+    Ok(VerdictEffects {
+        status,
+        keeps_result,
+        keeps_receipt,
+        decided_by,
+        lease,
+        repeated_failure: verdict == Verdict::Fail
+            && before.decided_before
+            && before.last_facts == facts,
+        asks_verifiers: status.phase == Some(Phase::Verifying),
+    })
+}
+
+/// What an expired lease does: the quest opens again, or ends after `max_lapses`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LapseEffects {
+    pub status: QuestStatus,
+    /// Set when the lapse ended the quest.
+    pub decided: Option<(DecidedBy, Fact)>,
+}
+
+/// One lapse of a leased quest.
+pub fn on_lapse(status: QuestStatus, max_lapses: u32) -> Result<LapseEffects, Refusal> {
+    let next = step(status, Transition::Lapse { max_lapses })?;
+    let decided = (next.state == State::Done).then(|| {
+        (
+            DecidedBy::Limit,
+            Fact::new(
+                "lapses",
+                "",
+                format!("a submission before the lease expires (at most {max_lapses} expiries)"),
+                format!("the lease expired {} times", next.lapses),
+                "the quest was abandoned too often and has ended; a person can look at it in the export",
+            ),
+        )
+    });
+    Ok(LapseEffects {
+        status: next,
+        decided,
+    })
+}
+
+/// How long an agent that got nothing should wait: until the next lease of
+/// the session may expire, between 1 and 30 seconds (5 without any lease).
+pub fn wait_seconds(next_expiry: Option<DateTime<Utc>>, now: DateTime<Utc>) -> u32 {
+    next_expiry
+        .map(|t| (t - now).num_seconds().max(1) as u32)
+        .unwrap_or(5)
+        .clamp(1, 30)
+}
+
+/// What the verifiers' decision sets: PASS with the gate as decider, or REVIEW.
+pub fn on_verified(
+    status: QuestStatus,
+    flagged: bool,
+) -> Result<(QuestStatus, Option<DecidedBy>), Refusal> {
+    let next = step(status, Transition::Verified { flagged })?;
+    let decided_by = (next.state == State::Pass).then_some(DecidedBy::Gate);
+    Ok((next, decided_by))
+}
+
+/// A reviewer's standing on a quest: it must be in REVIEW and not claimed by
+/// another reviewer whose claim is still alive.
+pub fn check_reviewable(
+    state: State,
+    claimed_by: Option<&str>,
+    claim_expires: Option<DateTime<Utc>>,
+    reviewer: &str,
+    now: DateTime<Utc>,
+) -> Result<(), Refusal> {
+    if state != State::Review {
+        return Err(Refusal::NotInReview(state));
+    }
+    match (claimed_by, claim_expires) {
+        (Some(by), Some(until)) if by != reviewer && until > now => Err(Refusal::ReviewClaimed {
+            by: by.to_owned(),
+            until,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// What a reviewer's decision sets: the new status, whether the accepted
+/// submission's receipt becomes the quest's, and who decided.
+pub fn on_review(
+    status: QuestStatus,
+    decision: Decision,
+    reviewer: &str,
+) -> Result<(QuestStatus, bool, DecidedBy), Refusal> {
+    let next = step(status, Transition::Reviewed(decision))?;
+    Ok((
+        next,
+        decision == Decision::Approve,
+        DecidedBy::Reviewer(reviewer.to_owned()),
+    ))
+}
+
+/// Which fact check a review-queue filter asks for: one check by name, or
+/// every check under a prefix (`l2:*`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CheckFilter {
+    Exact(String),
+    Prefix(String),
+}
+
+impl CheckFilter {
+    /// Reads `name` or `prefix*`.
+    pub fn parse(text: &str) -> Result<CheckFilter, Refusal> {
+        if text.is_empty() || text.len() > 200 {
+            return Err(Refusal::Illegal(
+                "check names a fact check, e.g. `l2:alpha` or `l2:*`".into(),
+            ));
+        }
+        Ok(match text.strip_suffix('*') {
+            Some(prefix) => CheckFilter::Prefix(prefix.to_owned()),
+            None => CheckFilter::Exact(text.to_owned()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(state: State, phase: Option<Phase>, tries: u32) -> QuestStatus {
+        QuestStatus {
+            state,
+            phase,
+            tries,
+            lapses: 0,
+        }
+    }
+
+    fn lease(token: Uuid, expires_in: i64, ended: Option<LeaseEnd>) -> (LeaseFacts, DateTime<Utc>) {
+        let now = Utc::now();
+        let facts = LeaseFacts {
+            id: Uuid::now_v7(),
+            quest_id: Uuid::now_v7(),
+            agent: AgentId::new(token, "bot"),
+            expires_at: now + chrono::Duration::seconds(expires_in),
+            ended,
+        };
+        (facts, now)
+    }
+
+    #[test]
+    fn only_the_holders_token_passes_the_hold_check_and_each_refusal_has_its_code() {
+        let token = Uuid::now_v7();
+        let (l, now) = lease(token, 60, None);
+        let leased = status(State::Todo, Some(Phase::Leased), 0);
+        assert_eq!(check_hold(leased, Some(l.id), Some(&l), l.id, token, now), Ok(()));
+        let code = |r: Result<(), Refusal>| r.unwrap_err().code();
+        assert_eq!(code(check_hold(leased, Some(l.id), Some(&l), l.id, Uuid::now_v7(), now)), "lease_lost");
+        assert_eq!(code(check_hold(leased, Some(Uuid::now_v7()), Some(&l), l.id, token, now)), "lease_lost");
+        assert_eq!(code(check_hold(leased, Some(l.id), None, l.id, token, now)), "lease_lost");
+        let pass = status(State::Pass, None, 0);
+        assert_eq!(code(check_hold(pass, None, Some(&l), l.id, token, now)), "quest_locked");
+        let verifying = status(State::Todo, Some(Phase::Verifying), 0);
+        assert_eq!(code(check_hold(verifying, None, Some(&l), l.id, token, now)), "quest_verifying");
+        let (expired, now) = lease(token, -1, None);
+        assert_eq!(
+            code(check_hold(leased, Some(expired.id), Some(&expired), expired.id, token, now)),
+            "lease_expired"
+        );
+        let checking = status(State::Todo, Some(Phase::Checking), 0);
+        assert_eq!(
+            check_hold(checking, Some(expired.id), Some(&expired), expired.id, token, now),
+            Ok(()),
+            "a lease under a running check does not expire"
+        );
+        let (swept, now) = lease(token, 60, Some(LeaseEnd::Expired));
+        assert_eq!(code(check_hold(leased, None, Some(&swept), swept.id, token, now)), "lease_expired");
+    }
+
+    #[test]
+    fn a_fail_keeps_the_lease_and_spots_a_repeat_while_a_pass_ends_it() {
+        let facts = vec![Fact::new("schema", "/email", "a string", "a number", "send a string")];
+        let limits = Limits { max_tries: 3, verify: false };
+        let before = Before {
+            status: status(State::Todo, Some(Phase::Leased), 1),
+            last_facts: &facts,
+            decided_before: true,
+        };
+        let fail = on_verdict(before, Verdict::Fail, &facts, limits).unwrap();
+        assert_eq!(fail.status, status(State::Todo, Some(Phase::Leased), 2));
+        assert_eq!(fail.lease, LeaseAfter::Renewed);
+        assert!(fail.repeated_failure && !fail.keeps_result);
+        let pass = on_verdict(before, Verdict::Pass, &[], limits).unwrap();
+        assert_eq!(pass.status.state, State::Pass);
+        assert_eq!(pass.lease, LeaseAfter::Ended(LeaseEnd::Decided));
+        assert!(pass.keeps_result && pass.keeps_receipt && !pass.repeated_failure);
+        assert_eq!(pass.decided_by, Some(DecidedBy::Gate));
+        let first = Before { decided_before: false, ..before };
+        assert!(!on_verdict(first, Verdict::Fail, &facts, limits).unwrap().repeated_failure);
+    }
+
+    #[test]
+    fn a_pass_in_a_verified_session_goes_to_the_verifiers_and_the_last_fail_ends_in_done() {
+        let verify = Limits { max_tries: 3, verify: true };
+        let checking = Before {
+            status: status(State::Todo, Some(Phase::Checking), 2),
+            last_facts: &[],
+            decided_before: true,
+        };
+        let pass = on_verdict(checking, Verdict::Pass, &[], verify).unwrap();
+        assert_eq!(pass.status.phase, Some(Phase::Verifying));
+        assert!(pass.asks_verifiers && pass.keeps_result && !pass.keeps_receipt);
+        assert_eq!(pass.decided_by, None);
+        let done = on_verdict(checking, Verdict::Fail, &[], verify).unwrap();
+        assert_eq!(done.status, status(State::Done, None, 3));
+        assert_eq!(done.decided_by, Some(DecidedBy::Limit));
+        assert!(!done.asks_verifiers);
+        let review = on_verdict(checking, Verdict::Review, &[], verify).unwrap();
+        assert_eq!(review.status.state, State::Review);
+        assert!(review.keeps_result && !review.asks_verifiers);
+    }
+
+    #[test]
+    fn a_verdict_on_a_quest_under_check_is_refused_when_it_comes_inline() {
+        let before = Before {
+            status: status(State::Todo, Some(Phase::Checking), 0),
+            last_facts: &[],
+            decided_before: false,
+        };
+        let limits = Limits { max_tries: 3, verify: false };
+        assert!(on_verdict(before, Verdict::Pass, &[], limits).is_ok(), "the runner's verdict");
+        let open = Before { status: status(State::Todo, Some(Phase::Open), 0), ..before };
+        assert_eq!(on_verdict(open, Verdict::Pass, &[], limits).unwrap_err().code(), "illegal_transition");
+    }
+
+    #[test]
+    fn the_last_lapse_ends_the_quest_with_a_fact_saying_so() {
+        let leased = QuestStatus { lapses: 2, ..status(State::Todo, Some(Phase::Leased), 0) };
+        let last = on_lapse(leased, 3).unwrap();
+        assert_eq!(last.status.state, State::Done);
+        let (by, fact) = last.decided.unwrap();
+        assert_eq!(by, DecidedBy::Limit);
+        assert_eq!((fact.check.as_str(), fact.actual.as_str()), ("lapses", "the lease expired 3 times"));
+        let early = on_lapse(QuestStatus { lapses: 0, ..leased }, 3).unwrap();
+        assert_eq!(early.status.phase, Some(Phase::Open));
+        assert!(early.decided.is_none());
+    }
+
+    #[test]
+    fn reviews_need_the_review_state_and_respect_a_live_claim() {
+        let now = Utc::now();
+        let later = now + chrono::Duration::seconds(60);
+        assert_eq!(check_reviewable(State::Review, None, None, "ana", now), Ok(()));
+        assert_eq!(check_reviewable(State::Review, Some("ana"), Some(later), "ana", now), Ok(()));
+        assert_eq!(
+            check_reviewable(State::Review, Some("bo"), Some(later), "ana", now).unwrap_err().code(),
+            "review_claimed"
+        );
+        assert_eq!(check_reviewable(State::Review, Some("bo"), Some(now), "ana", now), Ok(()), "an expired claim");
+        assert_eq!(check_reviewable(State::Pass, None, None, "ana", now).unwrap_err().code(), "not_in_review");
+        let (next, receipt, by) = on_review(status(State::Review, None, 1), Decision::Reject, "ana").unwrap();
+        assert_eq!((next.state, receipt, by.to_string()), (State::Done, false, "reviewer:ana".into()));
+    }
+
+    #[test]
+    fn an_agent_id_round_trips_through_its_text_and_wait_times_are_bounded() {
+        let agent = AgentId::new(Uuid::now_v7(), "bot/1");
+        assert_eq!(agent.to_string().parse::<AgentId>().unwrap(), agent);
+        assert!("no-slash".parse::<AgentId>().is_err());
+        let now = Utc::now();
+        assert_eq!(wait_seconds(None, now), 5);
+        assert_eq!(wait_seconds(Some(now + chrono::Duration::seconds(500)), now), 30);
+        assert_eq!(wait_seconds(Some(now - chrono::Duration::seconds(5)), now), 1);
+        assert_eq!(on_verified(status(State::Todo, Some(Phase::Verifying), 0), false).unwrap().1, Some(DecidedBy::Gate));
+    }
+}

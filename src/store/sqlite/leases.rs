@@ -1,0 +1,407 @@
+//! Leases: `next` (claims), heartbeats, releases and lapses, each kind a
+//! group of a few multi-row statements (see [`super::writer`]).
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::codec::*;
+use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
+use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts};
+use crate::domain::{EventKind, QuestStatus, Transition};
+use crate::store::{LeaseOutcome, LeaseRow, QuestRow, StoreError};
+
+/// `next`: the agent's held quest, or the first open one in upload order.
+pub struct Lease {
+    pub session: Uuid,
+    pub agent: AgentId,
+}
+
+/// A request on a held lease (heartbeat, release).
+pub struct Hold {
+    pub quest: Uuid,
+    pub lease: Uuid,
+    pub token: Uuid,
+}
+
+/// Extends a live lease by the session's lease time.
+pub struct Heartbeat(pub Hold);
+/// Gives a leased quest back, free of tries and lapses.
+pub struct Release(pub Hold);
+
+impl Ranked for Release {
+    const RANK: u8 = 1;
+}
+impl Ranked for Heartbeat {
+    const RANK: u8 = 2;
+}
+impl Ranked for Lease {
+    const RANK: u8 = 6;
+}
+
+impl Kind for Lease {
+    type Out = LeaseOutcome;
+    type Key = (Uuid, AgentId);
+    fn key(&self) -> Self::Key {
+        (self.session, self.agent.clone())
+    }
+    async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<LeaseOutcome> {
+        // Expired leases are reclaimed inside the claim: correctness needs no sweeper.
+        sweep(ctx).await?;
+        let mut out: Vec<Option<Result<LeaseOutcome, StoreError>>> =
+            (0..reqs.len()).map(|_| None).collect();
+        let wanted: Vec<Value> = reqs
+            .iter()
+            .map(|r| json!({"s": r.session.to_string(), "a": r.agent.to_string()}))
+            .collect();
+        let sql = format!(
+            "SELECT j.key AS i, q.*, {LEASE_PREFIXED} FROM json_each(?1) j
+             JOIN leases l INDEXED BY leases_live_by_agent
+               ON l.session_id = j.value->>'s' AND l.agent = j.value->>'a' AND l.ended_at IS NULL
+             JOIN quests q ON q.id = l.quest_id"
+        );
+        for row in ctx
+            .rows(sqlx::query(sqlx::AssertSqlSafe(sql)).bind(json(&wanted)))
+            .await?
+        {
+            let i = row.int("i")? as usize;
+            let lease = prefixed_lease(&row)?.ok_or_else(|| corrupt("held lease"))?;
+            out[i] = Some(Ok(LeaseOutcome::Assigned {
+                quest: quest_row(&row)?,
+                lease: lease_of(&lease),
+            }));
+        }
+        let mut sessions: Vec<Uuid> = Vec::new();
+        for (i, r) in reqs.iter().enumerate() {
+            if out[i].is_none() && !sessions.contains(&r.session) {
+                sessions.push(r.session);
+            }
+        }
+        for session in sessions {
+            let idle: Vec<usize> = (0..reqs.len())
+                .filter(|&i| out[i].is_none() && reqs[i].session == session)
+                .collect();
+            for (i, outcome) in claim(ctx, session, &idle, reqs).await? {
+                out[i] = Some(outcome);
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|o| o.unwrap_or(Err(StoreError::Unavailable)))
+            .collect())
+    }
+}
+
+/// Claims up to one open quest for each of `idle` (agents of `session` that
+/// hold nothing), in one statement; the rest are told to wait or that the
+/// session is finished.
+async fn claim(
+    ctx: &mut WriteCtx,
+    session: Uuid,
+    idle: &[usize],
+    reqs: &[Lease],
+) -> Result<Vec<(usize, Result<LeaseOutcome, StoreError>)>, GroupError> {
+    let s = match ctx.session(session).await {
+        Ok(s) => s,
+        Err(StoreError::NotFound(what)) => {
+            return Ok(idle.iter().map(|&i| (i, Err(StoreError::NotFound(what)))).collect());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let leased = work::step(QuestStatus::new(), Transition::Lease)
+        .map_err(|e| GroupError::Refused(StoreError::Corrupt(e.to_string())))?;
+    let ids: Vec<Uuid> = idle.iter().map(|_| Uuid::now_v7()).collect();
+    let wanted: Vec<Value> = ids.iter().map(|id| json!({"l": id.to_string()})).collect();
+    let claimed = ctx
+        .rows(
+            sqlx::query(
+                "UPDATE quests SET phase = ?3, lease_id = w.value->>'l', updated_at = ?4
+                 FROM (SELECT row_number() OVER (ORDER BY row_index) - 1 AS n, id FROM (
+                         SELECT id, row_index FROM quests INDEXED BY quests_open
+                         WHERE session_id = ?1 AND phase = 'open' ORDER BY row_index LIMIT ?5)) c
+                 JOIN json_each(?2) w ON w.key = c.n
+                 WHERE quests.id = c.id
+                 RETURNING *",
+            )
+            .bind(session.to_string())
+            .bind(json(&wanted))
+            .bind(leased.phase.map(|p| p.as_str()))
+            .bind(ts(ctx.now))
+            .bind(idle.len() as i64),
+        )
+        .await?;
+    let expires_at = ctx.now + chrono::Duration::seconds(s.config.lease_seconds as i64);
+    let mut out = Vec::with_capacity(idle.len());
+    let mut rows = Vec::with_capacity(claimed.len());
+    for row in &claimed {
+        let quest = quest_row(row)?;
+        let lease_id = quest.lease_id.ok_or_else(|| corrupt("claimed quest without its lease"))?;
+        let n = ids.iter().position(|id| *id == lease_id).ok_or_else(|| corrupt("claim"))?;
+        let lease = LeaseRow {
+            id: lease_id,
+            quest_id: quest.id,
+            agent: reqs[idle[n]].agent.clone(),
+            expires_at,
+        };
+        rows.push(json!({"id": lease.id.to_string(), "q": quest.id.to_string(), "a": lease.agent.to_string()}));
+        ctx.moved(EventKind::Leased, &quest, QuestStatus::new(), None);
+        out.push((idle[n], Ok(LeaseOutcome::Assigned { quest, lease })));
+    }
+    if !rows.is_empty() {
+        let inserted = ctx
+            .exec(
+                sqlx::query(
+                    "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at)
+                     SELECT j.value->>'id', j.value->>'q', ?1, j.value->>'a', ?2, ?3 FROM json_each(?4) j",
+                )
+                .bind(session.to_string())
+                .bind(ts(ctx.now))
+                .bind(ts(expires_at))
+                .bind(json(&rows)),
+            )
+            .await?;
+        expect_rows("the new leases", inserted, rows.len())?;
+    }
+    if out.len() < idle.len() {
+        let row = ctx
+            .row(
+                sqlx::query(
+                    "SELECT (SELECT MIN(expires_at) FROM leases WHERE session_id = ?1 AND ended_at IS NULL) AS next_expiry,
+                            EXISTS (SELECT 1 FROM quests WHERE session_id = ?1 AND state = 'TODO') AS todo",
+                )
+                .bind(session.to_string()),
+            )
+            .await?
+            .ok_or_else(|| corrupt("wait"))?;
+        let next_expiry = opt(row.opt_str("next_expiry")?, parse_ts)?;
+        let outcome = if row.int("todo")? == 0 {
+            LeaseOutcome::Finished
+        } else {
+            LeaseOutcome::Wait {
+                retry_after_seconds: work::wait_seconds(next_expiry, ctx.now),
+            }
+        };
+        for &i in &idle[out.len()..] {
+            out.push((i, Ok(outcome.clone())));
+        }
+    }
+    Ok(out)
+}
+
+fn corrupt(what: &str) -> GroupError {
+    GroupError::Refused(StoreError::Corrupt(format!("inconsistent rows in {what}")))
+}
+
+/// The quests and leases that hold requests name, in request order
+/// (`None`: no such quest).
+async fn read_holds(
+    ctx: &mut WriteCtx,
+    holds: impl Iterator<Item = &Hold>,
+) -> Result<Vec<Option<(QuestRow, Option<LeaseFacts>)>>, GroupError> {
+    let wanted: Vec<Value> = holds
+        .map(|h| json!({"q": h.quest.to_string(), "l": h.lease.to_string()}))
+        .collect();
+    let sql = format!(
+        "SELECT j.key AS i, q.*, {LEASE_PREFIXED} FROM json_each(?1) j
+         JOIN quests q ON q.id = j.value->>'q'
+         LEFT JOIN leases l ON l.id = j.value->>'l' AND l.quest_id = q.id"
+    );
+    let mut out = vec![None; wanted.len()];
+    for row in ctx
+        .rows(sqlx::query(sqlx::AssertSqlSafe(sql)).bind(json(&wanted)))
+        .await?
+    {
+        let i = row.int("i")? as usize;
+        out[i] = Some((quest_row(&row)?, prefixed_lease(&row)?));
+    }
+    Ok(out)
+}
+
+/// Reads what the hold requests name and checks each hold: the held quests
+/// and leases, or why not.
+async fn held<'r>(
+    ctx: &mut WriteCtx,
+    holds: impl Iterator<Item = &'r Hold> + Clone,
+) -> Result<Vec<Result<(QuestRow, LeaseFacts), StoreError>>, GroupError> {
+    let read = read_holds(ctx, holds.clone()).await?;
+    Ok(read
+        .into_iter()
+        .zip(holds)
+        .map(|(found, h)| {
+            let (quest, lease) = found.ok_or(StoreError::NotFound("quest"))?;
+            work::check_hold(status_of(&quest), quest.lease_id, lease.as_ref(), h.lease, h.token, ctx.now)?;
+            Ok((quest, lease.ok_or(StoreError::NotFound("lease"))?))
+        })
+        .collect())
+}
+
+impl Kind for Heartbeat {
+    type Out = LeaseRow;
+    type Key = Uuid;
+    fn key(&self) -> Uuid {
+        self.0.quest
+    }
+    async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<LeaseRow> {
+        let mut out = Vec::with_capacity(reqs.len());
+        let mut renewed = Vec::new();
+        for found in held(ctx, reqs.iter().map(|r| &r.0)).await? {
+            out.push(match found {
+                Ok((quest, lease)) => match ctx.session(quest.session_id).await {
+                    Ok(s) => {
+                        let mut lease = lease_of(&lease);
+                        lease.expires_at =
+                            ctx.now + chrono::Duration::seconds(s.config.lease_seconds as i64);
+                        renewed.push((lease.id, lease.expires_at));
+                        Ok(lease)
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            });
+        }
+        renew_leases(ctx, &renewed).await?;
+        Ok(out)
+    }
+}
+
+impl Kind for Release {
+    type Out = ();
+    type Key = Uuid;
+    fn key(&self) -> Uuid {
+        self.0.quest
+    }
+    async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<()> {
+        let mut out = Vec::with_capacity(reqs.len());
+        let (mut quests, mut ended) = (Vec::new(), Vec::new());
+        for found in held(ctx, reqs.iter().map(|r| &r.0)).await? {
+            let released = found.and_then(|(mut quest, lease)| {
+                let before = status_of(&quest);
+                let next = work::check_release(before)?;
+                set_status(&mut quest, next);
+                quest.lease_id = None;
+                quest.updated_at = ctx.now;
+                Ok((quest, before, lease.id))
+            });
+            out.push(match released {
+                Ok((quest, before, lease)) => {
+                    ctx.moved(EventKind::Released, &quest, before, None);
+                    quests.push(quest);
+                    ended.push((lease, LeaseEnd::Released));
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            });
+        }
+        save_quests(ctx, &quests).await?;
+        end_leases(ctx, &ended).await?;
+        Ok(out)
+    }
+}
+
+/// Returns every expired lease to `open`, or ends its quest in DONE after
+/// `max_lapses`; the number of leases swept.
+pub async fn sweep(ctx: &mut WriteCtx) -> Result<u64, GroupError> {
+    let sql = format!(
+        // Driven by the partial index of live leases by expiry; quests by primary key.
+        "SELECT q.*, {LEASE_PREFIXED}, s.max_lapses FROM leases l INDEXED BY leases_live_by_expiry
+         JOIN quests q ON q.id = l.quest_id AND q.lease_id = l.id AND q.phase = 'leased'
+         JOIN sessions s ON s.id = q.session_id
+         WHERE l.ended_at IS NULL AND l.expires_at <= ?1"
+    );
+    let rows = ctx
+        .rows(sqlx::query(sqlx::AssertSqlSafe(sql)).bind(ts(ctx.now)))
+        .await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
+    let (mut quests, mut ended) = (Vec::new(), Vec::new());
+    for row in &rows {
+        let mut quest = quest_row(row)?;
+        let lease = prefixed_lease(row)?.ok_or_else(|| corrupt("an expired lease"))?;
+        let before = status_of(&quest);
+        let lapse = work::on_lapse(before, row.int("max_lapses")? as u32)
+            .map_err(|e| GroupError::Refused(e.into()))?;
+        set_status(&mut quest, lapse.status);
+        if let Some((by, fact)) = lapse.decided {
+            quest.decided_by = Some(by.to_string());
+            quest.last_facts = vec![fact];
+        }
+        quest.lease_id = None;
+        quest.updated_at = ctx.now;
+        ctx.moved(EventKind::Lapsed, &quest, before, None);
+        quests.push(quest);
+        ended.push((lease.id, LeaseEnd::Expired));
+    }
+    save_quests(ctx, &quests).await?;
+    end_leases(ctx, &ended).await?;
+    Ok(rows.len() as u64)
+}
+
+/// Writes every changeable column of these quests, in one statement.
+pub async fn save_quests(ctx: &mut WriteCtx, quests: &[QuestRow]) -> Result<(), GroupError> {
+    if quests.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Value> = quests.iter().map(quest_patch).collect();
+    let touched = ctx
+        .exec(
+            sqlx::query(
+                "UPDATE quests SET state = j.value->>'state', phase = j.value->>'phase',
+                   tries = j.value->>'tries', lapses = j.value->>'lapses', lease_id = j.value->>'lease_id',
+                   last_facts = j.value->>'last_facts', result = j.value->>'result',
+                   submission_id = j.value->>'submission_id', receipt = j.value->>'receipt',
+                   decided_by = j.value->>'decided_by', review_claimed_by = j.value->>'review_claimed_by',
+                   review_claim_expires_at = j.value->>'review_claim_expires_at',
+                   repeated_failure = j.value->>'repeated_failure', updated_at = j.value->>'updated_at'
+                 FROM json_each(?1) j WHERE quests.id = j.value->>'id'",
+            )
+            .bind(json(&rows)),
+        )
+        .await?;
+    expect_rows("the quest update", touched, quests.len())
+}
+
+/// Ends live leases, each for its reason.
+pub async fn end_leases(ctx: &mut WriteCtx, leases: &[(Uuid, LeaseEnd)]) -> Result<(), GroupError> {
+    if leases.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Value> = leases
+        .iter()
+        .map(|(id, end)| json!({"id": id.to_string(), "r": end.as_str()}))
+        .collect();
+    let touched = ctx
+        .exec(
+            sqlx::query(
+                "UPDATE leases SET ended_at = ?1, end_reason = j.value->>'r'
+                 FROM json_each(?2) j WHERE leases.id = j.value->>'id' AND leases.ended_at IS NULL",
+            )
+            .bind(ts(ctx.now))
+            .bind(json(&rows)),
+        )
+        .await?;
+    expect_rows("the ended leases", touched, leases.len())
+}
+
+/// Moves the expiry of live leases.
+pub async fn renew_leases(
+    ctx: &mut WriteCtx,
+    leases: &[(Uuid, chrono::DateTime<chrono::Utc>)],
+) -> Result<(), GroupError> {
+    if leases.is_empty() {
+        return Ok(());
+    }
+    let rows: Vec<Value> = leases
+        .iter()
+        .map(|(id, until)| json!({"id": id.to_string(), "e": ts(*until)}))
+        .collect();
+    let touched = ctx
+        .exec(
+            sqlx::query(
+                "UPDATE leases SET expires_at = j.value->>'e'
+                 FROM json_each(?1) j WHERE leases.id = j.value->>'id' AND leases.ended_at IS NULL",
+            )
+            .bind(json(&rows)),
+        )
+        .await?;
+    expect_rows("the renewed leases", touched, leases.len())
+}

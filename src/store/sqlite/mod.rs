@@ -1,0 +1,452 @@
+//! The embedded SQLite store (WAL, `synchronous=FULL`).
+//!
+//! - [`writer`]: the single owner of the write connection, which groups the
+//!   queued writes of many requests into one durable commit;
+//! - [`leases`] and [`verdicts`]: the agents' loop as grouped writes;
+//! - [`verify`] and [`sessions`]: the rare writes (L2 answers, reviews, scans, tokens);
+//! - [`reads`]: every read, on a pool of read-only connections;
+//! - [`codec`]: how rows are encoded and decoded;
+//! - [`console`]: the web console's browser sessions and the reads of its pages.
+//!
+//! The live counts of every session are kept in memory by the writer from
+//! what it commits, so `status` and `remaining` read no table.
+
+mod codec;
+mod console;
+mod leases;
+mod reads;
+mod sessions;
+mod verdicts;
+mod verify;
+mod writer;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::future::BoxFuture;
+pub use sqlx::sqlite::SqliteConnectOptions;
+use sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{ConnectOptions, SqlitePool};
+use tokio::sync::{broadcast, mpsc, oneshot};
+use uuid::Uuid;
+
+use super::*;
+use crate::domain::{Clock, QuestEvent};
+use leases::{Heartbeat, Hold, Lease, Release};
+use verdicts::{Decide, Submit};
+use writer::{Counters, Finish, GroupError, Kind, Op, Ranked, Request, Single, WriteCtx, Writer};
+
+pub use writer::MAX_BATCH;
+
+/// The SQLite implementation of [`Store`].
+#[derive(Clone)]
+pub struct SqliteStore {
+    path: std::path::PathBuf,
+    read: SqlitePool,
+    queue: mpsc::Sender<Op>,
+    clock: Arc<dyn Clock>,
+    counters: Arc<Counters>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore").finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file, runs the migrations and
+    /// starts the writer task. Events of committed writes go to `events`.
+    pub async fn open(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        events: broadcast::Sender<QuestEvent>,
+    ) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_tuned(path, clock, events, |o| o).await
+    }
+
+    /// [`SqliteStore::open`] with the connection options changed by `tune`
+    /// (tests use it to give the database a size limit).
+    pub async fn open_tuned(
+        path: &Path,
+        clock: Arc<dyn Clock>,
+        events: broadcast::Sender<QuestEvent>,
+        tune: impl FnOnce(SqliteConnectOptions) -> SqliteConnectOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            // FULL: a commit is on disk before any caller hears of it.
+            .synchronous(SqliteSynchronous::Full)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true)
+            // After the WAL is restarted, its file shrinks back to this size.
+            .pragma("journal_size_limit", (64 * 1024 * 1024).to_string())
+            .disable_statement_logging();
+        let options = tune(options);
+        let mut conn = options.connect().await?;
+        sqlx::migrate!("./migrations/sqlite").run(&mut conn).await?;
+        let read = SqlitePoolOptions::new()
+            .max_connections(8)
+            .connect_with(options.clone().read_only(true))
+            .await?;
+        let counters = Arc::new(Counters::new(reads::all_counts(&read).await?));
+        let (queue, rx) = mpsc::channel(4 * MAX_BATCH);
+        let writer = Writer {
+            ctx: WriteCtx::new(conn, clock.now()),
+            options,
+            events,
+            clock: clock.clone(),
+            counters: counters.clone(),
+            runners: vec![
+                (Release::RANK, writer::run_kind::<Release>),
+                (Heartbeat::RANK, writer::run_kind::<Heartbeat>),
+                (Decide::RANK, writer::run_kind::<Decide>),
+                (Submit::RANK, writer::run_kind::<Submit>),
+                (Lease::RANK, writer::run_kind::<Lease>),
+            ],
+            since_checkpoint: 0,
+        };
+        tokio::spawn(writer::run(writer, rx));
+        Ok(SqliteStore {
+            path: path.to_owned(),
+            read,
+            queue,
+            clock,
+            counters,
+        })
+    }
+
+    /// Queues a grouped request and waits for its answer after commit.
+    async fn group<K: Kind + Ranked>(&self, req: K) -> Result<K::Out, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.queue
+            .send(Op::Group(Box::new(Request { req, reply })))
+            .await
+            .map_err(|_| StoreError::Unavailable)?;
+        answer.await.map_err(|_| StoreError::Unavailable)?
+    }
+
+    /// Runs `op` alone inside the next batch and returns its result once the
+    /// batch's commit is durable.
+    async fn single<T, F>(&self, op: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(&'c mut WriteCtx) -> BoxFuture<'c, Result<T, StoreError>>
+            + Send
+            + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let job: Single = Box::new(move |ctx| {
+            Box::pin(async move {
+                let result = op(ctx).await;
+                let outcome = match &result {
+                    Ok(_) => Ok(()),
+                    Err(StoreError::Database(e)) if !writer::is_refusal(e) => {
+                        Err(GroupError::Fatal(e.to_string()))
+                    }
+                    Err(StoreError::Unavailable) => Err(GroupError::Fatal("unavailable".into())),
+                    Err(_) => Err(GroupError::Refused(StoreError::Unavailable)),
+                };
+                let finish: Finish = Box::new(move |committed| {
+                    let _ = reply.send(match committed {
+                        Some(_) => result,
+                        None => Err(StoreError::Unavailable),
+                    });
+                });
+                (outcome, finish)
+            })
+        });
+        self.queue
+            .send(Op::Single(job))
+            .await
+            .map_err(|_| StoreError::Unavailable)?;
+        answer.await.map_err(|_| StoreError::Unavailable)?
+    }
+
+    fn counts(&self, session: Uuid) -> Counts {
+        self.counters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&session)
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// Runs a closure alone on the writer: `single!(self, |ctx| body)`.
+macro_rules! single {
+    ($store:expr, |$ctx:ident| $body:expr) => {
+        $store
+            .single(move |$ctx: &mut WriteCtx| Box::pin(async move { $body }))
+            .await
+    };
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.read).await?;
+        // A server whose writer is gone cannot write; asking it would queue
+        // a job behind every write of the moment.
+        if self.queue.is_closed() {
+            return Err(StoreError::Unavailable);
+        }
+        Ok(())
+    }
+
+    async fn backup(&self) -> Result<Backup, StoreError> {
+        // Next to the database, on its disk: a copy can be as large as the original.
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let scratch = tempfile::Builder::new()
+            .prefix(".backup-")
+            .tempdir_in(dir)
+            .map_err(|e| StoreError::Corrupt(format!("no room for a backup: {e}")))?;
+        let backup = Backup::new(scratch, "quest.db");
+        // VACUUM INTO reads one snapshot on a read connection: the writer goes on.
+        sqlx::query("VACUUM INTO ?")
+            .bind(backup.path.to_string_lossy().into_owned())
+            .execute(&self.read)
+            .await?;
+        Ok(backup)
+    }
+
+    async fn create_session(&self, session: NewSession) -> Result<SessionRow, StoreError> {
+        let id = single!(self, |ctx| sessions::create_session(ctx, session).await)?;
+        self.get_session(id).await
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
+        reads::list_sessions(&self.read).await
+    }
+
+    async fn get_session(&self, id: Uuid) -> Result<SessionRow, StoreError> {
+        reads::get_session(&self.read, id).await
+    }
+
+    async fn session_source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), StoreError> {
+        reads::session_source(&self.read, id).await
+    }
+
+    async fn session_status(&self, id: Uuid) -> Result<SessionStatus, StoreError> {
+        reads::session_status(&self.read, id, self.counts(id), self.clock.now()).await
+    }
+
+    async fn lease_next(
+        &self,
+        session: Uuid,
+        agent: &AgentId,
+    ) -> Result<LeaseOutcome, StoreError> {
+        let agent = agent.clone();
+        self.group(Lease { session, agent }).await
+    }
+
+    async fn heartbeat(&self, quest: Uuid, lease: Uuid, token: Uuid) -> Result<LeaseRow, StoreError> {
+        self.group(Heartbeat(Hold { quest, lease, token })).await
+    }
+
+    async fn release(&self, quest: Uuid, lease: Uuid, token: Uuid) -> Result<(), StoreError> {
+        self.group(Release(Hold { quest, lease, token })).await
+    }
+
+    async fn sweep_expired(&self) -> Result<u64, StoreError> {
+        single!(self, |ctx| leases::sweep(ctx).await.map_err(|e| match e {
+            GroupError::Refused(e) => e,
+            GroupError::Fatal(_) => StoreError::Unavailable,
+        }))
+    }
+
+    async fn submit(
+        &self,
+        new: NewSubmission,
+        decision: Option<GateDecision>,
+    ) -> Result<SubmitOutcome, StoreError> {
+        self.group(Submit { new, decision }).await
+    }
+
+    async fn apply_verdict(
+        &self,
+        submission: Uuid,
+        decision: GateDecision,
+    ) -> Result<Decided, StoreError> {
+        self.group(Decide { submission, decision }).await
+    }
+
+    async fn pending_submissions(&self) -> Result<Vec<Uuid>, StoreError> {
+        reads::pending_submissions(&self.read).await
+    }
+
+    async fn gate_job(&self, submission_id: Uuid) -> Result<GateJob, StoreError> {
+        reads::gate_job(&self.read, submission_id).await
+    }
+
+    async fn get_submission(&self, id: Uuid) -> Result<SubmissionRow, StoreError> {
+        reads::get_submission(&self.read, id).await
+    }
+
+    async fn result_holders(
+        &self,
+        session_id: Uuid,
+        except: Uuid,
+        field: &str,
+        value: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        reads::result_holders(&self.read, session_id, except, field, value, limit).await
+    }
+
+    async fn submission_view(&self, id: Uuid) -> Result<SubmissionView, StoreError> {
+        reads::submission_view(&self.read, id, |s| self.counts(s).remaining()).await
+    }
+
+    async fn pending_l2_jobs(&self) -> Result<Vec<Uuid>, StoreError> {
+        reads::pending_l2_jobs(&self.read).await
+    }
+
+    async fn l2_job(&self, id: Uuid) -> Result<L2Job, StoreError> {
+        reads::l2_job(&self.read, id).await
+    }
+
+    async fn record_l2_answer(&self, answer: NewL2Answer) -> Result<L2Recorded, StoreError> {
+        single!(self, |ctx| verify::record_l2_answer(ctx, answer).await)
+    }
+
+    async fn l2_answers(&self, quest_id: Uuid) -> Result<Vec<L2AnswerRow>, StoreError> {
+        reads::l2_answers(&self.read, quest_id).await
+    }
+
+    async fn get_quest(&self, id: Uuid) -> Result<QuestRow, StoreError> {
+        reads::get_quest(&self.read, id).await
+    }
+
+    async fn quest_history(
+        &self,
+        id: Uuid,
+    ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError> {
+        reads::quest_history(&self.read, id).await
+    }
+
+    async fn review_queue(
+        &self,
+        session_id: Option<Uuid>,
+        check: Option<&CheckFilter>,
+        limit: u32,
+    ) -> Result<Vec<QuestRow>, StoreError> {
+        reads::review_queue(&self.read, session_id, check, limit).await
+    }
+
+    async fn claim_review(
+        &self,
+        quest_id: Uuid,
+        reviewer: &str,
+        seconds: u32,
+    ) -> Result<QuestRow, StoreError> {
+        let reviewer = reviewer.to_owned();
+        single!(self, |ctx| verify::claim_review(ctx, quest_id, reviewer, seconds).await)
+    }
+
+    async fn release_review(&self, quest_id: Uuid, reviewer: &str) -> Result<(), StoreError> {
+        let reviewer = reviewer.to_owned();
+        single!(self, |ctx| verify::release_review(ctx, quest_id, reviewer).await)
+    }
+
+    async fn decide_review(
+        &self,
+        quest_id: Uuid,
+        reviewer: &str,
+        decision: Decision,
+        note: &str,
+    ) -> Result<QuestRow, StoreError> {
+        let (reviewer, note) = (reviewer.to_owned(), note.to_owned());
+        single!(self, |ctx| verify::decide_review(ctx, quest_id, reviewer, decision, note).await)
+    }
+
+    async fn result_fields(&self, session_id: Uuid) -> Result<Vec<String>, StoreError> {
+        reads::result_fields(&self.read, session_id).await
+    }
+
+    async fn export_page(
+        &self,
+        session_id: Uuid,
+        after_row: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<ExportRow>, StoreError> {
+        reads::export_page(&self.read, session_id, after_row, limit).await
+    }
+
+    async fn create_token(&self, name: &str, role: Role, hash: &str) -> Result<TokenRow, StoreError> {
+        let (name, hash) = (name.to_owned(), hash.to_owned());
+        single!(self, |ctx| sessions::create_token(ctx, name, role, hash).await)
+    }
+
+    async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
+        let (name, hash) = (name.to_owned(), hash.to_owned());
+        single!(self, |ctx| sessions::ensure_token(ctx, name, role, hash).await)
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+        reads::list_tokens(&self.read).await
+    }
+
+    async fn revoke_token(&self, id: Uuid) -> Result<TokenRow, StoreError> {
+        single!(self, |ctx| sessions::revoke_token(ctx, id).await)
+    }
+
+    async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
+        reads::find_token(&self.read, hash).await
+    }
+
+    async fn create_browser_session(
+        &self,
+        hash: &str,
+        token_id: Uuid,
+        csrf: &str,
+        seconds: u32,
+    ) -> Result<BrowserSessionRow, StoreError> {
+        let (hash, csrf) = (hash.to_owned(), csrf.to_owned());
+        single!(self, |ctx| console::create_browser_session(ctx, hash, token_id, csrf, seconds).await)
+    }
+
+    async fn find_browser_session(
+        &self,
+        hash: &str,
+    ) -> Result<Option<BrowserSessionRow>, StoreError> {
+        console::find_browser_session(&self.read, self.clock.now(), hash).await
+    }
+
+    async fn end_browser_session(&self, hash: &str) -> Result<(), StoreError> {
+        let hash = hash.to_owned();
+        single!(self, |ctx| console::end_browser_session(ctx, hash).await)
+    }
+
+    async fn agent_stats(&self, session_id: Uuid) -> Result<Vec<AgentStatsRow>, StoreError> {
+        console::agent_stats(&self.read, session_id).await
+    }
+
+    async fn failing_checks(
+        &self,
+        session_id: Uuid,
+        limit: u32,
+    ) -> Result<Vec<FailingCheckRow>, StoreError> {
+        console::failing_checks(&self.read, session_id, limit).await
+    }
+
+    async fn throughput(&self, session_id: Uuid, minutes: u32) -> Result<Throughput, StoreError> {
+        console::throughput(&self.read, self.clock.now(), session_id, minutes).await
+    }
+
+    async fn quest_page(
+        &self,
+        session_id: Uuid,
+        query: &QuestQuery,
+    ) -> Result<QuestPage, StoreError> {
+        console::quest_page(&self.read, session_id, query).await
+    }
+
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
+    }
+}

@@ -1,0 +1,454 @@
+//! Submissions and verdicts: a submit records a result (PENDING, or with the
+//! verdict of a gate that ran in the request), and the gate runner's verdict
+//! decides a PENDING one. Each kind is one group of multi-row statements.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use super::codec::*;
+use super::leases::{end_leases, renew_leases, save_quests};
+use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
+use crate::domain::work::{self, Before, LeaseAfter, LeaseEnd, LeaseFacts, Limits};
+use crate::domain::{EventKind, Phase, SubmissionVerdict};
+use crate::store::{
+    Counts, Decided, GateDecision, LeaseRow, NewSubmission, QuestRow, SessionRow, StoreError,
+    SubmissionRow, SubmissionView, SubmitOutcome,
+};
+
+/// A result for a held quest, with the verdict when the gate already ran.
+pub struct Submit {
+    pub new: NewSubmission,
+    pub decision: Option<GateDecision>,
+}
+
+/// The gate runner's verdict on a PENDING submission.
+pub struct Decide {
+    pub submission: Uuid,
+    pub decision: GateDecision,
+}
+
+impl Ranked for Decide {
+    const RANK: u8 = 3;
+}
+impl Ranked for Submit {
+    const RANK: u8 = 4;
+}
+
+/// What one group writes, gathered so that each table gets one statement.
+#[derive(Default)]
+struct Writes {
+    new_submissions: Vec<Value>,
+    decided_submissions: Vec<Value>,
+    quests: Vec<QuestRow>,
+    ended: Vec<(Uuid, LeaseEnd)>,
+    renewed: Vec<(Uuid, chrono::DateTime<chrono::Utc>)>,
+    l2_jobs: Vec<Value>,
+}
+
+impl Writes {
+    async fn apply(self, ctx: &mut WriteCtx) -> Result<(), GroupError> {
+        // Submissions first: the triggers accept a verdict on a quest only
+        // with its decided submission in place.
+        if !self.new_submissions.is_empty() {
+            let n = ctx
+                .exec(
+                    sqlx::query(
+                        "INSERT INTO submissions (id, quest_id, session_id, lease_id, agent, result, result_hash,
+                           verdict, facts, evidence, gate, gate_version, receipt, state_after, tries_after,
+                           created_at, decided_at)
+                         SELECT j.value->>'id', j.value->>'quest_id', j.value->>'session_id', j.value->>'lease_id',
+                           j.value->>'agent', j.value->>'result', j.value->>'result_hash', j.value->>'verdict',
+                           j.value->>'facts', j.value->>'evidence', j.value->>'gate', j.value->>'gate_version',
+                           j.value->>'receipt', j.value->>'state_after', j.value->>'tries_after',
+                           j.value->>'created_at', j.value->>'decided_at'
+                         FROM json_each(?1) j",
+                    )
+                    .bind(json(&self.new_submissions)),
+                )
+                .await?;
+            expect_rows("the new submissions", n, self.new_submissions.len())?;
+        }
+        if !self.decided_submissions.is_empty() {
+            let n = ctx
+                .exec(
+                    sqlx::query(
+                        "UPDATE submissions SET verdict = j.value->>'verdict', facts = j.value->>'facts',
+                           evidence = j.value->>'evidence', gate = j.value->>'gate',
+                           gate_version = j.value->>'gate_version', receipt = j.value->>'receipt',
+                           state_after = j.value->>'state_after', tries_after = j.value->>'tries_after',
+                           decided_at = j.value->>'decided_at'
+                         FROM json_each(?1) j
+                         WHERE submissions.id = j.value->>'id' AND submissions.verdict = 'PENDING'",
+                    )
+                    .bind(json(&self.decided_submissions)),
+                )
+                .await?;
+            expect_rows("the decided submissions", n, self.decided_submissions.len())?;
+        }
+        save_quests(ctx, &self.quests).await?;
+        end_leases(ctx, &self.ended).await?;
+        renew_leases(ctx, &self.renewed).await?;
+        if !self.l2_jobs.is_empty() {
+            let n = ctx
+                .exec(
+                    sqlx::query(
+                        "INSERT INTO l2_jobs (id, submission_id, quest_id, session_id, verifier, question_index,
+                           question, flag_on, request, created_at)
+                         SELECT j.value->>'id', j.value->>'submission_id', j.value->>'quest_id',
+                           j.value->>'session_id', j.value->>'verifier', j.value->>'question_index',
+                           j.value->>'question', j.value->>'flag_on', j.value->>'request', ?1
+                         FROM json_each(?2) j",
+                    )
+                    .bind(ts(ctx.now))
+                    .bind(json(&self.l2_jobs)),
+                )
+                .await?;
+            expect_rows("the L2 jobs", n, self.l2_jobs.len())?;
+        }
+        Ok(())
+    }
+}
+
+fn submission_json(s: &SubmissionRow, result_hash: &str) -> Value {
+    json!({
+        "id": s.id.to_string(),
+        "quest_id": s.quest_id.to_string(),
+        "session_id": s.session_id.to_string(),
+        "lease_id": s.lease_id.to_string(),
+        "agent": s.agent.to_string(),
+        "result": json(&s.result),
+        "result_hash": result_hash,
+        "verdict": s.verdict.as_str(),
+        "facts": json(&s.facts),
+        "evidence": json(&s.evidence),
+        "gate": s.gate,
+        "gate_version": s.gate_version,
+        "receipt": s.receipt,
+        "state_after": s.state_after.map(|st| st.as_str()),
+        "tries_after": s.tries_after,
+        "created_at": ts(s.created_at),
+        "decided_at": s.decided_at.map(ts),
+    })
+}
+
+/// Applies `decision` to `quest` through `submission` (PENDING until now):
+/// fills in both rows and gathers their writes. Returns the lease the holder
+/// keeps, if any, and the L2 jobs created.
+fn decide(
+    ctx: &mut WriteCtx,
+    writes: &mut Writes,
+    session: &SessionRow,
+    quest: &mut QuestRow,
+    submission: &mut SubmissionRow,
+    lease: &LeaseFacts,
+    d: GateDecision,
+) -> Result<(Option<LeaseRow>, Vec<Uuid>), StoreError> {
+    let before = status_of(quest);
+    let verify = session.config.verify.as_ref();
+    let effects = work::on_verdict(
+        Before {
+            status: before,
+            last_facts: &quest.last_facts,
+            decided_before: quest.submission_id.is_some(),
+        },
+        d.verdict,
+        &d.facts,
+        Limits {
+            max_tries: session.config.max_tries,
+            verify: verify.is_some(),
+        },
+    )?;
+    submission.verdict = d.verdict.into();
+    submission.facts = d.facts.clone();
+    submission.evidence = d.evidence;
+    submission.gate = Some(d.gate);
+    submission.gate_version = Some(d.gate_version);
+    submission.receipt = Some(d.receipt);
+    submission.state_after = Some(effects.status.state);
+    submission.tries_after = Some(effects.status.tries);
+    submission.decided_at = Some(ctx.now);
+
+    set_status(quest, effects.status);
+    quest.last_facts = d.facts;
+    quest.result = effects.keeps_result.then(|| submission.result.clone());
+    quest.submission_id = Some(submission.id);
+    quest.receipt = if effects.keeps_receipt { submission.receipt.clone() } else { None };
+    quest.decided_by = effects.decided_by.map(|b| b.to_string());
+    quest.repeated_failure = effects.repeated_failure;
+    quest.updated_at = ctx.now;
+    let kept = match effects.lease {
+        LeaseAfter::Renewed => {
+            quest.lease_id = Some(lease.id);
+            let mut kept = lease_of(lease);
+            kept.expires_at = ctx.now + chrono::Duration::seconds(session.config.lease_seconds as i64);
+            writes.renewed.push((kept.id, kept.expires_at));
+            Some(kept)
+        }
+        LeaseAfter::Ended(end) => {
+            quest.lease_id = None;
+            writes.ended.push((lease.id, end));
+            None
+        }
+    };
+    let mut jobs = Vec::new();
+    if let (true, Some(verify)) = (effects.asks_verifiers, verify) {
+        let request = d.verify.ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "the PASS of submission {} came without what its verifiers may see",
+                submission.id
+            ))
+        })?;
+        let request = json(&request);
+        for (verifier, index, question) in verify.jobs() {
+            let id = Uuid::now_v7();
+            writes.l2_jobs.push(json!({
+                "id": id.to_string(),
+                "submission_id": submission.id.to_string(),
+                "quest_id": quest.id.to_string(),
+                "session_id": quest.session_id.to_string(),
+                "verifier": verifier,
+                "question_index": index,
+                "question": question.text,
+                "flag_on": question.flag_on.as_str(),
+                "request": request,
+            }));
+            jobs.push(id);
+        }
+    }
+    ctx.moved(EventKind::Decided, quest, before, Some(submission));
+    Ok((kept, jobs))
+}
+
+impl Kind for Submit {
+    type Out = SubmitOutcome;
+    type Key = Uuid;
+    fn key(&self) -> Uuid {
+        self.new.quest_id
+    }
+    async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<SubmitOutcome> {
+        let wanted: Vec<Value> = reqs
+            .iter()
+            .map(|r| json!({"q": r.new.quest_id.to_string(), "l": r.new.lease_id.to_string()}))
+            .collect();
+        let sql = format!(
+            "SELECT j.key AS i, q.*, {LEASE_PREFIXED},
+                    ls.id AS s_id, ls.lease_id AS s_lease, ls.result_hash AS s_hash, ls.agent AS s_agent
+             FROM json_each(?1) j
+             JOIN quests q ON q.id = j.value->>'q'
+             LEFT JOIN leases l ON l.id = j.value->>'l' AND l.quest_id = q.id
+             LEFT JOIN submissions ls ON ls.id = (
+                 SELECT id FROM submissions WHERE quest_id = q.id ORDER BY created_at DESC, id DESC LIMIT 1)"
+        );
+        let mut found = HashMap::new();
+        for row in ctx
+            .rows(sqlx::query(sqlx::AssertSqlSafe(sql)).bind(json(&wanted)))
+            .await?
+        {
+            let latest = match row.opt_str("s_id")? {
+                Some(id) => Some((
+                    uuid(&id)?,
+                    uuid(&row.str("s_lease")?)?,
+                    row.str("s_hash")?,
+                    agent_of(&row.str("s_agent")?)?,
+                )),
+                None => None,
+            };
+            found.insert(row.int("i")? as usize, (quest_row(&row)?, prefixed_lease(&row)?, latest));
+        }
+        let mut writes = Writes::default();
+        let mut out = Vec::with_capacity(reqs.len());
+        for (i, r) in reqs.iter().enumerate() {
+            let Some((quest, lease, latest)) = found.remove(&i) else {
+                out.push(Err(StoreError::NotFound("quest")));
+                continue;
+            };
+            let new = &r.new;
+            if let Some((id, lease_id, hash, agent)) = latest
+                && lease_id == new.lease_id
+                && hash == new.result_hash
+                && agent.belongs_to(new.token_id)
+            {
+                out.push(replayed(ctx, id, quest, lease).await);
+                continue;
+            }
+            out.push(record(ctx, &mut writes, r, quest, lease).await);
+        }
+        writes.apply(ctx).await?;
+        Ok(out)
+    }
+
+    fn finish(out: &mut SubmitOutcome, counts: &HashMap<Uuid, Counts>) {
+        let view = match out {
+            SubmitOutcome::Recorded { view, .. } | SubmitOutcome::Replayed(view) => view,
+        };
+        view.remaining = counts
+            .get(&view.quest.session_id)
+            .map_or(0, Counts::remaining);
+    }
+}
+
+/// The identical retry of the quest's latest submission: its record as it stands.
+async fn replayed(
+    ctx: &mut WriteCtx,
+    id: Uuid,
+    quest: QuestRow,
+    lease: Option<LeaseFacts>,
+) -> Result<SubmitOutcome, StoreError> {
+    let row = ctx
+        .row(sqlx::query("SELECT * FROM submissions WHERE id = ?").bind(id.to_string()))
+        .await?
+        .ok_or(StoreError::NotFound("submission"))?;
+    let session = ctx.session(quest.session_id).await?;
+    let lease = lease.filter(|l| l.ended.is_none() && quest.lease_id == Some(l.id));
+    Ok(SubmitOutcome::Replayed(SubmissionView {
+        submission: submission_row(&row)?,
+        max_tries: session.config.max_tries,
+        remaining: 0,
+        lease: lease.as_ref().map(lease_of),
+        quest,
+    }))
+}
+
+/// A new submission on a held lease: PENDING, or decided with its verdict.
+async fn record(
+    ctx: &mut WriteCtx,
+    writes: &mut Writes,
+    r: &Submit,
+    mut quest: QuestRow,
+    lease: Option<LeaseFacts>,
+) -> Result<SubmitOutcome, StoreError> {
+    let new = &r.new;
+    work::check_hold(status_of(&quest), quest.lease_id, lease.as_ref(), new.lease_id, new.token_id, ctx.now)?;
+    let lease = lease.ok_or(StoreError::NotFound("lease"))?;
+    let session = ctx.session(quest.session_id).await?;
+    let before = status_of(&quest);
+    let checking = work::check_submit(before)?;
+    let mut submission = SubmissionRow {
+        id: Uuid::now_v7(),
+        quest_id: quest.id,
+        session_id: quest.session_id,
+        lease_id: new.lease_id,
+        agent: lease.agent.clone(),
+        result: new.result.clone(),
+        verdict: SubmissionVerdict::Pending,
+        facts: Vec::new(),
+        evidence: Vec::new(),
+        gate: None,
+        gate_version: None,
+        receipt: None,
+        state_after: None,
+        tries_after: None,
+        created_at: ctx.now,
+        decided_at: None,
+    };
+    ctx.submitted(quest.session_id);
+    // Watchers see the same two steps whether the gate ran here or on the runner.
+    set_status(&mut quest, checking);
+    quest.updated_at = ctx.now;
+    ctx.moved(EventKind::Submitted, &quest, before, Some(&submission));
+    let (kept, l2_jobs) = match r.decision.clone() {
+        Some(d) => {
+            quest.lease_id = Some(lease.id);
+            decide(ctx, writes, &session, &mut quest, &mut submission, &lease, d)?
+        }
+        None => (Some(lease_of(&lease)), Vec::new()),
+    };
+    writes.new_submissions.push(submission_json(&submission, &new.result_hash));
+    writes.quests.push(quest.clone());
+    Ok(SubmitOutcome::Recorded {
+        view: SubmissionView {
+            submission,
+            quest,
+            max_tries: session.config.max_tries,
+            remaining: 0,
+            lease: kept,
+        },
+        l2_jobs,
+    })
+}
+
+impl Kind for Decide {
+    type Out = Decided;
+    type Key = Uuid;
+    fn key(&self) -> Uuid {
+        self.submission
+    }
+    async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<Decided> {
+        let ids: Vec<String> = reqs.iter().map(|r| r.submission.to_string()).collect();
+        let mut submissions = HashMap::new();
+        for row in ctx
+            .rows(
+                sqlx::query("SELECT s.* FROM json_each(?1) j JOIN submissions s ON s.id = j.value")
+                    .bind(json(&ids)),
+            )
+            .await?
+        {
+            let s = submission_row(&row)?;
+            submissions.insert(s.id, s);
+        }
+        let quest_ids: Vec<String> = submissions.values().map(|s| s.quest_id.to_string()).collect();
+        let sql = format!(
+            "SELECT q.*, {LEASE_PREFIXED} FROM json_each(?1) j JOIN quests q ON q.id = j.value
+             LEFT JOIN leases l ON l.id = q.lease_id"
+        );
+        let mut quests = HashMap::new();
+        for row in ctx
+            .rows(sqlx::query(sqlx::AssertSqlSafe(sql)).bind(json(&quest_ids)))
+            .await?
+        {
+            let q = quest_row(&row)?;
+            quests.insert(q.id, (q, prefixed_lease(&row)?));
+        }
+        let mut writes = Writes::default();
+        let mut out = Vec::with_capacity(reqs.len());
+        for r in reqs {
+            out.push(
+                decide_pending(ctx, &mut writes, r, &mut submissions, &mut quests).await,
+            );
+        }
+        writes.apply(ctx).await?;
+        Ok(out)
+    }
+}
+
+async fn decide_pending(
+    ctx: &mut WriteCtx,
+    writes: &mut Writes,
+    r: &Decide,
+    submissions: &mut HashMap<Uuid, SubmissionRow>,
+    quests: &mut HashMap<Uuid, (QuestRow, Option<LeaseFacts>)>,
+) -> Result<Decided, StoreError> {
+    let mut submission = submissions
+        .remove(&r.submission)
+        .ok_or(StoreError::NotFound("submission"))?;
+    let (mut quest, lease) = quests
+        .remove(&submission.quest_id)
+        .ok_or(StoreError::NotFound("quest"))?;
+    if submission.verdict != SubmissionVerdict::Pending {
+        return Ok(Decided {
+            submission,
+            quest,
+            l2_jobs: Vec::new(),
+        });
+    }
+    let lease = lease.filter(|l| quest.lease_id == Some(l.id) && l.id == submission.lease_id);
+    let (Some(lease), Some(Phase::Checking)) = (lease, quest.phase) else {
+        return Err(StoreError::Corrupt(format!(
+            "pending submission {} whose quest is not checking it",
+            submission.id
+        )));
+    };
+    let session = ctx.session(quest.session_id).await?;
+    let (_, l2_jobs) = decide(ctx, writes, &session, &mut quest, &mut submission, &lease, r.decision.clone())?;
+    writes
+        .decided_submissions
+        .push(submission_json(&submission, ""));
+    writes.quests.push(quest.clone());
+    Ok(Decided {
+        submission,
+        quest,
+        l2_jobs,
+    })
+}

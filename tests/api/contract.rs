@@ -1,0 +1,291 @@
+//! The store's contract, written once against `Arc<dyn Store>`: what every
+//! backend must do, driven directly (no HTTP). Each test runs on every
+//! backend [`backends`] opens; SQLite today.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use quest::domain::session::SessionConfig;
+use quest::domain::work::{AgentId, CheckFilter};
+use quest::domain::{Decision, EventKind, Fact, QuestEvent, Role, State, SystemClock, Verdict};
+use quest::store::{
+    GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError,
+    SubmitOutcome,
+};
+use serde_json::{Map, Value, json};
+use tokio::sync::broadcast;
+use uuid::Uuid;
+
+use crate::helpers::contact_config;
+
+/// A fresh store of one backend, its events, and what keeps it alive.
+struct Backend {
+    name: &'static str,
+    store: Arc<dyn Store>,
+    events: broadcast::Receiver<QuestEvent>,
+    _dir: tempfile::TempDir,
+}
+
+async fn backends() -> Vec<Backend> {
+    let dir = tempfile::tempdir().unwrap();
+    let (tx, events) = broadcast::channel(65_536);
+    let store = SqliteStore::open(&dir.path().join("q.db"), Arc::new(SystemClock), tx)
+        .await
+        .unwrap();
+    vec![Backend {
+        name: "sqlite",
+        store: Arc::new(store),
+        events,
+        _dir: dir,
+    }]
+}
+
+async fn session(store: &dyn Store, n: usize) -> Uuid {
+    let rows = (0..n)
+        .map(|i| {
+            let input: Map<String, Value> =
+                json!({"company": format!("c{i}")}).as_object().unwrap().clone();
+            (format!("c{i}"), input)
+        })
+        .collect();
+    store
+        .create_session(NewSession {
+            id: Uuid::now_v7(),
+            name: "s".into(),
+            key_column: "company".into(),
+            config: SessionConfig::parse(contact_config(3)).unwrap(),
+            columns: vec!["company".into()],
+            source_name: "s.jsonl".into(),
+            source_type: "application/x-ndjson".into(),
+            source: Vec::new(),
+            created_by: "admin".into(),
+            rows,
+        })
+        .await
+        .unwrap()
+        .id
+}
+
+fn decision(verdict: Verdict) -> GateDecision {
+    let facts = match verdict {
+        Verdict::Pass => vec![],
+        _ => vec![Fact::new("schema", "/email", "an address", "none", "send one")],
+    };
+    GateDecision {
+        verdict,
+        facts,
+        evidence: vec![],
+        gate: "schema".into(),
+        gate_version: "1".into(),
+        receipt: "sha256:0".into(),
+        verify: None,
+    }
+}
+
+fn result(quest: Uuid, lease: Uuid, token: Uuid, email: &str) -> NewSubmission {
+    let result = json!({"email": email});
+    NewSubmission {
+        quest_id: quest,
+        lease_id: lease,
+        token_id: token,
+        result_hash: quest::domain::receipt::digest(&result),
+        result,
+    }
+}
+
+fn code<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str {
+    match r {
+        Err(StoreError::Conflict { code, .. }) => code,
+        other => panic!("expected a conflict, got {other:?}"),
+    }
+}
+
+/// Leases for `agents` agents of `token` at once; returns `(quest, lease)` each.
+async fn lease_all(store: &dyn Store, session: Uuid, token: Uuid, agents: usize) -> Vec<(Uuid, Uuid)> {
+    let ids: Vec<AgentId> = (0..agents).map(|i| AgentId::new(token, format!("a{i}"))).collect();
+    join_all(ids.iter().map(|a| store.lease_next(session, a)))
+        .await
+        .into_iter()
+        .map(|o| match o.unwrap() {
+            LeaseOutcome::Assigned { quest, lease } => (quest.id, lease.id),
+            other => panic!("expected a quest, got {other:?}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn concurrent_claims_give_each_agent_its_own_quest_and_one_lease_per_session() {
+    for b in backends().await {
+        let store = b.store.as_ref();
+        let s = session(store, 100).await;
+        let token = Uuid::now_v7();
+        let first = lease_all(store, s, token, 40).await;
+        let mut quests: Vec<Uuid> = first.iter().map(|(q, _)| *q).collect();
+        quests.sort();
+        quests.dedup();
+        assert_eq!(quests.len(), 40, "{}: two agents got the same quest", b.name);
+        let again = lease_all(store, s, token, 40).await;
+        assert_eq!(first, again, "{}: an agent holds one lease per session", b.name);
+        let status = store.session_status(s).await.unwrap();
+        assert_eq!((status.counts.leased, status.counts.open), (40, 60), "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn a_stale_lease_among_many_good_submits_is_refused_alone() {
+    for b in backends().await {
+        let store = b.store.as_ref();
+        let s = session(store, 30).await;
+        let token = Uuid::now_v7();
+        let held = lease_all(store, s, token, 20).await;
+        let (stale_quest, stale_lease) = held[7];
+        store.release(stale_quest, stale_lease, token).await.unwrap();
+        let answers = join_all(held.iter().map(|(q, l)| {
+            store.submit(result(*q, *l, token, "a@b.test"), Some(decision(Verdict::Pass)))
+        }))
+        .await;
+        for (i, answer) in answers.into_iter().enumerate() {
+            if i == 7 {
+                assert_eq!(code(answer), "lease_lost", "{}", b.name);
+            } else {
+                let SubmitOutcome::Recorded { view, .. } = answer.unwrap() else { panic!("recorded") };
+                assert_eq!(view.quest.state, State::Pass, "{}", b.name);
+            }
+        }
+        let stale = store.get_quest(stale_quest).await.unwrap();
+        assert_eq!((stale.state, stale.submission_id), (State::Todo, None), "{}", b.name);
+        let c = store.session_status(s).await.unwrap().counts;
+        assert_eq!((c.pass, c.open, c.submissions, c.remaining()), (19, 11, 19, 11), "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn a_write_the_database_refuses_fails_only_its_own_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let store = SqliteStore::open(&path, Arc::new(SystemClock), broadcast::channel(8).0)
+        .await
+        .unwrap();
+    let s = session(&store, 20).await;
+    let token = Uuid::now_v7();
+    let held = lease_all(&store, s, token, 12).await;
+    let (guilty, _) = held[5];
+    // A rule only the database knows: the grouped statement that touches this
+    // quest is refused as a whole, and must not take the others down with it.
+    let mut raw = <sqlx::SqliteConnection as sqlx::Connection>::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TRIGGER test_refuses_one BEFORE UPDATE OF state ON quests WHEN NEW.id = '{guilty}'
+         BEGIN SELECT RAISE(ABORT, 'test: this quest may not be decided'); END"
+    )))
+    .execute(&mut raw)
+    .await
+    .unwrap();
+    let answers = join_all(held.iter().map(|(q, l)| {
+        store.submit(result(*q, *l, token, "a@b.test"), Some(decision(Verdict::Pass)))
+    }))
+    .await;
+    for (i, answer) in answers.into_iter().enumerate() {
+        if i == 5 {
+            assert_eq!(code(answer), "illegal_transition");
+        } else {
+            assert!(matches!(answer.unwrap(), SubmitOutcome::Recorded { .. }));
+        }
+    }
+    let q = store.get_quest(guilty).await.unwrap();
+    assert_eq!((q.state, q.submission_id), (State::Todo, None), "nothing of it half-applied");
+    let (subs, _) = store.quest_history(guilty).await.unwrap();
+    assert!(subs.is_empty(), "its submission was rolled back with it");
+    let c = store.session_status(s).await.unwrap().counts;
+    assert_eq!((c.pass, c.leased, c.submissions), (11, 1, 11));
+}
+
+#[tokio::test]
+async fn a_fail_keeps_the_lease_a_pass_locks_and_events_follow_every_commit() {
+    for mut b in backends().await {
+        let store = b.store.as_ref();
+        let s = session(store, 2).await;
+        let token = Uuid::now_v7();
+        let [(quest, lease)] = lease_all(store, s, token, 1).await[..] else { panic!() };
+        for attempt in ["nope", "still nope"] {
+            let SubmitOutcome::Recorded { view, .. } = store
+                .submit(result(quest, lease, token, attempt), Some(decision(Verdict::Fail)))
+                .await
+                .unwrap()
+            else {
+                panic!("recorded")
+            };
+            assert_eq!(view.lease.map(|l| l.id), Some(lease), "{}: the lease is kept", b.name);
+        }
+        let q = store.get_quest(quest).await.unwrap();
+        assert!(q.repeated_failure, "{}: the same facts twice are a doom loop", b.name);
+        let SubmitOutcome::Recorded { view, .. } = store
+            .submit(result(quest, lease, token, "a@b.test"), Some(decision(Verdict::Pass)))
+            .await
+            .unwrap()
+        else {
+            panic!("recorded")
+        };
+        assert_eq!((view.quest.state, view.quest.tries, view.remaining), (State::Pass, 2, 1));
+        assert_eq!(
+            code(store.submit(result(quest, lease, token, "x@b.test"), None).await),
+            "quest_locked",
+            "{}",
+            b.name
+        );
+        let SubmitOutcome::Replayed(same) = store
+            .submit(result(quest, lease, token, "a@b.test"), None)
+            .await
+            .unwrap()
+        else {
+            panic!("the identical retry of the deciding submission is a replay")
+        };
+        assert_eq!(same.submission.id, view.submission.id);
+        let mut kinds = Vec::new();
+        while let Ok(e) = b.events.try_recv() {
+            kinds.push(e.kind);
+        }
+        let decided = kinds.iter().filter(|k| **k == EventKind::Decided).count();
+        assert_eq!(decided, 3, "{}: one event per verdict, after commit: {kinds:?}", b.name);
+        assert_eq!(kinds.first(), Some(&EventKind::SessionCreated));
+    }
+}
+
+#[tokio::test]
+async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
+    for b in backends().await {
+        let store = b.store.as_ref();
+        let s = session(store, 1).await;
+        let token = Uuid::now_v7();
+        let [(quest, lease)] = lease_all(store, s, token, 1).await[..] else { panic!() };
+        store
+            .submit(result(quest, lease, token, "a@b.test"), Some(decision(Verdict::Review)))
+            .await
+            .unwrap();
+        let queue = store.review_queue(Some(s), Some(&CheckFilter::parse("schema").unwrap()), 10).await.unwrap();
+        assert_eq!(queue.iter().map(|q| q.id).collect::<Vec<_>>(), [quest], "{}", b.name);
+        store.claim_review(quest, "ana", 60).await.unwrap();
+        assert_eq!(code(store.claim_review(quest, "bo", 60).await), "review_claimed");
+        assert_eq!(code(store.decide_review(quest, "bo", Decision::Approve, "").await), "review_claimed");
+        let q = store.decide_review(quest, "ana", Decision::Approve, "checked").await.unwrap();
+        assert_eq!((q.state, q.decided_by.as_deref()), (State::Pass, Some("reviewer:ana")));
+        assert_eq!(q.receipt.as_deref(), Some("sha256:0"), "{}: approval keeps the receipt", b.name);
+        assert_eq!(code(store.decide_review(quest, "ana", Decision::Reject, "no").await), "not_in_review");
+        let c = store.session_status(s).await.unwrap().counts;
+        assert_eq!((c.pass, c.review, c.remaining()), (1, 0, 0), "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn tokens_are_found_by_digest_until_revoked() {
+    for b in backends().await {
+        let store = b.store.as_ref();
+        let t = store.create_token("bot", Role::Agent, "digest-1").await.unwrap();
+        assert_eq!(store.find_token("digest-1").await.unwrap().map(|t| t.id), Some(t.id));
+        assert_eq!(code(store.create_token("bot", Role::Viewer, "digest-2").await), "name_taken");
+        store.revoke_token(t.id).await.unwrap();
+        assert!(store.find_token("digest-1").await.unwrap().is_none(), "{}", b.name);
+        assert!(store.create_token("bot", Role::Viewer, "digest-2").await.is_ok(), "a revoked name is free");
+    }
+}
