@@ -263,9 +263,9 @@ impl Service {
                     let by = quest.review_claimed_by.clone().unwrap_or_default();
                     out.claimed.push((id, quest.key, by));
                 }
-                Err(ServiceError::Store(
-                    StoreError::NotFound(_) | StoreError::Conflict { .. },
-                )) => out.gone.push(id),
+                Err(ServiceError::Store(StoreError::NotFound(_) | StoreError::Conflict { .. })) => {
+                    out.gone.push(id)
+                }
                 Err(e) => return Err(e),
             }
         }

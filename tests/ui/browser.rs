@@ -5,8 +5,8 @@
 
 use std::future::Future;
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -64,7 +64,11 @@ fn find(names: &[&str]) -> Option<PathBuf> {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// What a browser is started with besides the fixed flags.
@@ -79,7 +83,12 @@ pub struct Window {
 
 impl Window {
     /// A desktop window, 1280 px wide, in the light scheme.
-    pub const DESKTOP: Window = Window { width: 1280, height: 900, dark: false, scripts: true };
+    pub const DESKTOP: Window = Window {
+        width: 1280,
+        height: 900,
+        dark: false,
+        scripts: true,
+    };
 }
 
 /// Starts a browser, or returns `None` after saying why `test` is skipped.
@@ -91,7 +100,10 @@ pub async fn launch(test: &str) -> Option<Browser> {
 /// [`launch`] with another window.
 pub async fn launch_with(test: &str, window: Window) -> Option<Browser> {
     let binaries = binaries(test)?;
-    let slot = SLOTS.acquire().await.expect("the semaphore is never closed");
+    let slot = SLOTS
+        .acquire()
+        .await
+        .expect("the semaphore is never closed");
     Some(start(test, &binaries, window, slot).await)
 }
 
@@ -99,7 +111,10 @@ pub async fn launch_with(test: &str, window: Window) -> Option<Browser> {
 /// Both slots are taken together, so two such tests cannot each hold one and wait.
 pub async fn launch_two(test: &str) -> Option<(Browser, Browser)> {
     let binaries = binaries(test)?;
-    let mut slots = SLOTS.acquire_many(2).await.expect("the semaphore is never closed");
+    let mut slots = SLOTS
+        .acquire_many(2)
+        .await
+        .expect("the semaphore is never closed");
     let other = slots.split(1).expect("two permits");
     let first = start(test, &binaries, Window::DESKTOP, slots).await;
     let second = start(test, &binaries, Window::DESKTOP, other).await;
@@ -108,19 +123,29 @@ pub async fn launch_two(test: &str) -> Option<(Browser, Browser)> {
 
 /// Chromium and chromedriver, or `None` after saying why `test` is skipped.
 fn binaries(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let (Some(chromium), Some(driver)) = (find(&["chromium", "chromium-browser"]), find(&["chromedriver"])) else {
+    let (Some(chromium), Some(driver)) = (
+        find(&["chromium", "chromium-browser"]),
+        find(&["chromedriver"]),
+    ) else {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
             "{test}: chromium and chromedriver are not installed, and CI=true makes that a failure; \
              install them with `apt-get install -y chromium chromium-driver`"
         );
-        eprintln!("SKIPPED {test}: chromium or chromedriver is not installed (apt-get install -y chromium chromium-driver); with CI=true this is a failure");
+        eprintln!(
+            "SKIPPED {test}: chromium or chromedriver is not installed (apt-get install -y chromium chromium-driver); with CI=true this is a failure"
+        );
         return None;
     };
     Some((chromium, driver))
 }
 
-async fn start(test: &str, (chromium, driver): &(PathBuf, PathBuf), window: Window, slot: SemaphorePermit<'static>) -> Browser {
+async fn start(
+    test: &str,
+    (chromium, driver): &(PathBuf, PathBuf),
+    window: Window,
+    slot: SemaphorePermit<'static>,
+) -> Browser {
     let profile = tempfile::tempdir().unwrap();
     let mut args: Vec<String> = FLAGS.iter().map(|f| f.to_string()).collect();
     args.push(format!("--user-data-dir={}", profile.path().display()));
@@ -138,7 +163,10 @@ async fn start(test: &str, (chromium, driver): &(PathBuf, PathBuf), window: Wind
     }
     let mut caps = serde_json::Map::new();
     caps.insert("browserName".into(), json!("chrome"));
-    caps.insert("goog:chromeOptions".into(), json!({"binary": chromium, "args": args}));
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({"binary": chromium, "args": args}),
+    );
     let mut last_error = String::new();
     // A port found free can be taken before the driver binds it: try another.
     for _ in 0..5 {
@@ -154,10 +182,23 @@ async fn start(test: &str, (chromium, driver): &(PathBuf, PathBuf), window: Wind
         let url = format!("http://127.0.0.1:{port}");
         // chromedriver answers once it listens; this waits for that, it measures nothing.
         for _ in 0..200 {
-            match ClientBuilder::rustls().expect("rustls").capabilities(caps.clone()).connect(&url).await {
+            match ClientBuilder::rustls()
+                .expect("rustls")
+                .capabilities(caps.clone())
+                .connect(&url)
+                .await
+            {
                 Ok(client) => {
-                    client.set_window_size(window.width, window.height).await.unwrap();
-                    return Browser { client, driver: child, _profile: profile, _slot: slot };
+                    client
+                        .set_window_size(window.width, window.height)
+                        .await
+                        .unwrap();
+                    return Browser {
+                        client,
+                        driver: child,
+                        _profile: profile,
+                        _slot: slot,
+                    };
                 }
                 Err(e) => last_error = e.to_string(),
             }
@@ -174,22 +215,48 @@ async fn start(test: &str, (chromium, driver): &(PathBuf, PathBuf), window: Wind
 impl Browser {
     /// Opens `url` and waits for the page to be loaded.
     pub async fn open(&self, url: &str) {
-        self.client.goto(url).await.unwrap_or_else(|e| panic!("open {url}: {e}"));
+        self.client
+            .goto(url)
+            .await
+            .unwrap_or_else(|e| panic!("open {url}: {e}"));
     }
 
     /// Signs in through the sign-in form and waits for the page after it.
     pub async fn sign_in(&self, base: &str, secret: &str) {
         self.open(&format!("{base}/ui")).await;
         let url = self.client.current_url().await.unwrap();
-        assert_eq!(url.path(), "/ui/login", "a browser without a session is sent to sign in");
-        self.client.find(Locator::Css("input[name=token]")).await.unwrap().send_keys(secret).await.unwrap();
-        self.client.find(Locator::Css("form[action='/ui/login'] button")).await.unwrap().click().await.unwrap();
-        self.until("the dashboard after sign-in", "return location.pathname === '/ui' && !!document.querySelector('.me-name')").await;
+        assert_eq!(
+            url.path(),
+            "/ui/login",
+            "a browser without a session is sent to sign in"
+        );
+        self.client
+            .find(Locator::Css("input[name=token]"))
+            .await
+            .unwrap()
+            .send_keys(secret)
+            .await
+            .unwrap();
+        self.client
+            .find(Locator::Css("form[action='/ui/login'] button"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        self.until(
+            "the dashboard after sign-in",
+            "return location.pathname === '/ui' && !!document.querySelector('.me-name')",
+        )
+        .await;
     }
 
     /// Runs a script and returns its value.
     pub async fn js(&self, script: &str) -> Value {
-        self.client.execute(script, vec![]).await.unwrap_or_else(|e| panic!("script `{script}`: {e}"))
+        self.client
+            .execute(script, vec![])
+            .await
+            .unwrap_or_else(|e| panic!("script `{script}`: {e}"))
     }
 
     /// Waits until `script` returns true; fails saying `what` after a generous time.
@@ -216,7 +283,9 @@ impl Browser {
     pub async fn type_text(&self, text: &str) {
         let mut keys = KeyActions::new("typing".into());
         for c in text.chars() {
-            keys = keys.then(KeyAction::Down { value: c }).then(KeyAction::Up { value: c });
+            keys = keys
+                .then(KeyAction::Down { value: c })
+                .then(KeyAction::Up { value: c });
         }
         self.client.perform_actions(keys).await.unwrap();
         self.client.release_actions().await.unwrap();
@@ -233,7 +302,8 @@ impl Browser {
         let wanted = self.js(content).await.as_u64().unwrap_or(900) as u32;
         let inner = self.resize(width, wanted).await;
         // The window's frame takes some height: add it back.
-        self.resize(width, wanted + wanted.saturating_sub(inner)).await;
+        self.resize(width, wanted + wanted.saturating_sub(inner))
+            .await;
         self.screenshot().await
     }
 
@@ -245,7 +315,11 @@ impl Browser {
         // A resize reaches the page a moment later: read until the height holds.
         for _ in 0..40 {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let inner = self.js("return window.innerHeight").await.as_u64().unwrap_or(0) as u32;
+            let inner = self
+                .js("return window.innerHeight")
+                .await
+                .as_u64()
+                .unwrap_or(0) as u32;
             if inner == last {
                 break;
             }
@@ -257,7 +331,11 @@ impl Browser {
 
 /// Runs a browser test's body; when it fails, saves a screenshot of each
 /// browser under the test's temporary directory and says where.
-pub async fn screenshot_on_failure<F: Future<Output = ()>>(test: &str, browsers: &[&Browser], body: F) {
+pub async fn screenshot_on_failure<F: Future<Output = ()>>(
+    test: &str,
+    browsers: &[&Browser],
+    body: F,
+) {
     let outcome = std::panic::AssertUnwindSafe(body).catch_unwind().await;
     if let Err(panic) = outcome {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("ui-failures");

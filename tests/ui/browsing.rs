@@ -21,7 +21,9 @@ fn text_of(selector: &str) -> String {
 #[tokio::test]
 async fn a_reviewer_signs_in_and_the_dashboard_pass_count_rises_without_a_reload() {
     let test = "dashboard_live";
-    let Some(browser) = launch(test).await else { return };
+    let Some(browser) = launch(test).await else {
+        return;
+    };
     let app = spawn_app().await;
     let (session, agent) = session(&app, 3).await;
     let alice = app.token("reviewer", "alice").await;
@@ -47,12 +49,15 @@ async fn a_reviewer_signs_in_and_the_dashboard_pass_count_rises_without_a_reload
 #[tokio::test]
 async fn review_keys_move_claim_approve_with_a_and_reject_with_r_a_note_and_enter() {
     let test = "review_keys";
-    let Some(browser) = launch(test).await else { return };
+    let Some(browser) = launch(test).await else {
+        return;
+    };
     let app = spawn_app().await;
     let (session, agent) = session(&app, 3).await;
     let ids = reviews(&app, &agent, &session, 2).await;
     let alice = app.token("reviewer", "alice").await;
-    let current = "return (document.querySelector('[data-review-current]') || {dataset: {}}).dataset.questId";
+    let current =
+        "return (document.querySelector('[data-review-current]') || {dataset: {}}).dataset.questId";
     screenshot_on_failure(test, &[&browser], async {
         browser.sign_in(&app.base, &alice).await;
         browser.open(&format!("{}/ui/review?session={session}", app.base)).await;
@@ -97,29 +102,68 @@ async fn review_keys_move_claim_approve_with_a_and_reject_with_r_a_note_and_ente
 #[tokio::test]
 async fn a_second_reviewer_sees_the_first_ones_claim_and_cannot_decide_it() {
     let test = "two_reviewers";
-    let Some((first, second)) = launch_two(test).await else { return };
+    let Some((first, second)) = launch_two(test).await else {
+        return;
+    };
     let app = spawn_app().await;
     let (session, agent) = session(&app, 2).await;
     let quest = reviews(&app, &agent, &session, 1).await.remove(0);
-    let (alice, bob) = (app.token("reviewer", "alice").await, app.token("reviewer", "bob").await);
+    let (alice, bob) = (
+        app.token("reviewer", "alice").await,
+        app.token("reviewer", "bob").await,
+    );
     screenshot_on_failure(test, &[&first, &second], async {
         first.sign_in(&app.base, &alice).await;
         first.open(&format!("{}/ui/review", app.base)).await;
         second.sign_in(&app.base, &bob).await;
         second.open(&format!("{}/ui/review", app.base)).await;
-        assert_eq!(second.js("return document.querySelector('[data-review-current]').dataset.questId").await, quest.as_str());
-        assert_eq!(second.js("return document.querySelector('[data-held-by]').dataset.heldBy").await, "alice");
-        let shown = second.js("return document.querySelector('[data-held-by]').textContent").await;
-        assert!(shown.as_str().unwrap().contains("In review by alice"), "{shown}");
-        assert_eq!(second.js("return document.querySelector('[data-key=\"a\"]') === null").await, true, "no decision offered");
+        assert_eq!(
+            second
+                .js("return document.querySelector('[data-review-current]').dataset.questId")
+                .await,
+            quest.as_str()
+        );
+        assert_eq!(
+            second
+                .js("return document.querySelector('[data-held-by]').dataset.heldBy")
+                .await,
+            "alice"
+        );
+        let shown = second
+            .js("return document.querySelector('[data-held-by]').textContent")
+            .await;
+        assert!(
+            shown.as_str().unwrap().contains("In review by alice"),
+            "{shown}"
+        );
+        assert_eq!(
+            second
+                .js("return document.querySelector('[data-key=\"a\"]') === null")
+                .await,
+            true,
+            "no decision offered"
+        );
         second.press('a').await;
         second.press('r').await;
-        assert_eq!(second.js("return document.getElementById('reject-note') === null").await, true);
+        assert_eq!(
+            second
+                .js("return document.getElementById('reject-note') === null")
+                .await,
+            true
+        );
         let q = app.quest(&quest).await;
-        assert_eq!((q["state"].as_str(), q["review_claimed_by"].as_str()), (Some("REVIEW"), Some("alice")));
+        assert_eq!(
+            (q["state"].as_str(), q["review_claimed_by"].as_str()),
+            (Some("REVIEW"), Some("alice"))
+        );
         // The first reviewer still decides it.
         first.press('a').await;
-        first.until("the decision", "return !!document.querySelector('[data-last-decision]')").await;
+        first
+            .until(
+                "the decision",
+                "return !!document.querySelector('[data-last-decision]')",
+            )
+            .await;
         assert_eq!(app.quest(&quest).await["decided_by"], "reviewer:alice");
     })
     .await;
@@ -128,7 +172,9 @@ async fn a_second_reviewer_sees_the_first_ones_claim_and_cannot_decide_it() {
 #[tokio::test]
 async fn a_viewers_browser_session_can_watch_but_not_decide() {
     let test = "viewer";
-    let Some(browser) = launch(test).await else { return };
+    let Some(browser) = launch(test).await else {
+        return;
+    };
     let app = spawn_app().await;
     let (session, agent) = session(&app, 2).await;
     let quest = reviews(&app, &agent, &session, 1).await.remove(0);
@@ -171,7 +217,9 @@ async fn sentinel() -> (String, Arc<AtomicUsize>) {
 #[tokio::test]
 async fn an_agents_markup_runs_no_script_and_the_pages_load_nothing_from_another_origin() {
     let test = "markup";
-    let Some(browser) = launch(test).await else { return };
+    let Some(browser) = launch(test).await else {
+        return;
+    };
     let app = spawn_app().await;
     let (other, hits) = sentinel().await;
     let items = json!([{"company": "<script>window.pwned = 'key'</script>", "city": format!("<img src=\"{other}/city.png\" onerror=\"window.pwned = 'city'\">")}]);
@@ -184,7 +232,14 @@ async fn an_agents_markup_runs_no_script_and_the_pages_load_nothing_from_another
         "style": format!("<link rel=\"stylesheet\" href=\"{other}/x.css\"><style>body{{display:none}}</style>"),
         "source": format!("{other}/contact"),
     });
-    let (quest, answer) = work(&app, &agent, &session, "<b onmouseover=\"window.pwned = 'agent'\">bot</b>", result).await;
+    let (quest, answer) = work(
+        &app,
+        &agent,
+        &session,
+        "<b onmouseover=\"window.pwned = 'agent'\">bot</b>",
+        result,
+    )
+    .await;
     assert_eq!(answer["state"], "REVIEW", "{answer}");
     let alice = app.token("reviewer", "alice").await;
     screenshot_on_failure(test, &[&browser], async {
@@ -216,34 +271,101 @@ async fn an_agents_markup_runs_no_script_and_the_pages_load_nothing_from_another
 #[tokio::test]
 async fn with_javascript_off_a_reviewer_still_signs_in_approves_and_rejects_with_a_note() {
     let test = "no_javascript";
-    let Some(browser) = launch_with(test, Window { scripts: false, ..Window::DESKTOP }).await else { return };
+    let Some(browser) = launch_with(
+        test,
+        Window {
+            scripts: false,
+            ..Window::DESKTOP
+        },
+    )
+    .await
+    else {
+        return;
+    };
     let app = spawn_app().await;
     let (session, agent) = session(&app, 3).await;
     let ids = reviews(&app, &agent, &session, 2).await;
     let alice = app.token("reviewer", "alice").await;
     let c = &browser.client;
     let current = || async {
-        c.find(Locator::Css("[data-review-current]")).await.unwrap().attr("data-quest-id").await.unwrap().unwrap_or_default()
+        c.find(Locator::Css("[data-review-current]"))
+            .await
+            .unwrap()
+            .attr("data-quest-id")
+            .await
+            .unwrap()
+            .unwrap_or_default()
     };
     screenshot_on_failure(test, &[&browser], async {
         browser.open(&format!("{}/ui/review", app.base)).await;
         assert_eq!(c.current_url().await.unwrap().path(), "/ui/login");
-        c.find(Locator::Css("input[name=token]")).await.unwrap().send_keys(&alice).await.unwrap();
-        c.find(Locator::Css("form[action='/ui/login'] button")).await.unwrap().click().await.unwrap();
-        assert_eq!(c.current_url().await.unwrap().path(), "/ui/review", "back where sign-in began");
+        c.find(Locator::Css("input[name=token]"))
+            .await
+            .unwrap()
+            .send_keys(&alice)
+            .await
+            .unwrap();
+        c.find(Locator::Css("form[action='/ui/login'] button"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
+        assert_eq!(
+            c.current_url().await.unwrap().path(),
+            "/ui/review",
+            "back where sign-in began"
+        );
         assert_eq!(current().await, ids[0]);
-        assert!(!c.find(Locator::Css("[data-key='r']")).await.unwrap().is_displayed().await.unwrap(), "the key-only button hides");
-        assert!(c.find(Locator::Id("reject-note")).await.unwrap().is_displayed().await.unwrap(), "the note field is there");
+        assert!(
+            !c.find(Locator::Css("[data-key='r']"))
+                .await
+                .unwrap()
+                .is_displayed()
+                .await
+                .unwrap(),
+            "the key-only button hides"
+        );
+        assert!(
+            c.find(Locator::Id("reject-note"))
+                .await
+                .unwrap()
+                .is_displayed()
+                .await
+                .unwrap(),
+            "the note field is there"
+        );
 
-        c.find(Locator::Css("button[data-key='a']")).await.unwrap().click().await.unwrap();
+        c.find(Locator::Css("button[data-key='a']"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
         assert_eq!(current().await, ids[1], "the next quest opened");
         assert_eq!(app.quest(&ids[0]).await["decided_by"], "reviewer:alice");
 
-        c.find(Locator::Id("reject-note")).await.unwrap().send_keys("not the company's address").await.unwrap();
-        c.find(Locator::Css("#reject-form button[type=submit]")).await.unwrap().click().await.unwrap();
+        c.find(Locator::Id("reject-note"))
+            .await
+            .unwrap()
+            .send_keys("not the company's address")
+            .await
+            .unwrap();
+        c.find(Locator::Css("#reject-form button[type=submit]"))
+            .await
+            .unwrap()
+            .click()
+            .await
+            .unwrap();
         c.find(Locator::Css("[data-last-decision]")).await.unwrap();
         let rejected = app.quest(&ids[1]).await;
-        assert_eq!((rejected["state"].as_str(), rejected["reviews"][0]["note"].as_str()), (Some("DONE"), Some("not the company's address")));
+        assert_eq!(
+            (
+                rejected["state"].as_str(),
+                rejected["reviews"][0]["note"].as_str()
+            ),
+            (Some("DONE"), Some("not the company's address"))
+        );
     })
     .await;
 }

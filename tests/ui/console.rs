@@ -41,7 +41,12 @@ impl Page {
     /// Asserts the status and returns the body.
     #[track_caller]
     pub fn expect(&self, status: u16) -> &str {
-        assert_eq!(self.status.as_u16(), status, "unexpected answer: {}", self.body);
+        assert_eq!(
+            self.status.as_u16(),
+            status,
+            "unexpected answer: {}",
+            self.body
+        );
         &self.body
     }
 }
@@ -64,7 +69,9 @@ pub fn form(fields: &[(&str, &str)]) -> String {
 
 /// The value of the first `name="csrf"` input of a page.
 pub fn csrf_of(html: &str) -> String {
-    let at = html.find("name=\"csrf\" value=\"").expect("the page carries a CSRF token");
+    let at = html
+        .find("name=\"csrf\" value=\"")
+        .expect("the page carries a CSRF token");
     let rest = &html[at + "name=\"csrf\" value=\"".len()..];
     rest[..rest.find('"').unwrap()].to_owned()
 }
@@ -80,7 +87,13 @@ pub async fn get(app: &TestApp, path: &str, who: Option<&Browserless>) -> Page {
 
 /// POSTs a form as a page of the console would (same Origin), or with the
 /// extra headers given instead.
-pub async fn post(app: &TestApp, path: &str, who: Option<&Browserless>, body: String, headers: &[(&str, &str)]) -> Page {
+pub async fn post(
+    app: &TestApp,
+    path: &str,
+    who: Option<&Browserless>,
+    body: String,
+    headers: &[(&str, &str)],
+) -> Page {
     let mut request = client()
         .post(format!("{}{path}", app.base))
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
@@ -107,8 +120,20 @@ async fn read(response: reqwest::Response) -> Page {
 
 /// Signs in with a token's secret through the sign-in form.
 pub async fn sign_in(app: &TestApp, secret: &str) -> Browserless {
-    let answer = post(app, "/ui/login", None, form(&[("token", secret), ("next", "/ui")]), &[]).await;
-    assert_eq!(answer.status, StatusCode::SEE_OTHER, "sign-in failed: {}", answer.body);
+    let answer = post(
+        app,
+        "/ui/login",
+        None,
+        form(&[("token", secret), ("next", "/ui")]),
+        &[],
+    )
+    .await;
+    assert_eq!(
+        answer.status,
+        StatusCode::SEE_OTHER,
+        "sign-in failed: {}",
+        answer.body
+    );
     let set = answer
         .headers
         .get(header::SET_COOKIE)
@@ -120,7 +145,10 @@ pub async fn sign_in(app: &TestApp, secret: &str) -> Browserless {
         .and_then(|p| p.strip_prefix("quest_console="))
         .expect("the session cookie")
         .to_owned();
-    let mut who = Browserless { cookie, csrf: String::new() };
+    let mut who = Browserless {
+        cookie,
+        csrf: String::new(),
+    };
     let dashboard = get(app, "/ui", Some(&who)).await;
     who.csrf = csrf_of(dashboard.expect(200));
     who
@@ -134,7 +162,13 @@ pub async fn session(app: &TestApp, n: usize) -> (String, String) {
 }
 
 /// The agent `name` leases a quest and submits `result`; returns the quest id and the answer.
-pub async fn work(app: &TestApp, agent: &str, session: &str, name: &str, result: Value) -> (String, Value) {
+pub async fn work(
+    app: &TestApp,
+    agent: &str,
+    session: &str,
+    name: &str,
+    result: Value,
+) -> (String, Value) {
     let next = app.next(agent, session, name).await;
     let (quest, lease) = assigned(&next);
     let answer = app.submit(agent, &quest, &lease, result).await.expect(200);

@@ -2,7 +2,10 @@
 //! console in a real headless Chromium driven over WebDriver (skipped with a
 //! message when Chromium or its driver is missing; a failure under CI=true).
 
-#[expect(dead_code, reason = "the API tests' helpers; the console's tests use some of them")]
+#[expect(
+    dead_code,
+    reason = "the API tests' helpers; the console's tests use some of them"
+)]
 #[path = "../api/helpers.rs"]
 mod helpers;
 

@@ -18,12 +18,38 @@ use crate::browser::{Browser, Window, launch_with, screenshot_on_failure};
 use crate::helpers::assigned;
 
 const COMPANIES: &[&str] = &[
-    "Hanbit Steel", "Daewon Optics", "Seorin Textiles", "Mirae Robotics", "Gaon Foods", "Nuri Chemical",
-    "Boram Motors", "Sejin Paper", "Hwasung Glass", "Dongbang Marine", "Ilsan Pharma", "Jinro Ceramics",
-    "Kumho Valves", "Taeyang Solar", "Woori Bearings", "Sinhan Plastics", "Yeonwoo Cables", "Pyunghwa Tools",
-    "Chunil Electric", "Gyeongnam Pumps", "Hyopsung Fibers", "Samil Lighting", "Daesung Filters", "Bukwang Dies",
-    "Asung Springs", "Joongang Casting", "Kyungdong Boilers", "Namyang Dairy", "Sewon Precision", "Hankook Molds",
-    "Dasan Sensors", "Myungjin Gears",
+    "Hanbit Steel",
+    "Daewon Optics",
+    "Seorin Textiles",
+    "Mirae Robotics",
+    "Gaon Foods",
+    "Nuri Chemical",
+    "Boram Motors",
+    "Sejin Paper",
+    "Hwasung Glass",
+    "Dongbang Marine",
+    "Ilsan Pharma",
+    "Jinro Ceramics",
+    "Kumho Valves",
+    "Taeyang Solar",
+    "Woori Bearings",
+    "Sinhan Plastics",
+    "Yeonwoo Cables",
+    "Pyunghwa Tools",
+    "Chunil Electric",
+    "Gyeongnam Pumps",
+    "Hyopsung Fibers",
+    "Samil Lighting",
+    "Daesung Filters",
+    "Bukwang Dies",
+    "Asung Springs",
+    "Joongang Casting",
+    "Kyungdong Boilers",
+    "Namyang Dairy",
+    "Sewon Precision",
+    "Hankook Molds",
+    "Dasan Sensors",
+    "Myungjin Gears",
 ];
 
 fn slug(name: &str) -> String {
@@ -42,9 +68,14 @@ fn world() -> EmailWorld {
     for (i, name) in COMPANIES.iter().enumerate() {
         let domain = format!("{}.co.kr", slug(name));
         let body = if freemail(i) {
-            format!("<h1>{name}</h1><p>Orders and questions: <a href=\"mailto:{0}.shop@gmail.com\">{0}.shop@gmail.com</a> · +82 2 555 01{i:02}</p>", slug(name))
+            format!(
+                "<h1>{name}</h1><p>Orders and questions: <a href=\"mailto:{0}.shop@gmail.com\">{0}.shop@gmail.com</a> · +82 2 555 01{i:02}</p>",
+                slug(name)
+            )
         } else {
-            format!("<h1>Contact {name}</h1><p>Sales and export enquiries: <a href=\"mailto:sales@{domain}\">sales@{domain}</a>, general: info@{domain}.</p>")
+            format!(
+                "<h1>Contact {name}</h1><p>Sales and export enquiries: <a href=\"mailto:sales@{domain}\">sales@{domain}</a>, general: info@{domain}.</p>"
+            )
         };
         web = web.html(&format!("https://{domain}/contact"), &body);
         dns = dns.with_mx(&domain);
@@ -62,28 +93,69 @@ struct Server {
 
 impl Server {
     async fn post(&self, path: &str, token: &str, body: Value) -> Value {
-        let r = self.client.post(format!("{}{path}", self.base)).bearer_auth(token).json(&body).send().await.unwrap();
+        let r = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(token)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert!(r.status().is_success(), "{path}: {}", r.status());
         r.json().await.unwrap()
     }
 
     async fn token(&self, role: &str, name: &str) -> String {
-        self.post("/v1/tokens", &self.admin, json!({"name": name, "role": role})).await["secret"].as_str().unwrap().to_owned()
+        self.post(
+            "/v1/tokens",
+            &self.admin,
+            json!({"name": name, "role": role}),
+        )
+        .await["secret"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 
     async fn scan(&self, config: Value, items: Value) -> String {
-        self.post("/v1/sessions", &self.admin, json!({"config": config, "items": items})).await["id"].as_str().unwrap().to_owned()
+        self.post(
+            "/v1/sessions",
+            &self.admin,
+            json!({"config": config, "items": items}),
+        )
+        .await["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
     }
 
     /// One agent works one quest: `results` in turn until the quest leaves TODO.
-    async fn work(&self, token: &str, session: &str, agent: &str, results: &[Value]) -> Option<String> {
-        let next = self.post(&format!("/v1/sessions/{session}/next"), token, json!({"agent": agent})).await;
+    async fn work(
+        &self,
+        token: &str,
+        session: &str,
+        agent: &str,
+        results: &[Value],
+    ) -> Option<String> {
+        let next = self
+            .post(
+                &format!("/v1/sessions/{session}/next"),
+                token,
+                json!({"agent": agent}),
+            )
+            .await;
         if next["status"] != "assigned" {
             return None;
         }
         let (quest, lease) = assigned(&next);
         for result in results {
-            let answer = self.post(&format!("/v1/quests/{quest}/submit"), token, json!({"lease_id": lease, "result": result})).await;
+            let answer = self
+                .post(
+                    &format!("/v1/quests/{quest}/submit"),
+                    token,
+                    json!({"lease_id": lease, "result": result}),
+                )
+                .await;
             self.clock.advance(Duration::from_secs(9));
             if answer["state"] != "TODO" || answer["phase"] == "verifying" {
                 break;
@@ -96,8 +168,18 @@ impl Server {
 /// Two AI verifiers as small scripts: they doubt a subsidiary's address.
 fn verifiers(dir: &std::path::Path) -> String {
     let judges = [
-        ("house-rules", "yes", "The input names a subsidiary, and the page may be the parent group: the subsidiary may not read this inbox.", "The address is written on the contact page of the company itself."),
-        ("second-look", "yes", "The contact page belongs to the group; nothing on it names this company.", "The domain and the page match the company named in the input."),
+        (
+            "house-rules",
+            "yes",
+            "The input names a subsidiary, and the page may be the parent group: the subsidiary may not read this inbox.",
+            "The address is written on the contact page of the company itself.",
+        ),
+        (
+            "second-look",
+            "yes",
+            "The contact page belongs to the group; nothing on it names this company.",
+            "The domain and the page match the company named in the input.",
+        ),
     ];
     let mut toml = String::new();
     for (name, flag, doubt, clear) in judges {
@@ -122,11 +204,19 @@ async fn serve() -> Server {
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.admin_token = Some("tour-admin-token".into());
     let clock = Arc::new(ManualClock::new());
-    let app = App::build_with(config, clock.clone(), Some(world())).await.expect("the app builds");
+    let app = App::build_with(config, clock.clone(), Some(world()))
+        .await
+        .expect("the app builds");
     let base = format!("http://{}", app.local_addr());
     let admin = app.admin_token().to_owned();
     tokio::spawn(app.run(std::future::pending()));
-    Server { base, admin, clock, client: reqwest::Client::new(), _dir: dir }
+    Server {
+        base,
+        admin,
+        clock,
+        client: reqwest::Client::new(),
+        _dir: dir,
+    }
 }
 
 /// The tour's work: three sessions, four agents, every kind of verdict.
@@ -135,17 +225,38 @@ async fn fill(s: &Server) -> (String, String, String) {
         .iter()
         .enumerate()
         .map(|(i, c)| {
-            let note = if i == 10 || i == 17 { "subsidiary of Hanbit Group" } else { "" };
+            let note = if i == 10 || i == 17 {
+                "subsidiary of Hanbit Group"
+            } else {
+                ""
+            };
             json!({"company": c, "city": "Changwon", "employees": 40 + c.len() * 7, "note": note})
         })
         .collect();
     let config = json!({"name": "Korean manufacturers · contacts", "key_column": "company", "max_tries": 3,
         "gate": {"kind": "email"}, "verify": {"verifiers": ["house-rules", "second-look"]}});
     let main = s.scan(config, Value::Array(items)).await;
-    let cafes: Vec<Value> = ["Cafe Onion", "Fritz Coffee", "Anthracite", "Center Coffee", "Felt", "Namusairo"].iter().map(|c| json!({"company": c})).collect();
+    let cafes: Vec<Value> = [
+        "Cafe Onion",
+        "Fritz Coffee",
+        "Anthracite",
+        "Center Coffee",
+        "Felt",
+        "Namusairo",
+    ]
+    .iter()
+    .map(|c| json!({"company": c}))
+    .collect();
     let listed = json!({"kind": "schema", "schema": {"type": "object", "required": ["email"], "properties": {"email": {"type": "string", "pattern": "@"}}}});
-    let finished = s.scan(json!({"name": "Seoul cafés · pilot", "key_column": "company", "gate": listed}), Value::Array(cafes)).await;
-    let tests: Vec<Value> = (0..240).map(|i| json!({"function": format!("parser::rule_{i:03}")})).collect();
+    let finished = s
+        .scan(
+            json!({"name": "Seoul cafés · pilot", "key_column": "company", "gate": listed}),
+            Value::Array(cafes),
+        )
+        .await;
+    let tests: Vec<Value> = (0..240)
+        .map(|i| json!({"function": format!("parser::rule_{i:03}")}))
+        .collect();
     let schema = json!({"name": "Parser rules · test coverage", "key_column": "function", "gate": {"kind": "schema", "schema": {"type": "object", "required": ["test"], "properties": {"test": {"type": "string", "minLength": 10}}}}});
     let coverage = s.scan(schema, Value::Array(tests)).await;
 
@@ -162,28 +273,63 @@ async fn fill(s: &Server) -> (String, String, String) {
     for (i, name) in COMPANIES.iter().enumerate().take(26) {
         let d = format!("{}.co.kr", slug(name));
         let (token, agent, results) = match i % 4 {
-            _ if freemail(i) => (&fleet, "claude-2", vec![json!({"site": format!("https://{d}"), "email": format!("{}.shop@gmail.com", slug(name)), "source": format!("https://{d}/contact")})]),
+            _ if freemail(i) => (
+                &fleet,
+                "claude-2",
+                vec![
+                    json!({"site": format!("https://{d}"), "email": format!("{}.shop@gmail.com", slug(name)), "source": format!("https://{d}/contact")}),
+                ],
+            ),
             0 | 2 => (&fleet, "claude-1", vec![honest(name, "sales")]),
-            1 => (&runner, "gpt-4o", vec![
-                json!({"site": format!("https://{d}"), "email": format!("sales@{}.com", slug(name)), "source": format!("https://{d}/contact")}),
-                honest(name, "sales"),
-            ]),
-            _ if i % 8 == 7 => (&local, "llama-8b", vec![honest(name, "ceo"), honest(name, "director"), honest(name, "hello")]),
-            _ => (&local, "llama-8b", vec![honest(name, "ceo"), honest(name, "info")]),
+            1 => (
+                &runner,
+                "gpt-4o",
+                vec![
+                    json!({"site": format!("https://{d}"), "email": format!("sales@{}.com", slug(name)), "source": format!("https://{d}/contact")}),
+                    honest(name, "sales"),
+                ],
+            ),
+            _ if i % 8 == 7 => (
+                &local,
+                "llama-8b",
+                vec![
+                    honest(name, "ceo"),
+                    honest(name, "director"),
+                    honest(name, "hello"),
+                ],
+            ),
+            _ => (
+                &local,
+                "llama-8b",
+                vec![honest(name, "ceo"), honest(name, "info")],
+            ),
         };
         s.work(token, &main, agent, &results).await;
         // Busy minutes and quiet ones, as agents come and go.
-        s.clock.advance(Duration::from_secs([5, 12, 30, 8, 75, 20, 3, 40][i % 8]));
+        s.clock
+            .advance(Duration::from_secs([5, 12, 30, 8, 75, 20, 3, 40][i % 8]));
     }
     for i in 0..6 {
-        s.work(&fleet, &finished, "claude-1", &[json!({"email": format!("hello{i}@cafe.test")})]).await;
+        s.work(
+            &fleet,
+            &finished,
+            "claude-1",
+            &[json!({"email": format!("hello{i}@cafe.test")})],
+        )
+        .await;
     }
     for i in 0..7 {
         s.work(&runner, &coverage, "gpt-4o", &[json!({"test": format!("#[test] fn rule_{i:03}_parses() {{ assert!(parse(\"a\").is_ok()); }}")})]).await;
     }
     // The AI verifiers answer in the background: wait until they are done.
     for _ in 0..600 {
-        let status = s.client.get(format!("{}/v1/sessions/{main}/status", s.base)).bearer_auth(&s.admin).send().await.unwrap();
+        let status = s
+            .client
+            .get(format!("{}/v1/sessions/{main}/status", s.base))
+            .bearer_auth(&s.admin)
+            .send()
+            .await
+            .unwrap();
         let status: Value = status.json().await.unwrap();
         if status["verifying"] == 0 {
             break;
@@ -191,8 +337,18 @@ async fn fill(s: &Server) -> (String, String, String) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Two agents are mid-quest as the pictures are taken.
-    s.post(&format!("/v1/sessions/{main}/next"), &fleet, json!({"agent": "claude-1"})).await;
-    s.post(&format!("/v1/sessions/{coverage}/next"), &runner, json!({"agent": "gpt-4o"})).await;
+    s.post(
+        &format!("/v1/sessions/{main}/next"),
+        &fleet,
+        json!({"agent": "claude-1"}),
+    )
+    .await;
+    s.post(
+        &format!("/v1/sessions/{coverage}/next"),
+        &runner,
+        json!({"agent": "gpt-4o"}),
+    )
+    .await;
     (main, finished, coverage)
 }
 
@@ -222,7 +378,9 @@ async fn shoot(b: &Browser, url: &str, name: &str, width: u32, ready: &str) {
 #[tokio::test]
 async fn tour_of_the_console_in_pictures() {
     let test = "tour";
-    let Some(desk) = launch_with(test, Window::DESKTOP).await else { return };
+    let Some(desk) = launch_with(test, Window::DESKTOP).await else {
+        return;
+    };
     let s = serve().await;
     let (main, _, _) = fill(&s).await;
     let alice = {
@@ -254,24 +412,72 @@ async fn tour_of_the_console_in_pictures() {
     .await;
     drop(desk);
 
-    let Some(dark) = launch_with(test, Window { dark: true, ..Window::DESKTOP }).await else { return };
+    let Some(dark) = launch_with(
+        test,
+        Window {
+            dark: true,
+            ..Window::DESKTOP
+        },
+    )
+    .await
+    else {
+        return;
+    };
     screenshot_on_failure(test, &[&dark], async {
         dark.sign_in(&base, &alice).await;
-        assert_eq!(dark.js("return matchMedia('(prefers-color-scheme: dark)').matches").await, true, "the dark scheme");
-        shoot(&dark, &format!("{base}/ui/sessions/{main}"), "session-dark.png", 1280, loaded).await;
+        assert_eq!(
+            dark.js("return matchMedia('(prefers-color-scheme: dark)').matches")
+                .await,
+            true,
+            "the dark scheme"
+        );
+        shoot(
+            &dark,
+            &format!("{base}/ui/sessions/{main}"),
+            "session-dark.png",
+            1280,
+            loaded,
+        )
+        .await;
     })
     .await;
     drop(dark);
 
-    let Some(phone) = launch_with(test, Window { width: 390, height: 844, ..Window::DESKTOP }).await else { return };
+    let Some(phone) = launch_with(
+        test,
+        Window {
+            width: 390,
+            height: 844,
+            ..Window::DESKTOP
+        },
+    )
+    .await
+    else {
+        return;
+    };
     screenshot_on_failure(test, &[&phone], async {
         phone.sign_in(&base, &alice).await;
         let width = phone.js("return window.innerWidth").await.as_u64().unwrap() as u32;
-        shoot(&phone, &format!("{base}/ui"), "phone-dashboard.png", width, loaded).await;
+        shoot(
+            &phone,
+            &format!("{base}/ui"),
+            "phone-dashboard.png",
+            width,
+            loaded,
+        )
+        .await;
         phone.client.set_window_size(390, 844).await.unwrap();
-        phone.open(&format!("{base}/ui/review?session={main}")).await;
+        phone
+            .open(&format!("{base}/ui/review?session={main}"))
+            .await;
         save("phone-review.png", &phone.screenshot().await, width);
-        assert_eq!(phone.js("return document.documentElement.scrollWidth <= window.innerWidth").await, true, "nothing wider than a phone");
+        assert_eq!(
+            phone
+                .js("return document.documentElement.scrollWidth <= window.innerWidth")
+                .await,
+            true,
+            "nothing wider than a phone"
+        );
     })
     .await;
 }

@@ -10,8 +10,16 @@ use sha2::{Digest, Sha256};
 use super::{PageError, PagePath};
 
 const ASSETS: &[(&str, &str, &str)] = &[
-    ("console.css", "text/css; charset=utf-8", include_str!("assets/console.css")),
-    ("console.js", "text/javascript; charset=utf-8", include_str!("assets/console.js")),
+    (
+        "console.css",
+        "text/css; charset=utf-8",
+        include_str!("assets/console.css"),
+    ),
+    (
+        "console.js",
+        "text/javascript; charset=utf-8",
+        include_str!("assets/console.js"),
+    ),
     ("icon.svg", "image/svg+xml", include_str!("assets/icon.svg")),
 ];
 

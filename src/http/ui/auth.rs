@@ -114,11 +114,10 @@ pub fn cross_site(headers: &HeaderMap) -> bool {
         return false;
     };
     let Some(origin_host) = url::Url::parse(origin).ok().and_then(|u| {
-        u.host_str()
-            .map(|h| match u.port() {
-                Some(p) => format!("{h}:{p}"),
-                None => h.to_owned(),
-            })
+        u.host_str().map(|h| match u.port() {
+            Some(p) => format!("{h}:{p}"),
+            None => h.to_owned(),
+        })
     }) else {
         return true; // `null` or garbage: a sandboxed or privacy-stripped sender
     };
@@ -165,21 +164,26 @@ impl<N: Need> FromRequestParts<AppState> for Signed<N> {
             None => None,
         };
         let Some((cookie, session)) = session else {
-            return Err(if parts.method == Method::GET || parts.method == Method::HEAD {
-                // Inside the console's nested router the path has lost its `/ui`.
-                let uri = parts
-                    .extensions
-                    .get::<axum::extract::OriginalUri>()
-                    .map_or(&parts.uri, |o| &o.0);
-                let next = uri.path_and_query().map_or("/ui", |p| p.as_str()).to_owned();
-                PageError::SignIn { next }
-            } else {
-                PageError::new(
-                    StatusCode::UNAUTHORIZED,
-                    "Signed out",
-                    "Your browser session has ended (signed out, expired, or its token was revoked). Sign in again.",
-                )
-            });
+            return Err(
+                if parts.method == Method::GET || parts.method == Method::HEAD {
+                    // Inside the console's nested router the path has lost its `/ui`.
+                    let uri = parts
+                        .extensions
+                        .get::<axum::extract::OriginalUri>()
+                        .map_or(&parts.uri, |o| &o.0);
+                    let next = uri
+                        .path_and_query()
+                        .map_or("/ui", |p| p.as_str())
+                        .to_owned();
+                    PageError::SignIn { next }
+                } else {
+                    PageError::new(
+                        StatusCode::UNAUTHORIZED,
+                        "Signed out",
+                        "Your browser session has ended (signed out, expired, or its token was revoked). Sign in again.",
+                    )
+                },
+            );
         };
         if !session.role.allows(N::PERMISSION) {
             return Err(PageError::new(
@@ -245,7 +249,11 @@ impl<S: Send + Sync> FromRequest<S> for Fields {
             ));
         }
         let body = Bytes::from_request(req, state).await.map_err(|e| {
-            PageError::new(e.status(), "Bad request", "The form could not be read; it may be too large.")
+            PageError::new(
+                e.status(),
+                "Bad request",
+                "The form could not be read; it may be too large.",
+            )
         })?;
         Ok(Fields::parse(&body))
     }
@@ -303,13 +311,31 @@ mod tests {
     #[test]
     fn a_request_from_another_origin_is_cross_site_and_one_from_here_is_not() {
         let here = [("host", "127.0.0.1:8080")];
-        assert!(!cross_site(&headers(&here)), "no Origin: not a browser form");
-        assert!(!cross_site(&headers(&[here[0], ("origin", "http://127.0.0.1:8080")])));
-        assert!(cross_site(&headers(&[here[0], ("origin", "http://evil.test")])));
-        assert!(cross_site(&headers(&[here[0], ("origin", "http://127.0.0.1:9999")])));
+        assert!(
+            !cross_site(&headers(&here)),
+            "no Origin: not a browser form"
+        );
+        assert!(!cross_site(&headers(&[
+            here[0],
+            ("origin", "http://127.0.0.1:8080")
+        ])));
+        assert!(cross_site(&headers(&[
+            here[0],
+            ("origin", "http://evil.test")
+        ])));
+        assert!(cross_site(&headers(&[
+            here[0],
+            ("origin", "http://127.0.0.1:9999")
+        ])));
         assert!(cross_site(&headers(&[here[0], ("origin", "null")])));
-        assert!(cross_site(&headers(&[here[0], ("sec-fetch-site", "cross-site")])));
-        assert!(cross_site(&headers(&[here[0], ("sec-fetch-site", "same-site")])));
+        assert!(cross_site(&headers(&[
+            here[0],
+            ("sec-fetch-site", "cross-site")
+        ])));
+        assert!(cross_site(&headers(&[
+            here[0],
+            ("sec-fetch-site", "same-site")
+        ])));
         assert!(!cross_site(&headers(&[
             ("host", "backend:8080"),
             ("x-forwarded-host", "quest.example.org"),
@@ -321,11 +347,26 @@ mod tests {
     fn the_cookie_is_secure_only_over_https_or_behind_a_proxy_that_says_so() {
         let uri: axum::http::Uri = "/ui/login".parse().unwrap();
         assert!(!over_https(&uri, &headers(&[])));
-        assert!(over_https(&uri, &headers(&[("x-forwarded-proto", "https")])));
-        assert!(over_https(&uri, &headers(&[("forwarded", "for=1.2.3.4;proto=https")])));
-        assert!(!over_https(&uri, &headers(&[("x-forwarded-proto", "http")])));
+        assert!(over_https(
+            &uri,
+            &headers(&[("x-forwarded-proto", "https")])
+        ));
+        assert!(over_https(
+            &uri,
+            &headers(&[("forwarded", "for=1.2.3.4;proto=https")])
+        ));
+        assert!(!over_https(
+            &uri,
+            &headers(&[("x-forwarded-proto", "http")])
+        ));
         let cookie = start_cookie("abc", true);
-        for part in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/ui", "Max-Age="] {
+        for part in [
+            "HttpOnly",
+            "SameSite=Strict",
+            "Secure",
+            "Path=/ui",
+            "Max-Age=",
+        ] {
             assert!(cookie.contains(part), "{cookie}");
         }
         assert!(!start_cookie("abc", false).contains("Secure"));
@@ -333,9 +374,19 @@ mod tests {
 
     #[test]
     fn sign_in_sends_the_browser_back_only_to_a_console_page() {
-        assert_eq!(safe_next(Some("/ui/review?session=x")), "/ui/review?session=x");
+        assert_eq!(
+            safe_next(Some("/ui/review?session=x")),
+            "/ui/review?session=x"
+        );
         assert_eq!(safe_next(Some("/ui")), "/ui");
-        for bad in ["//evil.test", "https://evil.test", "/uix", "/ui//evil.test", "/ui\\x", "/v1/tokens"] {
+        for bad in [
+            "//evil.test",
+            "https://evil.test",
+            "/uix",
+            "/ui//evil.test",
+            "/ui\\x",
+            "/v1/tokens",
+        ] {
             assert_eq!(safe_next(Some(bad)), "/ui", "{bad}");
         }
         assert_eq!(safe_next(None), "/ui");

@@ -162,6 +162,9 @@ mod tests {
 
     #[test]
     fn round_tops() {
-        assert_eq!([1, 2, 3, 6, 11, 99, 101].map(nice_top), [1, 2, 5, 10, 20, 100, 200]);
+        assert_eq!(
+            [1, 2, 3, 6, 11, 99, 101].map(nice_top),
+            [1, 2, 5, 10, 20, 100, 200]
+        );
     }
 }

@@ -47,7 +47,9 @@ pub async fn stream(
         .collect::<Result<HashSet<_>, _>>()
         .map_err(|_| PageError::bad_request("A `session` parameter is not a session id."))?;
     if ids.len() > MAX_SESSIONS {
-        return Err(PageError::bad_request(format!("Follow at most {MAX_SESSIONS} sessions per stream.")));
+        return Err(PageError::bad_request(format!(
+            "Follow at most {MAX_SESSIONS} sessions per stream."
+        )));
     }
     let watched = if ids.is_empty() {
         None
@@ -85,7 +87,11 @@ async fn pump(
     let mut flush_at = Some(Instant::now());
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.tick().await;
-    if tx.send(Event::default().event("ready").data("{}")).await.is_err() {
+    if tx
+        .send(Event::default().event("ready").data("{}"))
+        .await
+        .is_err()
+    {
         return;
     }
     loop {

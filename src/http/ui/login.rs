@@ -19,8 +19,11 @@ pub struct LoginQuery {
 /// The sign-in form: one field, `token`.
 pub async fn form(PageQuery(query): PageQuery<LoginQuery>) -> Result<Response, PageError> {
     let next = auth::safe_next(query.next.as_deref());
-    Ok(templates::render("login.html", minijinja::context! { me => (), next, error => () })?
-        .into_response())
+    Ok(templates::render(
+        "login.html",
+        minijinja::context! { me => (), next, error => () },
+    )?
+    .into_response())
 }
 
 /// Starts a browser session for a valid token and sends the browser on.

@@ -48,13 +48,20 @@ pub fn router() -> Router<AppState> {
         .route("/sessions/{id}/export", get(session::export))
         .route("/quests/{id}", get(quest::page))
         .route("/review", get(review::page))
-        .route("/review/bulk", get(review::bulk_confirm).post(review::bulk_decide))
+        .route(
+            "/review/bulk",
+            get(review::bulk_confirm).post(review::bulk_decide),
+        )
         .route("/review/{id}/decide", post(review::decide))
         .route("/review/{id}/release", post(review::release))
         .route("/assets/{name}", get(assets::serve))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async {
-            PageError::new(StatusCode::METHOD_NOT_ALLOWED, "Not allowed", "This page does not take that method.")
+            PageError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "Not allowed",
+                "This page does not take that method.",
+            )
         })
         .layer(DefaultBodyLimit::max(FORM_LIMIT))
         .layer(middleware::from_fn(guard));
@@ -67,7 +74,12 @@ async fn not_found(uri: axum::http::Uri) -> Response {
     if uri.path() == "/ui/" {
         return Redirect::to("/ui").into_response();
     }
-    PageError::new(StatusCode::NOT_FOUND, "Not found", "There is no such page in the console.").into_response()
+    PageError::new(
+        StatusCode::NOT_FOUND,
+        "Not found",
+        "There is no such page in the console.",
+    )
+    .into_response()
 }
 
 /// Refuses a state-changing request from another site before any handler
@@ -89,10 +101,16 @@ async fn guard(request: Request, next: Next) -> Response {
         header::CONTENT_SECURITY_POLICY,
         HeaderValue::from_static(CONTENT_SECURITY_POLICY),
     );
-    headers.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
     // Not `no-referrer`: under it a browser sends `Origin: null` with the console's own forms.
-    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("same-origin"));
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
     if !is_asset {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
@@ -109,7 +127,12 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Pag
         axum::extract::Query::<T>::from_request_parts(parts, state)
             .await
             .map(|q| PageQuery(q.0))
-            .map_err(|e| PageError::bad_request(format!("The address has a bad parameter: {}", e.body_text())))
+            .map_err(|e| {
+                PageError::bad_request(format!(
+                    "The address has a bad parameter: {}",
+                    e.body_text()
+                ))
+            })
     }
 }
 
@@ -123,7 +146,13 @@ impl<T: serde::de::DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> 
         axum::extract::Path::<T>::from_request_parts(parts, state)
             .await
             .map(|p| PagePath(p.0))
-            .map_err(|_| PageError::new(StatusCode::NOT_FOUND, "Not found", "That address names no such page: ids are UUIDs."))
+            .map_err(|_| {
+                PageError::new(
+                    StatusCode::NOT_FOUND,
+                    "Not found",
+                    "That address names no such page: ids are UUIDs.",
+                )
+            })
     }
 }
 

@@ -43,7 +43,11 @@ impl ReviewQuery {
 }
 
 /// `?session=..&check=..` plus `more`, for the addresses the page links to.
-fn filter_query(session: Option<&str>, check: Option<&str>, more: &[(&str, Option<&str>)]) -> String {
+fn filter_query(
+    session: Option<&str>,
+    check: Option<&str>,
+    more: &[(&str, Option<&str>)],
+) -> String {
     let mut pairs = vec![("session", session), ("check", check)];
     pairs.extend_from_slice(more);
     query(&pairs)
@@ -52,7 +56,9 @@ fn filter_query(session: Option<&str>, check: Option<&str>, more: &[(&str, Optio
 /// What an error code from a decision tells the reviewer.
 fn explain(code: &str) -> &'static str {
     match code {
-        "note_required" => "A rejection needs a note: say what is wrong, for the record and the export.",
+        "note_required" => {
+            "A rejection needs a note: say what is wrong, for the record and the export."
+        }
         "invalid_note" => "The note is too long: 10 000 bytes at most.",
         "review_claimed" => "Another reviewer holds this quest now; it is theirs to decide.",
         "not_in_review" => "That quest is no longer in review: it was decided meanwhile.",
@@ -122,7 +128,9 @@ pub async fn page(
 ) -> Result<Html<String>, PageError> {
     let service = &state.service;
     let me = signed.me.name.as_str();
-    let list = service.review_list(q.session, q.check(), QUEUE_SHOWN).await?;
+    let list = service
+        .review_list(q.session, q.check(), QUEUE_SHOWN)
+        .await?;
     let now = service.now();
     let requested = q.quest.and_then(|id| list.iter().position(|r| r.id == id));
     let pick = requested
@@ -136,8 +144,9 @@ pub async fn page(
                 .position(|r| Some(r.id) != q.skip && held_by_other(r, me, now).is_none())
         })
         .or_else(|| list.iter().position(|r| Some(r.id) != q.skip));
-    let notice = (q.quest.is_some() && requested.is_none())
-        .then_some("That quest is no longer in review, or not in this filter; here is the next one.");
+    let notice = (q.quest.is_some() && requested.is_none()).then_some(
+        "That quest is no longer in review, or not in this filter; here is the next one.",
+    );
     let mut held_by = None;
     let mut quest = None;
     if let Some(i) = pick {
@@ -147,21 +156,36 @@ pub async fn page(
             match service.claim_review(me, row.id).await {
                 Ok(_) => {}
                 // Taken between the listing and the claim.
-                Err(ServiceError::Store(StoreError::Conflict { code: "review_claimed", .. })) => {
+                Err(ServiceError::Store(StoreError::Conflict {
+                    code: "review_claimed",
+                    ..
+                })) => {
                     held_by = service.quest(row.id).await?.review_claimed_by;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        quest = Some(QuestView::new(service.quest(row.id).await?, service.now(), me));
+        quest = Some(QuestView::new(
+            service.quest(row.id).await?,
+            service.now(),
+            me,
+        ));
     }
     let session_text = q.session.map(|s| s.to_string());
     let filter = filter_query(session_text.as_deref(), q.check(), &[]);
     let id_at = |i: Option<usize>| i.and_then(|i| list.get(i)).map(|r| r.id);
     let next = id_at(pick.map(|i| i + 1));
-    let skip_to = next.or_else(|| list.iter().map(|r| r.id).find(|&id| Some(id) != id_at(pick)));
+    let skip_to = next.or_else(|| {
+        list.iter()
+            .map(|r| r.id)
+            .find(|&id| Some(id) != id_at(pick))
+    });
     let last = match q.last {
-        Some(id) => service.quest(id).await.ok().map(|l| LastDecision { id, key: l.key, state: l.state }),
+        Some(id) => service.quest(id).await.ok().map(|l| LastDecision {
+            id,
+            key: l.key,
+            state: l.state,
+        }),
         None => None,
     };
     let sessions = service
@@ -187,12 +211,18 @@ pub async fn page(
             current: Some(i) == pick,
             url: format!(
                 "/ui/review{}",
-                filter_query(session_text.as_deref(), q.check(), &[("quest", Some(&r.id.to_string()))])
+                filter_query(
+                    session_text.as_deref(),
+                    q.check(),
+                    &[("quest", Some(&r.id.to_string()))]
+                )
             ),
         })
         .collect();
     let page = ReviewPage {
-        previous: pick.and_then(|i| i.checked_sub(1)).and_then(|i| id_at(Some(i))),
+        previous: pick
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| id_at(Some(i))),
         next,
         skip_to,
         more: list.len() as u32 >= QUEUE_SHOWN,
@@ -212,14 +242,20 @@ pub async fn page(
 
 /// The filter a form carries back, as a query with `more` added.
 fn back(fields: &Fields, more: &[(&str, Option<&str>)]) -> String {
-    filter_query(fields.get("session"), fields.get("check").filter(|c| !c.is_empty()), more)
+    filter_query(
+        fields.get("session"),
+        fields.get("check").filter(|c| !c.is_empty()),
+        more,
+    )
 }
 
 fn decision(fields: &Fields) -> Result<Decision, PageError> {
     match fields.get("decision") {
         Some("approve") => Ok(Decision::Approve),
         Some("reject") => Ok(Decision::Reject),
-        _ => Err(PageError::bad_request("The decision is `approve` or `reject`.")),
+        _ => Err(PageError::bad_request(
+            "The decision is `approve` or `reject`.",
+        )),
     }
 }
 
@@ -232,12 +268,17 @@ pub async fn decide(
     let decision = decision(&form.fields)?;
     let note = form.fields.get("note").unwrap_or_default();
     let id_text = id.to_string();
-    let to = match state.service.decide_review(&form.me.name, id, decision, note).await {
+    let to = match state
+        .service
+        .decide_review(&form.me.name, id, decision, note)
+        .await
+    {
         Ok(_) => back(&form.fields, &[("last", Some(&id_text))]),
         Err(ServiceError::Invalid { code, .. })
-        | Err(ServiceError::Store(StoreError::Conflict { code, .. })) => {
-            back(&form.fields, &[("quest", Some(&id_text)), ("error", Some(code))])
-        }
+        | Err(ServiceError::Store(StoreError::Conflict { code, .. })) => back(
+            &form.fields,
+            &[("quest", Some(&id_text)), ("error", Some(code))],
+        ),
         Err(e) => return Err(e.into()),
     };
     Ok(Redirect::to(&format!("/ui/review{to}")).into_response())
@@ -251,10 +292,15 @@ pub async fn release(
 ) -> Result<Response, PageError> {
     match state.service.release_review(&form.me.name, id).await {
         // Held by another or decided meanwhile: there is no claim of ours to give back.
-        Ok(()) | Err(ServiceError::Store(StoreError::Conflict { .. } | StoreError::NotFound(_))) => {}
+        Ok(())
+        | Err(ServiceError::Store(StoreError::Conflict { .. } | StoreError::NotFound(_))) => {}
         Err(e) => return Err(e.into()),
     }
-    let to = form.fields.get("to").and_then(|t| Uuid::parse_str(t).ok()).map(|t| t.to_string());
+    let to = form
+        .fields
+        .get("to")
+        .and_then(|t| Uuid::parse_str(t).ok())
+        .map(|t| t.to_string());
     let skipped = id.to_string();
     let more = match &to {
         Some(to) => [("quest", Some(to.as_str())), ("skip", None)],
@@ -297,14 +343,25 @@ pub async fn bulk_confirm(
     let decision = match q.decision.as_deref() {
         Some("reject") => Decision::Reject,
         Some("approve") | None => Decision::Approve,
-        Some(_) => return Err(PageError::bad_request("The decision is `approve` or `reject`.")),
+        Some(_) => {
+            return Err(PageError::bad_request(
+                "The decision is `approve` or `reject`.",
+            ));
+        }
     };
-    let list = state.service.review_list(q.session, q.check(), BULK_LIMIT).await?;
+    let list = state
+        .service
+        .review_list(q.session, q.check(), BULK_LIMIT)
+        .await?;
     let now = state.service.now();
     let me = signed.me.name.as_str();
     let (held, eligible): (Vec<Listed>, Vec<Listed>) = list
         .iter()
-        .map(|r| Listed { id: r.id, key: r.key.clone(), held_by: held_by_other(r, me, now) })
+        .map(|r| Listed {
+            id: r.id,
+            key: r.key.clone(),
+            held_by: held_by_other(r, me, now),
+        })
         .partition(|l| l.held_by.is_some());
     let session_text = q.session.map(|s| s.to_string());
     let page = BulkPage {
@@ -337,15 +394,25 @@ pub async fn bulk_decide(
         .map(Uuid::parse_str)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| PageError::bad_request("A listed quest id is not a UUID."))?;
-    let outcome = match state.service.bulk_decide(&form.me.name, &ids, decision, note).await {
+    let outcome = match state
+        .service
+        .bulk_decide(&form.me.name, &ids, decision, note)
+        .await
+    {
         Ok(outcome) => outcome,
         Err(ServiceError::Invalid { code, .. }) => {
-            let to = back(&form.fields, &[("decision", Some(decision.as_str())), ("error", Some(code))]);
+            let to = back(
+                &form.fields,
+                &[("decision", Some(decision.as_str())), ("error", Some(code))],
+            );
             return Ok(Redirect::to(&format!("/ui/review/bulk{to}")).into_response());
         }
         Err(e) => return Err(e.into()),
     };
-    let session = form.fields.get("session").and_then(|s| Uuid::parse_str(s).ok());
+    let session = form
+        .fields
+        .get("session")
+        .and_then(|s| Uuid::parse_str(s).ok());
     let check = form.fields.get("check").unwrap_or_default().to_owned();
     let page = BulkPage {
         decision,
@@ -353,12 +420,24 @@ pub async fn bulk_decide(
         held: outcome
             .claimed
             .into_iter()
-            .map(|(id, key, by)| Listed { id, key, held_by: Some(by) })
+            .map(|(id, key, by)| Listed {
+                id,
+                key,
+                held_by: Some(by),
+            })
             .collect(),
         limit_reached: false,
         limit: BULK_LIMIT,
         done: true,
-        decided: outcome.decided.into_iter().map(|(id, key)| Listed { id, key, held_by: None }).collect(),
+        decided: outcome
+            .decided
+            .into_iter()
+            .map(|(id, key)| Listed {
+                id,
+                key,
+                held_by: None,
+            })
+            .collect(),
         gone: outcome.gone.len(),
         filter: back(&form.fields, &[]),
         session,

@@ -107,7 +107,9 @@ fn parse_state(s: Option<&str>) -> Result<Option<QuestState>, PageError> {
     match s.filter(|s| !s.is_empty()) {
         None => Ok(None),
         Some(s) => s.to_ascii_uppercase().parse().map(Some).map_err(|_| {
-            PageError::bad_request(format!("Unknown state `{s}`: use TODO, PASS, REVIEW or DONE."))
+            PageError::bad_request(format!(
+                "Unknown state `{s}`: use TODO, PASS, REVIEW or DONE."
+            ))
         }),
     }
 }
@@ -141,7 +143,9 @@ pub async fn page(
             ("q", search.as_deref()),
             ("check", table.check.as_deref()),
             ("field", table.field.as_deref()),
-            cursor.as_ref().map_or(("", None), |(k, v)| (*k, Some(v.as_str()))),
+            cursor
+                .as_ref()
+                .map_or(("", None), |(k, v)| (*k, Some(v.as_str()))),
         ];
         format!("{base}{}", query(&pairs))
     };
@@ -256,7 +260,9 @@ pub async fn export(
 ) -> Result<Response, PageError> {
     let requested = q.format.as_deref().unwrap_or("csv");
     let format = ExportFormat::parse(requested).ok_or_else(|| {
-        PageError::bad_request(format!("Unknown format `{requested}`: use csv, jsonl or xlsx."))
+        PageError::bad_request(format!(
+            "Unknown format `{requested}`: use csv, jsonl or xlsx."
+        ))
     })?;
     let (media_type, ext) = format.media_type();
     let body = match state.service.export(id, format).await? {

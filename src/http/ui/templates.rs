@@ -72,7 +72,11 @@ pub fn render(name: &str, context: Value) -> Result<Html<String>, PageError> {
 /// `2026-12-01 10:04 UTC` from an RFC 3339 time; other text unchanged.
 fn datetime(value: String) -> String {
     DateTime::parse_from_rfc3339(&value)
-        .map(|t| t.with_timezone(&Utc).format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .map(|t| {
+            t.with_timezone(&Utc)
+                .format("%Y-%m-%d %H:%M:%S UTC")
+                .to_string()
+        })
         .unwrap_or(value)
 }
 
@@ -83,7 +87,9 @@ fn pretty(value: Value) -> String {
 
 /// Seconds as `45 s`, `12 min`, `3 h 20 min` or `2 d 4 h`; `—` for none.
 fn duration(value: Option<u64>) -> String {
-    let Some(s) = value else { return "—".to_owned() };
+    let Some(s) = value else {
+        return "—".to_owned();
+    };
     match s {
         0..60 => format!("{s} s"),
         60..3600 => format!("{} min", s.div_ceil(60)),
@@ -138,6 +144,9 @@ mod tests {
         assert_eq!(duration(Some(2 * 86400 + 4 * 3600)), "2 d 4 h");
         assert_eq!(number(7), "7");
         assert_eq!(number(1234567), "1\u{2009}234\u{2009}567");
-        assert_eq!(datetime("2026-12-01T10:04:05.123Z".into()), "2026-12-01 10:04:05 UTC");
+        assert_eq!(
+            datetime("2026-12-01T10:04:05.123Z".into()),
+            "2026-12-01 10:04:05 UTC"
+        );
     }
 }

@@ -28,7 +28,10 @@ pub fn query_escape(s: &str) -> String {
 pub fn query(pairs: &[(&str, Option<&str>)]) -> String {
     let parts: Vec<String> = pairs
         .iter()
-        .filter_map(|(k, v)| v.filter(|v| !v.is_empty()).map(|v| format!("{k}={}", query_escape(v))))
+        .filter_map(|(k, v)| {
+            v.filter(|v| !v.is_empty())
+                .map(|v| format!("{k}={}", query_escape(v)))
+        })
         .collect();
     if parts.is_empty() {
         String::new()
@@ -81,7 +84,12 @@ pub fn segments(s: &Status) -> Vec<Segment> {
         .into_iter()
         .map(|(name, count)| {
             let width = count as f64 * 100.0 / total;
-            let segment = Segment { name, count, x, width };
+            let segment = Segment {
+                name,
+                count,
+                x,
+                width,
+            };
             x += width;
             segment
         })
@@ -186,13 +194,22 @@ pub fn highlight(text: &str, needles: &[String]) -> Vec<Part> {
             continue; // overlaps a mark already made
         }
         if start > at {
-            parts.push(Part { text: text[at..start].to_owned(), mark: false });
+            parts.push(Part {
+                text: text[at..start].to_owned(),
+                mark: false,
+            });
         }
-        parts.push(Part { text: text[start..end].to_owned(), mark: true });
+        parts.push(Part {
+            text: text[start..end].to_owned(),
+            mark: true,
+        });
         at = end;
     }
     if at < text.len() {
-        parts.push(Part { text: text[at..].to_owned(), mark: false });
+        parts.push(Part {
+            text: text[at..].to_owned(),
+            mark: false,
+        });
     }
     parts
 }
@@ -251,9 +268,16 @@ pub fn evidence(evidence: &[Value], result: &Value) -> Vec<EvidenceView> {
         .iter()
         .map(|e| {
             let Value::Object(map) = e else {
-                return EvidenceView { check: String::new(), items: vec![item("", "text", text_of(e))] };
+                return EvidenceView {
+                    check: String::new(),
+                    items: vec![item("", "text", text_of(e))],
+                };
             };
-            let check = map.get("check").and_then(Value::as_str).unwrap_or_default().to_owned();
+            let check = map
+                .get("check")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
             let items = map
                 .iter()
                 .filter(|(k, v)| k.as_str() != "check" && !v.is_null())
@@ -369,7 +393,12 @@ impl QuestView {
                 result_raw: s.result.clone(),
                 facts: s.facts.clone(),
                 evidence: evidence(&s.evidence, &s.result),
-                l2: q.l2_answers.iter().filter(|a| a.submission_id == s.id).cloned().collect(),
+                l2: q
+                    .l2_answers
+                    .iter()
+                    .filter(|a| a.submission_id == s.id)
+                    .cloned()
+                    .collect(),
             })
             .collect();
         QuestView {
@@ -402,25 +431,53 @@ mod tests {
 
     #[test]
     fn only_http_and_https_urls_become_links() {
-        assert_eq!(safe_link("https://acme.test/contact").as_deref(), Some("https://acme.test/contact"));
+        assert_eq!(
+            safe_link("https://acme.test/contact").as_deref(),
+            Some("https://acme.test/contact")
+        );
         assert!(safe_link("http://acme.test").is_some());
-        for bad in ["javascript:alert(1)", "data:text/html,<b>", "JaVaScRiPt:alert(1)", "//acme.test", "mailto:a@b.test", "acme.test"] {
+        for bad in [
+            "javascript:alert(1)",
+            "data:text/html,<b>",
+            "JaVaScRiPt:alert(1)",
+            "//acme.test",
+            "mailto:a@b.test",
+            "acme.test",
+        ] {
             assert_eq!(safe_link(bad), None, "{bad}");
         }
     }
 
     #[test]
     fn the_submitted_email_is_marked_in_the_snippet() {
-        let parts = highlight("Write to INFO@acme.test or sales@acme.test", &["info@acme.test".into()]);
+        let parts = highlight(
+            "Write to INFO@acme.test or sales@acme.test",
+            &["info@acme.test".into()],
+        );
         assert_eq!(
             parts,
             vec![
-                Part { text: "Write to ".into(), mark: false },
-                Part { text: "INFO@acme.test".into(), mark: true },
-                Part { text: " or sales@acme.test".into(), mark: false },
+                Part {
+                    text: "Write to ".into(),
+                    mark: false
+                },
+                Part {
+                    text: "INFO@acme.test".into(),
+                    mark: true
+                },
+                Part {
+                    text: " or sales@acme.test".into(),
+                    mark: false
+                },
             ]
         );
-        assert_eq!(highlight("nothing here", &["x@y.test".into()]), vec![Part { text: "nothing here".into(), mark: false }]);
+        assert_eq!(
+            highlight("nothing here", &["x@y.test".into()]),
+            vec![Part {
+                text: "nothing here".into(),
+                mark: false
+            }]
+        );
     }
 
     #[test]
@@ -434,14 +491,32 @@ mod tests {
             &result,
         );
         assert_eq!(views[0].check, "source");
-        let kinds: Vec<_> = views[0].items.iter().map(|i| (i.label.as_str(), i.kind)).collect();
-        assert_eq!(kinds, [("url", "link"), ("status", "text"), ("snippet", "snippet")]);
-        let folded = evidence(&[json!({"check": "source", "sha256": "ab", "snippet": null})], &result);
+        let kinds: Vec<_> = views[0]
+            .items
+            .iter()
+            .map(|i| (i.label.as_str(), i.kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [("url", "link"), ("status", "text"), ("snippet", "snippet")]
+        );
+        let folded = evidence(
+            &[json!({"check": "source", "sha256": "ab", "snippet": null})],
+            &result,
+        );
         assert_eq!(folded[0].items.len(), 1, "a missing value is left out");
         assert!(folded[0].items[0].minor, "a digest is folded away");
-        assert!(views[0].items[2].parts.iter().any(|p| p.mark && p.text == "info@acme.test"));
+        assert!(
+            views[0].items[2]
+                .parts
+                .iter()
+                .any(|p| p.mark && p.text == "info@acme.test")
+        );
         assert_eq!(views[1].items[0].kind, "list");
-        assert_eq!(views[1].items[1].kind, "text", "a javascript: URL is text, never a link");
+        assert_eq!(
+            views[1].items[1].kind, "text",
+            "a javascript: URL is text, never a link"
+        );
     }
 
     #[test]
@@ -456,6 +531,9 @@ mod tests {
         assert_eq!((s[0].name, s[0].x, s[0].width), ("pass", 0.0, 25.0));
         assert_eq!((s[1].name, s[1].x), ("review", 25.0));
         assert_eq!((s[6].name, s[6].x, s[6].width), ("open", 75.0, 25.0));
-        assert_eq!(query(&[("a", Some("x y&")), ("b", None), ("c", Some(""))]), "?a=x%20y%26");
+        assert_eq!(
+            query(&[("a", Some("x y&")), ("b", None), ("c", Some(""))]),
+            "?a=x%20y%26"
+        );
     }
 }

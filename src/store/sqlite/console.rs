@@ -19,7 +19,8 @@ use crate::store::{
 /// Expired browser sessions are kept this long for the record, then deleted.
 const KEEP_EXPIRED_DAYS: i64 = 30;
 
-const BROWSER_SESSION: &str = "SELECT c.csrf, c.created_at AS session_created_at, c.expires_at AS session_expires_at,
+const BROWSER_SESSION: &str =
+    "SELECT c.csrf, c.created_at AS session_created_at, c.expires_at AS session_expires_at,
             c.hash AS session_hash, t.*
      FROM console_sessions c JOIN tokens t ON t.id = c.token_id";
 
@@ -68,7 +69,12 @@ pub(super) async fn create_browser_session(
     )
     .await?;
     let row = ctx
-        .row(sqlx::query(sqlx::AssertSqlSafe(format!("{BROWSER_SESSION} WHERE c.hash = ?"))).bind(hash))
+        .row(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "{BROWSER_SESSION} WHERE c.hash = ?"
+            )))
+            .bind(hash),
+        )
         .await?
         .ok_or(StoreError::NotFound("browser session"))?;
     browser_session_row(&row)
@@ -98,7 +104,10 @@ pub(super) async fn find_browser_session(
     browser_session_row(&row).map(Some)
 }
 
-pub(super) async fn end_browser_session(ctx: &mut WriteCtx, hash: String) -> Result<(), StoreError> {
+pub(super) async fn end_browser_session(
+    ctx: &mut WriteCtx,
+    hash: String,
+) -> Result<(), StoreError> {
     ctx.exec(
         sqlx::query(
             "UPDATE console_sessions SET ended_at = ?, end_reason = 'signed_out' WHERE hash = ? AND ended_at IS NULL",
@@ -259,7 +268,11 @@ async fn quest_rows(
     limit: u32,
 ) -> Result<Vec<QuestRow>, StoreError> {
     let (condition, binds) = filter;
-    let (compare, order) = if backwards { ("<", "DESC") } else { (">", "ASC") };
+    let (compare, order) = if backwards {
+        ("<", "DESC")
+    } else {
+        (">", "ASC")
+    };
     let sql = format!(
         "SELECT q.* FROM quests q WHERE {condition} AND q.row_index {compare} ? ORDER BY q.row_index {order} LIMIT ?"
     );
@@ -297,10 +310,12 @@ pub(super) async fn quest_page(
     // between the cursor and the page's first row matches, by construction.
     let other_side = match query.cursor {
         None => false,
-        Some(c) if query.backwards => {
-            !quest_rows(pool, &filter, c.checked_sub(1), false, 1).await?.is_empty()
-        }
-        Some(c) => !quest_rows(pool, &filter, Some(c + 1), true, 1).await?.is_empty(),
+        Some(c) if query.backwards => !quest_rows(pool, &filter, c.checked_sub(1), false, 1)
+            .await?
+            .is_empty(),
+        Some(c) => !quest_rows(pool, &filter, Some(c + 1), true, 1)
+            .await?
+            .is_empty(),
     };
     let (has_previous, has_next) = if query.backwards {
         (more, other_side)
