@@ -71,7 +71,7 @@ async fn start_quest() -> Server {
         .arg("--data-dir")
         .arg(dir.path())
         .env("QUEST_ADMIN_TOKEN", ADMIN)
-        .env("RUST_LOG", "warn")
+        .env("QUEST_LOG", "warn")
         .stdout(Stdio::null())
         .spawn()
         .expect("the quest binary starts");

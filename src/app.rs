@@ -20,7 +20,7 @@ use crate::domain::{Clock, Role, SystemClock, token_hash};
 use crate::gates::GateRegistry;
 use crate::gates::dns::{HickoryResolver, Resolver, UnavailableResolver};
 use crate::gates::email::EmailWorld;
-use crate::gates::fetch::{CACHE_BUDGET, FetchSettings, HttpFetcher, PageCache};
+use crate::gates::fetch::{AddressPolicy, CACHE_BUDGET, FetchSettings, HttpFetcher, PageCache};
 use crate::http::{self, AppState};
 use crate::process::{ProcessRunner, SystemProcessRunner};
 use crate::service::{BOOTSTRAP_ADMIN, Service, new_secret};
@@ -74,12 +74,7 @@ impl App {
         world: Option<EmailWorld>,
     ) -> anyhow::Result<App> {
         let operator = config.operator()?;
-        std::fs::create_dir_all(&config.data_dir).with_context(|| {
-            format!(
-                "cannot create the data directory {}",
-                config.data_dir.display()
-            )
-        })?;
+        private_dir(&config.data_dir)?;
         let (events, _) = broadcast::channel(4096);
         let store: Arc<dyn Store> = Arc::new(
             SqliteStore::open(&config.database_path(), clock.clone(), events.clone())
@@ -97,7 +92,20 @@ impl App {
             .await?;
 
         let shutdown = CancellationToken::new();
-        let processes: Arc<dyn ProcessRunner> = Arc::new(SystemProcessRunner);
+        if operator.gates.iter().any(|g| !g.process.limits.is_empty())
+            && config.runner_exe.is_none()
+        {
+            anyhow::bail!(
+                "a command gate sets resource limits, which the quest binary applies, and its path is unknown"
+            );
+        }
+        if crate::config::System::this().is_root {
+            for gate in operator.gates.iter().filter(|g| g.process.user.is_none()) {
+                tracing::warn!(gate = %gate.name, "the server runs as root, so command gate programs do too; set `user` in [gates.{}]", gate.name);
+            }
+        }
+        let processes: Arc<dyn ProcessRunner> =
+            Arc::new(SystemProcessRunner::new(config.runner_exe.clone()));
         let world = match world {
             Some(world) => world,
             None => email_world(&config.email_settings(&operator.email), clock.clone())?,
@@ -217,6 +225,25 @@ impl App {
     }
 }
 
+/// Creates the data directory, or tightens an existing one, to mode 0700:
+/// it holds the database and the admin token, and operator programs running
+/// as another user must not read them.
+fn private_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    let mode = std::fs::metadata(dir)?.permissions().mode();
+    if mode & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode & 0o700))
+            .with_context(|| format!("cannot make the data directory {} private", dir.display()))?;
+        tracing::info!(dir = %dir.display(), "the data directory was open to other users; it is now private (0700)");
+    }
+    Ok(())
+}
+
 /// The real web and DNS for the email gate: one resolver for MX lookups and
 /// for the fetcher's names, so that `QUEST_DNS_SERVERS` points the whole gate
 /// at one DNS server.
@@ -242,6 +269,7 @@ fn email_world(config: &EmailSettings, clock: Arc<dyn Clock>) -> anyhow::Result<
         fetcher: Arc::new(fetcher),
         resolver,
         pages: Arc::new(PageCache::with_limits(CACHE_BUDGET, clock)),
+        policy: AddressPolicy::new(config.fetch_allow.clone()),
     })
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::domain::verify::Question;
-use crate::process::ProcessSpec;
+use crate::process::{Limits, ProcessSpec, RunAs};
 
 use ipnet::IpNet;
 
@@ -72,6 +72,10 @@ pub struct Config {
     #[arg(long, env = "QUEST_DNS_TIMEOUT_MS",
           value_parser = clap::value_parser!(u64).range(DNS_TIMEOUT_MS_RANGE))]
     pub dns_timeout_ms: Option<u64>,
+    /// The `quest` binary, which sets the resource limits of operator programs
+    /// as a trampoline: this very program when serving.
+    #[arg(skip = std::env::current_exe().ok())]
+    pub runner_exe: Option<PathBuf>,
 }
 
 /// DNS servers, each `ip:port`. (An alias, so that clap takes the whole
@@ -147,6 +151,7 @@ impl Config {
             fetch_allow: None,
             fetch_timeout_ms: None,
             dns_timeout_ms: None,
+            runner_exe: std::env::current_exe().ok(),
         }
     }
 
@@ -222,6 +227,7 @@ impl std::fmt::Debug for Config {
             .field("fetch_allow", &self.fetch_allow)
             .field("fetch_timeout_ms", &self.fetch_timeout_ms)
             .field("dns_timeout_ms", &self.dns_timeout_ms)
+            .field("runner_exe", &self.runner_exe)
             .finish()
     }
 }
@@ -356,11 +362,24 @@ impl VerifierBackend {
     }
 }
 
+/// Where a command gate reads its program's verdict.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerdictChannel {
+    /// The whole stdout or its last line (shared with whatever the program runs).
+    #[default]
+    Stdout,
+    /// The file named by `QUEST_VERDICT_FILE`; stdout is only logged.
+    File,
+}
+
 /// One command gate.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CommandGateConfig {
     pub name: String,
     pub process: ProcessSpec,
+    /// Where the verdict is read (`process.verdict_file` follows it).
+    pub verdict: VerdictChannel,
     /// The top-level result fields AI verifiers may see, each with its whole
     /// value, nested free text included (none: the gate cannot be verified).
     pub result_fields: Vec<String>,
@@ -488,6 +507,16 @@ enum GateEntry {
         result_fields: Vec<String>,
         #[serde(default)]
         questions: Vec<Question>,
+        #[serde(default)]
+        verdict: VerdictChannel,
+        #[serde(default)]
+        cpu_seconds: Option<u64>,
+        #[serde(default)]
+        address_space_mb: Option<u64>,
+        #[serde(default)]
+        open_files: Option<u64>,
+        #[serde(default)]
+        user: Option<String>,
     },
 }
 
@@ -506,6 +535,15 @@ impl OperatorConfig {
     pub fn parse(
         text: &str,
         env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<OperatorConfig, OperatorConfigError> {
+        OperatorConfig::parse_on(text, env, &System::this())
+    }
+
+    /// [`OperatorConfig::parse`] on a machine that `system` describes.
+    pub fn parse_on(
+        text: &str,
+        env: &dyn Fn(&str) -> Option<String>,
+        system: &System,
     ) -> Result<OperatorConfig, OperatorConfigError> {
         let file: FileConfig = toml::from_str(text).map_err(|e| OperatorConfigError {
             at: "toml".into(),
@@ -601,8 +639,20 @@ impl OperatorConfig {
                 timeout_ms,
                 result_fields,
                 questions,
+                verdict,
+                cpu_seconds,
+                address_space_mb,
+                open_files,
+                user,
             } = entry;
-            let process = process_spec(argv, workdir, &allowed, timeout_ms, env).map_err(&err)?;
+            let mut process =
+                process_spec(argv, workdir, &allowed, timeout_ms, env).map_err(&err)?;
+            process.limits = limits(cpu_seconds, address_space_mb, open_files).map_err(&err)?;
+            process.user = match user {
+                None => None,
+                Some(user) => Some(run_as(&user, system.is_root, &system.passwd).map_err(&err)?),
+            };
+            process.verdict_file = verdict == VerdictChannel::File;
             // A pointer or a dotted path reads as "only this part", which a
             // command gate cannot do: it shows whole top-level fields.
             if let Some(path) = result_fields
@@ -616,6 +666,7 @@ impl OperatorConfig {
             out.gates.push(CommandGateConfig {
                 name,
                 process,
+                verdict,
                 result_fields,
                 questions,
             });
@@ -675,6 +726,90 @@ fn check_name(name: &str) -> Result<(), String> {
     }
 }
 
+/// What the machine says about users, for `user = ...`.
+pub struct System {
+    /// The server runs as root (only root can run a program as another user).
+    pub is_root: bool,
+    /// The text of `/etc/passwd`.
+    pub passwd: String,
+}
+
+impl System {
+    /// This machine.
+    pub fn this() -> System {
+        System {
+            is_root: rustix::process::geteuid().is_root(),
+            passwd: std::fs::read_to_string("/etc/passwd").unwrap_or_default(),
+        }
+    }
+}
+
+/// The limits a gate declares, checked.
+fn limits(
+    cpu_seconds: Option<u64>,
+    address_space_mb: Option<u64>,
+    open_files: Option<u64>,
+) -> Result<Limits, String> {
+    let within = |key: &str, value: Option<u64>, range: std::ops::RangeInclusive<u64>| match value {
+        Some(v) if !range.contains(&v) => Err(format!(
+            "{key} = {v} is not between {} and {}",
+            range.start(),
+            range.end()
+        )),
+        other => Ok(other),
+    };
+    Ok(Limits {
+        cpu_seconds: within("cpu_seconds", cpu_seconds, 1..=86_400)?,
+        address_space: within("address_space_mb", address_space_mb, 16..=1 << 20)?
+            .map(|mb| mb << 20),
+        open_files: within("open_files", open_files, 4..=1 << 20)?,
+    })
+}
+
+/// The user a gate's program runs as: a name from `passwd`, or `uid` or
+/// `uid:gid`. Only a server that runs as root can switch users.
+fn run_as(user: &str, is_root: bool, passwd: &str) -> Result<RunAs, String> {
+    if !is_root {
+        return Err(format!(
+            "user = \"{user}\" needs the server to run as root, and it does not; remove `user` or start the server as root"
+        ));
+    }
+    let numeric = |text: &str| text.parse::<u32>().ok();
+    if let Some((uid, gid)) = user.split_once(':')
+        && let (Some(uid), Some(gid)) = (numeric(uid), numeric(gid))
+    {
+        return Ok(RunAs {
+            name: user.to_owned(),
+            uid,
+            gid,
+        });
+    }
+    let entry = passwd.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split(':').collect();
+        let (name, uid, gid) = (
+            fields.first()?,
+            numeric(fields.get(2)?)?,
+            numeric(fields.get(3)?)?,
+        );
+        (*name == user || numeric(user) == Some(uid)).then_some((uid, gid))
+    });
+    match (entry, numeric(user)) {
+        (Some((uid, gid)), _) => Ok(RunAs {
+            name: user.to_owned(),
+            uid,
+            gid,
+        }),
+        (None, Some(uid)) => Ok(RunAs {
+            name: user.to_owned(),
+            uid,
+            gid: uid,
+        }),
+        (None, None) => Err(format!(
+            "user = \"{user}\" is no user of this machine (not in /etc/passwd); name one, or give uid:gid"
+        )),
+    }
+}
+
 fn timeout(ms: u64) -> Result<Duration, String> {
     if (1..=3_600_000).contains(&ms) {
         Ok(Duration::from_millis(ms))
@@ -698,13 +833,21 @@ fn process_spec(
     if program.is_empty() {
         return Err("argv must name a program".into());
     }
-    if let Some(dir) = &workdir {
-        if !dir.is_dir() {
-            return Err(format!("workdir {} is not a directory", dir.display()));
-        }
-        if program.contains('/') && Path::new(program.as_str()).is_relative() {
-            *program = dir.join(program.as_str()).display().to_string();
-        }
+    if let Some(dir) = &workdir
+        && !dir.is_dir()
+    {
+        return Err(format!("workdir {} is not a directory", dir.display()));
+    }
+    // Without a workdir the program runs in a fresh empty directory, so a
+    // relative path is taken from where the server was started.
+    if program.contains('/') && Path::new(program.as_str()).is_relative() {
+        let base = match &workdir {
+            Some(dir) => dir.clone(),
+            None => {
+                std::env::current_dir().map_err(|e| format!("cannot resolve {program}: {e}"))?
+            }
+        };
+        *program = base.join(program.as_str()).display().to_string();
     }
     let env = allowed
         .iter()
@@ -715,12 +858,56 @@ fn process_spec(
         workdir,
         env,
         timeout: timeout(timeout_ms)?,
+        ..ProcessSpec::default()
     })
+}
+
+/// The data dir whose `admin.token` the client verbs may read when they talk to
+/// a server on this machine: `QUEST_DATA_DIR`, else `./quest-data`.
+pub fn client_data_dir() -> PathBuf {
+    std::env::var_os("QUEST_DATA_DIR").map_or_else(|| PathBuf::from("./quest-data"), PathBuf::from)
+}
+
+/// Where the client verbs remember leases unless `--state-dir` / `QUEST_STATE_DIR`
+/// says: `$XDG_STATE_HOME/quest`, else `$HOME/.local/state/quest`, else `./.quest`.
+pub fn client_state_dir() -> PathBuf {
+    state_dir_from(&|name| std::env::var_os(name))
+}
+
+fn state_dir_from(var: &dyn Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+    let set = |name: &str| var(name).filter(|v| !v.is_empty()).map(PathBuf::from);
+    if let Some(dir) = set("XDG_STATE_HOME") {
+        return dir.join("quest");
+    }
+    match set("HOME") {
+        Some(home) => home.join(".local/state/quest"),
+        None => PathBuf::from(".quest"),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_client_state_dir_follows_xdg_then_home() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, v)| std::ffi::OsString::from(v))
+            }
+        };
+        let both = vars(&[("XDG_STATE_HOME", "/x"), ("HOME", "/h")]);
+        assert_eq!(state_dir_from(&both), PathBuf::from("/x/quest"));
+        let empty_xdg = vars(&[("XDG_STATE_HOME", ""), ("HOME", "/h")]);
+        assert_eq!(
+            state_dir_from(&empty_xdg),
+            PathBuf::from("/h/.local/state/quest")
+        );
+        assert_eq!(state_dir_from(&vars(&[])), PathBuf::from(".quest"));
+    }
     use clap::Parser;
 
     #[derive(Parser)]
@@ -1042,6 +1229,87 @@ mod tests {
         assert_eq!(redact_url("http://127.0.0.1:9/v1"), "http://127.0.0.1:9/v1");
         assert_eq!(redact_url("http://user@h.test/"), "http://***@h.test/");
         assert_eq!(redact_url("not a url with pw"), "<not a URL>");
+    }
+
+    #[test]
+    fn a_command_gate_declares_its_verdict_channel_limits_and_user() {
+        let root = System {
+            is_root: true,
+            passwd:
+                "root:x:0:0::/root:/bin/sh\nrunner:x:1500:1600::/nonexistent:/usr/sbin/nologin\n"
+                    .into(),
+        };
+        let text = "[gates.c]\nkind = \"command\"\nargv = [\"/bin/true\"]\nverdict = \"file\"\n\
+                    cpu_seconds = 30\naddress_space_mb = 512\nopen_files = 64\nuser = \"runner\"";
+        let c = OperatorConfig::parse_on(text, &env, &root).unwrap();
+        let gate = &c.gates[0];
+        assert_eq!(gate.verdict, VerdictChannel::File);
+        assert!(gate.process.verdict_file);
+        assert_eq!(
+            gate.process.limits,
+            Limits {
+                cpu_seconds: Some(30),
+                address_space: Some(512 << 20),
+                open_files: Some(64),
+            }
+        );
+        assert_eq!(
+            gate.process.user,
+            Some(RunAs {
+                name: "runner".into(),
+                uid: 1500,
+                gid: 1600
+            })
+        );
+        let plain = OperatorConfig::parse_on(
+            "[gates.c]\nkind = \"command\"\nargv = [\"/bin/true\"]",
+            &env,
+            &root,
+        )
+        .unwrap();
+        assert_eq!(plain.gates[0].verdict, VerdictChannel::Stdout);
+        assert!(plain.gates[0].process.limits.is_empty() && plain.gates[0].process.user.is_none());
+        for (user, uid, gid) in [
+            ("1500", 1500, 1600),
+            ("77:88", 77, 88),
+            ("4242", 4242, 4242),
+        ] {
+            let text =
+                format!("[gates.c]\nkind = \"command\"\nargv = [\"/bin/true\"]\nuser = \"{user}\"");
+            let user = OperatorConfig::parse_on(&text, &env, &root).unwrap().gates[0]
+                .process
+                .user
+                .clone()
+                .unwrap();
+            assert_eq!((user.uid, user.gid), (uid, gid));
+        }
+
+        let refused =
+            |text: &str, system: &System| OperatorConfig::parse_on(text, &env, system).unwrap_err();
+        let gate =
+            |extra: &str| format!("[gates.c]\nkind = \"command\"\nargv = [\"/bin/true\"]\n{extra}");
+        let err = refused(&gate("user = \"nosuch\""), &root);
+        assert!(
+            err.at == "gates.c" && err.message.contains("no user of this machine"),
+            "{err}"
+        );
+        let not_root = System {
+            is_root: false,
+            ..root
+        };
+        let err = refused(&gate("user = \"runner\""), &not_root);
+        assert!(
+            err.message.contains("needs the server to run as root"),
+            "{err}"
+        );
+        for extra in ["cpu_seconds = 0", "address_space_mb = 1", "open_files = 2"] {
+            let err = refused(&gate(extra), &not_root);
+            assert!(
+                err.at == "gates.c" && err.message.contains("is not between"),
+                "{extra}: {err}"
+            );
+        }
+        assert_eq!(refused(&gate("verdict = \"stderr\""), &not_root).at, "toml");
     }
 
     #[test]

@@ -32,6 +32,10 @@ enum Command {
     Demo(cli::demo::DemoArgs),
     #[command(flatten)]
     Client(Verb),
+    /// Set resource limits on itself, then become PROGRAM (used by the server
+    /// to start command gates with the limits their configuration names).
+    #[command(name = "__run-limited", hide = true)]
+    RunLimited(quest::process::limits::LimitedRun),
 }
 
 #[tokio::main]
@@ -73,6 +77,11 @@ async fn main() -> ExitCode {
         },
         Command::Demo(args) => cli::demo::run(args).await,
         Command::Client(verb) => cli::run(cli.client, verb).await,
+        Command::RunLimited(run) => {
+            let why = quest::process::limits::run_limited(run);
+            eprintln!("{}{why}", quest::process::limits::TRAMPOLINE_MARK);
+            ExitCode::from(quest::process::limits::TRAMPOLINE_FAILED as u8)
+        }
     }
 }
 

@@ -273,6 +273,13 @@ impl Server {
 
     /// Scans a CSV with a session config (multipart upload); returns the session id.
     async fn scan_csv(&self, csv: String, config: Value) -> String {
+        let (status, session) = self.try_scan_csv(csv, config).await;
+        assert_eq!(status, 201, "{session}");
+        session["id"].as_str().unwrap().to_owned()
+    }
+
+    /// Scans a CSV with a session config; returns the status and the answer.
+    async fn try_scan_csv(&self, csv: String, config: Value) -> (u16, Value) {
         let form = reqwest::multipart::Form::new()
             .part(
                 "file",
@@ -290,9 +297,8 @@ impl Server {
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), 201);
-        let session: Value = response.json().await.unwrap();
-        session["id"].as_str().unwrap().to_owned()
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
     }
 }
 
@@ -346,12 +352,29 @@ fn dns_records(hole: u16) -> Vec<String> {
 }
 
 fn pages(web: &Web) {
+    // Each company's pages carry its name, as real ones do: the gate looks for it.
+    let names = HashMap::from([
+        ("acme", "Acme Corp"),
+        ("beta", "Beta Labs"),
+        ("gamma", "Gamma Trading"),
+        ("delta", "Delta Foods"),
+        ("epsilon", "Epsilon Soft"),
+        ("zeta", "Zeta Design"),
+        ("iota", "Iota Media"),
+        ("kappa", "Kappa Steel"),
+        ("lambda", "Lambda Farms"),
+        ("mu", "Mu Textiles"),
+        ("xi", "Xi Robotics"),
+        ("omicron", "Omicron Health"),
+        ("upsilon", "Upsilon Games"),
+    ]);
     let contact = |name: &str, body: &str| {
+        let title = names.get(name).copied().unwrap_or(name);
         web.add(
             &format!("{name}.test"),
             "/contact",
             Answer::Page(format!(
-                "<!doctype html><html><head><title>{name}</title></head><body><h1>Contact</h1>{body}</body></html>"
+                "<!doctype html><html><head><title>{title}</title></head><body><h1>Contact</h1>{body}</body></html>"
             )),
         )
     };
@@ -369,14 +392,19 @@ fn pages(web: &Web) {
         web,
         "eta.test",
         "/about",
-        "<p>About us. Contact: hello@eta.test</p>",
+        "<p>About Eta Motors. Contact: hello@eta.test</p>",
     );
     web.add("theta.test", "/contact", Answer::Hang);
     contact("iota", "<p>info@iota.test</p>");
     contact("kappa", "<p>info@kappa.test</p>");
     contact("lambda", "<p>info@lambda.test</p>");
     contact("mu", "<p>Our old address info@old.mu.test still works.</p>");
-    contact_at(web, "www.nu.test", "/contact", "<p>info@nu.test</p>");
+    contact_at(
+        web,
+        "www.nu.test",
+        "/contact",
+        "<h1>Nu Logistics</h1><p>info@nu.test</p>",
+    );
     contact(
         "xi",
         "<a href=\"mailto:hello%40xi.test?subject=Hello\">Write to us</a>",
@@ -1298,9 +1326,12 @@ async fn cheap_tricks_fail_and_a_reused_address_goes_to_review_with_settings_fro
         .port();
     let contact =
         |name: &str, body: &str| contact_at(&web, &format!("{name}.test"), "/contact", body);
-    contact("acme", "<p>Write to info@acme.test</p>");
-    contact("chi", "<p>info@chi.test</p>");
-    contact("phi", "<p>info@phi.test</p>");
+    contact(
+        "acme",
+        "<h1>Acme Corp, part of Acme Holdings</h1><p>Write to info@acme.test</p>",
+    );
+    contact("chi", "<h1>Chi Tools</h1><p>info@chi.test</p>");
+    contact("phi", "<h1>Phi Photo</h1><p>info@phi.test</p>");
     web.add(
         "phi.test",
         "/logo.png",
@@ -1318,10 +1349,10 @@ async fn cheap_tricks_fail_and_a_reused_address_goes_to_review_with_settings_fro
         )),
     );
     web.add("omega.test", "/~", Answer::UserDir);
-    contact("omega", "<p>contact@omega.test</p>");
+    contact("omega", "<h1>Omega Books</h1><p>contact@omega.test</p>");
     contact(
         "tau",
-        "<form><input type=\"hidden\" name=\"to\" value=\"info@tau.test\"><button>Send</button></form>",
+        "<h1>Tau Forms</h1><form><input type=\"hidden\" name=\"to\" value=\"info@tau.test\"><button>Send</button></form>",
     );
     // Every web and DNS setting comes from the file: without it, no name resolves.
     let server = Arc::new(
@@ -1516,4 +1547,180 @@ async fn cheap_tricks_fail_and_a_reused_address_goes_to_review_with_settings_fro
         fact("Tau Forms", 0)
     );
     drop(dns);
+}
+
+/// The site must be the company's (its domain from a column of the row, its
+/// name on a page), and no answer tells an agent about the server's network.
+#[tokio::test]
+async fn the_site_must_be_the_companys_and_no_answer_maps_the_servers_network() {
+    let mut records = Vec::new();
+    for name in ["acme", "beta", "gamma"] {
+        records.push(format!("--mx-host={name}.test,mail.{name}.test,10"));
+        records.push(format!("--host-record={name}.test,127.0.0.1"));
+    }
+    // split.test has no MX, and its address is one of the server's own network.
+    records.push("--host-record=split.test,10.0.0.7".to_owned());
+    records.push("--host-record=www.split.test,127.0.0.1".to_owned());
+    let name = "the_site_must_be_the_companys_and_no_answer_maps_the_servers_network";
+    let Some(dns) = Dnsmasq::start_or_skip(name, &records).await else {
+        return;
+    };
+    let web = Web::default();
+    let port = web.serve().await;
+    contact_at(
+        &web,
+        "acme.test",
+        "/contact",
+        "<h1>Acme Corp</h1><p>info@acme.test</p>",
+    );
+    contact_at(
+        &web,
+        "beta.test",
+        "/contact",
+        "<h1>Beta Labs</h1><p>info@beta.test</p>",
+    );
+    contact_at(
+        &web,
+        "gamma.test",
+        "/contact",
+        "<p>Write to info@gamma.test</p>",
+    );
+    contact_at(&web, "gamma.test", "/", "<h1>Welcome to our shop</h1>");
+    contact_at(
+        &web,
+        "www.split.test",
+        "/contact",
+        "<h1>Split Co</h1><p>info@split.test</p>",
+    );
+    let server = Arc::new(
+        Server::start_with(
+            &[],
+            Some(&format!(
+                "[email]\ndns_servers = [\"{}\"]\nfetch_allow = [\"127.0.0.0/8\"]\nfetch_timeout_ms = {FETCH_TIMEOUT_MS}\ndns_timeout_ms = 1000\n",
+                dns.addr()
+            )),
+        )
+        .await,
+    );
+    let url = |host: &str, path: &str| format!("http://{host}:{port}{path}");
+    let claim = |email: &str, host: &str| json!({"site": url(host, "/"), "email": email, "source": url(host, "/contact")});
+    let company = |name, script, final_state| Company {
+        name,
+        city: "",
+        script,
+        final_state,
+    };
+    let companies = vec![
+        company(
+            "Acme Corp",
+            vec![attempt(claim("info@acme.test", "acme.test"), "PASS", &[])],
+            "PASS",
+        ),
+        // A real address on a real site with the company's name, but the table
+        // says the company's domain is another one.
+        company(
+            "Beta Labs",
+            vec![attempt(
+                claim("info@beta.test", "beta.test"),
+                "FAIL",
+                &[("company", "/site")],
+            )],
+            "DONE",
+        ),
+        company(
+            "Gamma Trading",
+            vec![attempt(
+                claim("info@gamma.test", "gamma.test"),
+                "REVIEW",
+                &[("company", "/source")],
+            )],
+            "REVIEW",
+        ),
+        company(
+            "Split Co",
+            vec![attempt(
+                claim("info@split.test", "www.split.test"),
+                "REVIEW",
+                &[("mx", "/email")],
+            )],
+            "REVIEW",
+        ),
+        company(
+            "Db Corp",
+            vec![attempt(
+                json!({"site": "http://db.corp.internal/", "email": "x@db.corp.internal", "source": "http://wiki/contact"}),
+                "FAIL",
+                &[
+                    ("blacklist", "/email"),
+                    ("blacklist", "/site"),
+                    ("blacklist", "/source"),
+                    ("domain", "/source"),
+                ],
+            )],
+            "DONE",
+        ),
+    ];
+    let csv = "company,domain\nAcme Corp,www.acme.test\nBeta Labs,beta.co.kr\nGamma Trading,\nSplit Co,split.test\nDb Corp,\n";
+    let config = json!({"key_column": "company", "gate": {"kind": "email", "site_column": "domain"}, "max_tries": 1});
+    let mut unknown = config.clone();
+    unknown["gate"]["site_column"] = json!("website");
+    let (status, refused) = server.try_scan_csv(csv.to_owned(), unknown).await;
+    assert_eq!(status, 422, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`website`") && message.contains("company, domain"),
+        "{message}"
+    );
+
+    let session = server.scan_csv(csv.to_owned(), config).await;
+    let scripts: Arc<HashMap<&'static str, Vec<Value>>> = Arc::new(
+        companies
+            .iter()
+            .map(|c| (c.name, c.script.iter().map(|a| a.result.clone()).collect()))
+            .collect(),
+    );
+    let seen = Arc::new(Mutex::new(HashMap::new()));
+    let token = server.agent_token("bot").await;
+    run_agent(server.clone(), token, session, scripts, seen.clone()).await;
+    let seen = seen.lock().unwrap().clone();
+    assert_scripts(&server, &companies, &seen).await;
+
+    let fact = |name: &str| seen[name].responses[0]["facts"][0].clone();
+    assert!(
+        fact("Beta Labs")["expected"]
+            .as_str()
+            .unwrap()
+            .starts_with("a site on beta.co.kr"),
+        "{}",
+        fact("Beta Labs")
+    );
+    assert!(
+        fact("Gamma Trading")["actual"]
+            .as_str()
+            .unwrap()
+            .ends_with("names Gamma Trading"),
+        "{}",
+        fact("Gamma Trading")
+    );
+    // What any agent can read about the quests: no address of the server's network.
+    for company in &companies {
+        let quest = server
+            .get(&format!("/v1/quests/{}", seen[company.name].quest_id))
+            .await;
+        let text = quest.to_string();
+        assert!(!text.contains("10.0.0.7"), "{}: {text}", company.name);
+    }
+    let split = server
+        .get(&format!("/v1/quests/{}", seen["Split Co"].quest_id))
+        .await;
+    let mx = evidence(&split["submissions"][0], "mx");
+    assert_eq!(mx["answer"], "address_only");
+    assert_eq!(mx["addresses"], json!([]));
+    assert!(
+        mx["withheld"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 non-public address"),
+        "{mx}"
+    );
 }

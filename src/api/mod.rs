@@ -582,3 +582,32 @@ pub struct ExportQuery {
 pub struct Health {
     pub status: String,
 }
+
+/// The query of `get_agent_lease`.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct AgentLeaseQuery {
+    /// The agent name given to `next` (default: the token's own name).
+    pub agent: Option<String>,
+}
+
+/// What one agent of the caller's token holds in a session, read without side effects.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct AgentLease {
+    pub session_id: Uuid,
+    /// The agent name asked about, as `next` records it.
+    pub agent: String,
+    /// The live lease, or null when the agent holds none.
+    pub lease: Option<HeldLease>,
+}
+
+/// A live lease and the quest it holds.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct HeldLease {
+    pub id: Uuid,
+    pub quest_id: Uuid,
+    pub key: String,
+    /// `leased`, or `checking` while the gate runs on a submission.
+    pub phase: Phase,
+    pub expires_at: DateTime<Utc>,
+}

@@ -93,7 +93,7 @@ impl CliError {
 
     /// Prints the line and returns the exit code.
     pub fn report(&self) -> ExitCode {
-        eprintln!("{}", self.line());
+        eprintln!("{}", super::text::clean(&self.line()));
         ExitCode::from(self.exit_status())
     }
 }
@@ -258,10 +258,8 @@ fn refusal(status: StatusCode, bytes: &[u8]) -> CliError {
     }
 }
 
-/// Pretty JSON for `--json` output.
+/// Pretty JSON for `--json` output, with terminal controls inside strings escaped.
 pub fn print_json(value: &impl Serialize) {
-    println!(
-        "{}",
-        serde_json::to_string_pretty(value).unwrap_or_else(|_| Value::Null.to_string())
-    );
+    let text = serde_json::to_string_pretty(value).unwrap_or_else(|_| Value::Null.to_string());
+    println!("{}", super::text::json_safe(&text));
 }

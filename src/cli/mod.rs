@@ -1,13 +1,19 @@
 //! The client verbs of the `quest` binary: the agent loop (`next`, `submit`,
-//! `wait`) and the operator verbs (`scan`, `status`, `export`, `review`,
-//! `token`, `agent-prompt`). Each verb parses its arguments, calls the API
-//! through [`client::Client`] and prints; exit statuses are listed in [`EXIT_STATUSES`].
+//! `wait`), its harness entries (`mcp`, `guard`) and the operator verbs (`scan`,
+//! `status`, `export`, `review`, `token`, `agent-prompt`). Each verb parses its
+//! arguments, calls the API through [`client::Client`] (the agent loop through
+//! [`agent`]) and prints through [`text::clean`]; exit statuses are listed in
+//! [`EXIT_STATUSES`].
 
+pub mod agent;
 pub mod backup;
 pub mod client;
 pub mod demo;
+pub mod guard;
+pub mod mcp;
 pub mod review;
 pub mod state;
+pub mod text;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,13 +22,12 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use self::agent::Surface;
 use self::client::{CliError, Client, print_json};
-use self::state::{Held, StateFile};
-use crate::api::{
-    CreateTokenRequest, CreatedToken, NextRequest, NextResponse, Session, Status, SubmissionDetail,
-    SubmitRequest, SubmitResponse, Token,
-};
-use crate::domain::{Fact, Role, State, SubmissionVerdict};
+use self::state::StateFile;
+use self::text::say;
+use crate::api::{CreateTokenRequest, CreatedToken, NextResponse, Session, Status, Token};
+use crate::domain::{Role, State, SubmissionVerdict};
 
 /// Exit statuses an agent loop can branch on.
 pub mod exit {
@@ -106,6 +111,12 @@ pub enum Verb {
     Backup(backup::BackupArgs),
     /// Print the one-paragraph instruction to paste into an agent.
     AgentPrompt,
+    /// Serve the agent loop as MCP tools over stdio (quest_next, quest_submit,
+    /// quest_status, quest_release), sharing this CLI's lease state.
+    Mcp,
+    /// A stop hook for agent harnesses: refuses the end of the agent's turn
+    /// while it holds a quest or open quests remain (reads the hook's JSON on stdin).
+    Guard(guard::GuardArgs),
 }
 
 /// `quest submit`.
@@ -222,7 +233,10 @@ impl Ctx {
         // The local admin token only ever goes to a server on this machine.
         let token = given.or_else(|| is_loopback(&url).then(local_admin_token).flatten());
         let client = Client::new(&args.url, token.clone());
-        let dir = args.state_dir.clone().unwrap_or_else(default_state_dir);
+        let dir = args
+            .state_dir
+            .clone()
+            .unwrap_or_else(crate::config::client_state_dir);
         // One state file per server, token and agent name: agents never share a lease.
         let identity = format!(
             "{}\n{}",
@@ -251,9 +265,10 @@ impl Ctx {
                 "the server has no session yet: create one with `quest scan FILE`".into(),
             )
         })?;
-        eprintln!(
+        text::say_err!(
             "quest: using session {} ({}), the most recent; set QUEST_SESSION to choose",
-            newest.name, newest.id
+            newest.name,
+            newest.id
         );
         Ok(newest.id)
     }
@@ -271,22 +286,10 @@ fn is_loopback(url: &url::Url) -> bool {
 
 /// The admin token a local server wrote, for a newcomer on the server's machine.
 fn local_admin_token() -> Option<String> {
-    let dir = std::env::var_os("QUEST_DATA_DIR")
-        .map_or_else(|| PathBuf::from("./quest-data"), PathBuf::from);
-    std::fs::read_to_string(dir.join("admin.token"))
+    std::fs::read_to_string(crate::config::client_data_dir().join("admin.token"))
         .ok()
         .map(|t| t.trim().to_owned())
         .filter(|t| !t.is_empty())
-}
-
-fn default_state_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("XDG_STATE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir).join("quest");
-    }
-    match std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        Some(home) => PathBuf::from(home).join(".local/state/quest"),
-        None => PathBuf::from(".quest"),
-    }
 }
 
 /// Runs a client verb and returns its exit status.
@@ -308,6 +311,8 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
         Verb::AgentPrompt => agent_prompt(&ctx).await,
         Verb::Heartbeat => heartbeat(&ctx).await,
         Verb::Release => release(&ctx).await,
+        Verb::Mcp => mcp::serve(ctx).await,
+        Verb::Guard(a) => guard::run(&ctx, a).await,
     };
     match outcome {
         Ok(code) => ExitCode::from(code),
@@ -316,36 +321,14 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
 }
 
 async fn next(ctx: &Ctx) -> Result<u8, CliError> {
-    let session = ctx.session().await?;
-    let request = NextRequest {
-        agent: ctx.args.agent.clone(),
-    };
-    let (_, answer): (_, NextResponse) = ctx
-        .client
-        .post(&format!("/v1/sessions/{session}/next"), &request)
-        .await?;
+    let answer = agent::lease(ctx).await?;
     if ctx.args.json {
         print_json(&answer);
     }
     Ok(match answer {
-        NextResponse::Assigned {
-            quest,
-            lease,
-            prompt,
-            ..
-        } => {
-            let held = Held {
-                session_id: Some(session),
-                quest_id: Some(quest.id),
-                lease_id: Some(lease.id),
-                key: Some(quest.key),
-                submission_id: None,
-            };
-            ctx.state
-                .save(&held)
-                .map_err(|e| CliError::Usage(format!("cannot write the state file: {e}")))?;
+        NextResponse::Assigned { prompt, .. } => {
             if !ctx.args.json {
-                println!("{prompt}");
+                say!("{prompt}");
             }
             exit::OK
         }
@@ -429,52 +412,21 @@ fn parse_object(text: &str, source: &str) -> Result<Map<String, Value>, CliError
     }
 }
 
-/// The quest and lease this agent remembers holding.
-fn held_lease(held: &Held) -> Result<(Uuid, Uuid), CliError> {
-    match (held.quest_id, held.lease_id) {
-        (Some(quest), Some(lease)) => Ok((quest, lease)),
-        _ => Err(CliError::Usage(
-            "no quest is leased by this agent: run `quest next` first".into(),
-        )),
-    }
-}
-
 async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<u8, CliError> {
     let result = result_of(&args)?;
-    let mut held = ctx.state.load();
-    let (quest, lease) = held_lease(&held)?;
-    let path = format!("/v1/quests/{quest}/submit?wait={}", args.wait);
-    // The server waits up to `wait` seconds for the verdict; leave it that long and a margin.
-    let timeout = Duration::from_secs(u64::from(args.wait) + 30);
-    let (_, answer): (_, SubmitResponse) = ctx
-        .client
-        .post_with_timeout(
-            &path,
-            &SubmitRequest {
-                lease_id: lease,
-                result,
-            },
-            timeout,
-        )
-        .await
-        .map_err(forgotten_quest)?;
-    held.submission_id = Some(answer.submission_id);
-    if answer.state != State::Todo || answer.phase == Some(crate::domain::Phase::Verifying) {
-        held.quest_id = None;
-        held.lease_id = None;
-    }
-    ctx.state
-        .save(&held)
-        .map_err(|e| CliError::Usage(format!("cannot write the state file: {e}")))?;
+    let answer = agent::submit(ctx, result, args.wait).await?;
     if ctx.args.json {
         print_json(&answer);
     } else {
-        print_verdict(
+        let left = answer.max_tries.saturating_sub(answer.tries);
+        let text = agent::verdict_text(
+            Surface::Cli,
             answer.verdict,
             answer.state,
-            Some(answer.max_tries.saturating_sub(answer.tries)),
+            Some(left),
             &answer.facts,
         );
+        say!("{text}");
         if answer.replayed && answer.state == State::Todo {
             println!(
                 "This result is identical to your last submission, so nothing was checked again and no try was used: \
@@ -490,39 +442,15 @@ async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<u8, CliError> {
             println!("{} quests remain in this session.", answer.remaining);
         }
     }
-    Ok(verdict_status(answer.verdict, answer.state))
-}
-
-/// A 404 for the quest this agent remembers: the server does not know it (a new
-/// data dir, another server), so the remembered lease is stale.
-fn forgotten_quest(e: CliError) -> CliError {
-    match e {
-        CliError::Refused { status, code, .. } if status == reqwest::StatusCode::NOT_FOUND => CliError::Refused {
-            status,
-            code,
-            message: "the server does not know the quest this agent remembers (another server or a new data dir); \
-                      run `quest next`"
-                .into(),
-        },
-        other => other,
-    }
+    Ok(agent::verdict_status(answer.verdict, answer.state))
 }
 
 async fn heartbeat(ctx: &Ctx) -> Result<u8, CliError> {
-    let held = ctx.state.load();
-    let (quest, lease) = held_lease(&held)?;
-    let (_, renewed): (_, crate::api::Lease) = ctx
-        .client
-        .post(
-            &format!("/v1/quests/{quest}/heartbeat"),
-            &crate::api::LeaseRequest { lease_id: lease },
-        )
-        .await
-        .map_err(forgotten_quest)?;
+    let (held, renewed) = agent::heartbeat(ctx).await?;
     if ctx.args.json {
         print_json(&renewed);
     } else {
-        println!(
+        say!(
             "The lease on {} runs until {}.",
             held.key.unwrap_or_default(),
             renewed.expires_at
@@ -532,117 +460,38 @@ async fn heartbeat(ctx: &Ctx) -> Result<u8, CliError> {
 }
 
 async fn release(ctx: &Ctx) -> Result<u8, CliError> {
-    let mut held = ctx.state.load();
-    let (quest, lease) = held_lease(&held)?;
-    let (_, ()): (_, ()) = ctx
-        .client
-        .post(
-            &format!("/v1/quests/{quest}/release"),
-            &crate::api::LeaseRequest { lease_id: lease },
-        )
-        .await
-        .map_err(forgotten_quest)?;
-    held.quest_id = None;
-    held.lease_id = None;
-    ctx.state
-        .save(&held)
-        .map_err(|e| CliError::Usage(format!("cannot write the state file: {e}")))?;
-    println!(
+    let released = agent::release(ctx).await?;
+    say!(
         "Released {}; another agent can take it. Run `quest next` for a quest.",
-        held.key.unwrap_or_default()
+        released.key.unwrap_or_default()
     );
     Ok(exit::OK)
 }
 
-/// The exit status for a verdict and the quest's state after it.
-pub fn verdict_status(verdict: SubmissionVerdict, state: State) -> u8 {
-    match (verdict, state) {
-        (SubmissionVerdict::Pending, _) => exit::PENDING,
-        (SubmissionVerdict::Pass, _) => exit::OK,
-        (SubmissionVerdict::Review, _) => exit::REVIEW,
-        (SubmissionVerdict::Fail, State::Done) => exit::DONE,
-        (SubmissionVerdict::Fail, _) => exit::FAIL,
-    }
-}
-
-fn print_verdict(
-    verdict: SubmissionVerdict,
-    state: State,
-    tries_left: Option<u32>,
-    facts: &[Fact],
-) {
-    match (verdict, state) {
-        (SubmissionVerdict::Pass, State::Pass) => {
-            println!("PASS: the quest is accepted and locked. Run `quest next`.")
-        }
-        (SubmissionVerdict::Pass, _) => {
-            println!(
-                "PASS: the gate accepted it; AI verifiers take a last look. The quest is no longer yours: run `quest next`."
-            )
-        }
-        (SubmissionVerdict::Review, _) => {
-            println!("REVIEW: a person will decide this quest. Run `quest next`.")
-        }
-        (SubmissionVerdict::Fail, State::Done) => {
-            println!("DONE: out of tries; the quest is closed. Run `quest next`.")
-        }
-        (SubmissionVerdict::Fail, _) => {
-            let left = tries_left
-                .map(|n| format!(" {n} tries left."))
-                .unwrap_or_default();
-            println!("FAIL:{left} Fix each fact below, then `quest submit` again:")
-        }
-        (SubmissionVerdict::Pending, _) => println!("PENDING: the gate needs longer to decide."),
-    }
-    for f in facts {
-        let field = if f.field.is_empty() {
-            String::new()
-        } else {
-            format!(" {}", f.field)
-        };
-        println!(
-            "  - {}{field}: expected {}, found {}\n    hint: {}",
-            f.check, f.expected, f.actual, f.hint
-        );
-    }
-}
-
 async fn wait(ctx: &Ctx, args: WaitArgs) -> Result<u8, CliError> {
-    let mut held = ctx.state.load();
     let id = args
         .submission
-        .or(held.submission_id)
+        .or(ctx.state.load().submission_id)
         .ok_or_else(|| CliError::Usage("no submission to follow: pass its id".into()))?;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(args.timeout);
-    let detail: SubmissionDetail = loop {
-        let d: SubmissionDetail = ctx.client.get(&format!("/v1/submissions/{id}")).await?;
-        if d.submission.verdict != SubmissionVerdict::Pending
-            || tokio::time::Instant::now() >= deadline
-        {
-            break d;
-        }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    };
+    let detail = agent::follow(ctx, id, Duration::from_secs(args.timeout)).await?;
     let verdict = detail.submission.verdict;
     let state = detail.submission.state_after.unwrap_or(detail.state);
-    let decided = verdict != SubmissionVerdict::Pending;
-    if decided
-        && (state != State::Todo || detail.phase == Some(crate::domain::Phase::Verifying))
-        && held.submission_id == Some(id)
-    {
-        held.quest_id = None;
-        held.lease_id = None;
-        let _ = ctx.state.save(&held);
-    }
     if ctx.args.json {
         print_json(&detail);
     } else {
         let left = detail
             .max_tries
             .saturating_sub(detail.submission.tries_after.unwrap_or(detail.tries));
-        print_verdict(verdict, state, Some(left), &detail.submission.facts);
+        let text = agent::verdict_text(
+            Surface::Cli,
+            verdict,
+            state,
+            Some(left),
+            &detail.submission.facts,
+        );
+        say!("{text}");
     }
-    Ok(verdict_status(verdict, state))
+    Ok(agent::verdict_status(verdict, state))
 }
 
 /// A text progress bar of `width` cells: PASS `#`, REVIEW `?`, DONE `x`, remaining `.`.
@@ -680,7 +529,7 @@ async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, CliError> {
             if args.watch {
                 print!("\x1b[2J\x1b[H");
             }
-            println!("{}", status_table(&sessions));
+            say!("{}", status_table(&sessions));
         }
         if !args.watch {
             return Ok(exit::OK);
@@ -801,7 +650,7 @@ async fn scan(ctx: &Ctx, args: ScanArgs) -> Result<u8, CliError> {
     if ctx.args.json {
         print_json(&session);
     } else {
-        println!(
+        say!(
             "Created session {} ({}): {} quests, key column `{}`, gate `{}`.\nAgents start with: QUEST_SESSION={} quest next",
             session.name,
             session.id,
@@ -847,9 +696,10 @@ async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
             if ctx.args.json {
                 print_json(&created);
             } else {
-                eprintln!(
+                text::say_err!(
                     "quest: token `{}` ({}) created; its secret is shown this once:",
-                    created.token.name, created.token.role
+                    created.token.name,
+                    created.token.role
                 );
                 println!("{}", created.secret);
             }
@@ -864,7 +714,7 @@ async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
                     let state = t
                         .revoked_at
                         .map_or_else(|| "active".to_owned(), |at| format!("revoked {at}"));
-                    println!("{:<36} {:<9} {:<24} {state}", t.id, t.role.as_str(), t.name);
+                    say!("{:<36} {:<9} {:<24} {state}", t.id, t.role.as_str(), t.name);
                 }
             }
         }
@@ -873,7 +723,7 @@ async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
             if ctx.args.json {
                 print_json(&token);
             } else {
-                println!("Revoked token `{}` ({}).", token.name, token.id);
+                say!("Revoked token `{}` ({}).", token.name, token.id);
             }
         }
     }
@@ -949,21 +799,6 @@ mod tests {
         ] {
             assert_eq!(is_loopback(&url::Url::parse(url).unwrap()), local, "{url}");
         }
-    }
-
-    #[test]
-    fn verdicts_map_to_the_documented_exit_statuses() {
-        use SubmissionVerdict::*;
-        assert_eq!(verdict_status(Pass, State::Pass), 0);
-        assert_eq!(
-            verdict_status(Pass, State::Todo),
-            0,
-            "PASS while AI verifiers still look"
-        );
-        assert_eq!(verdict_status(Fail, State::Todo), 1);
-        assert_eq!(verdict_status(Review, State::Review), 2);
-        assert_eq!(verdict_status(Fail, State::Done), 3);
-        assert_eq!(verdict_status(Pending, State::Todo), 4);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use super::client::{CliError, print_json};
+use super::text::{say, say_err};
 use super::{Ctx, exit};
 use crate::api::{Quest, ReviewClaim, ReviewRequest};
 use crate::domain::Decision;
@@ -47,7 +48,7 @@ pub async fn run(ctx: &Ctx, args: ReviewArgs) -> Result<u8, CliError> {
                 println!("The review queue is empty.");
             } else {
                 for quest in &queue {
-                    println!("{}", describe(quest));
+                    say!("{}", describe(quest));
                 }
             }
             Ok(exit::OK)
@@ -76,7 +77,7 @@ async fn decide(ctx: &Ctx, id: Uuid, decision: Decision, note: String) -> Result
     if ctx.args.json {
         print_json(&quest);
     } else {
-        println!(
+        say!(
             "{} `{}` is now {} ({}).",
             quest.id,
             quest.key,
@@ -132,7 +133,7 @@ async fn release(ctx: &Ctx, quest: Uuid) {
         .delete_empty(&format!("/v1/review/{quest}/claim"))
         .await
     {
-        eprintln!("{} (the claim will expire on its own)", e.line());
+        say_err!("{} (the claim will expire on its own)", e.line());
     }
 }
 
@@ -149,11 +150,11 @@ async fn interactive(ctx: &Ctx) -> Result<u8, CliError> {
             .post(&format!("/v1/review/{}/claim", quest.id), &json!({}))
             .await;
         if let Err(e) = claim {
-            eprintln!("{} (skipped)", e.line());
+            say_err!("{} (skipped)", e.line());
             skipped += 1;
             continue;
         }
-        println!("{}", describe(&quest));
+        say!("{}", describe(&quest));
         let decision = loop {
             match ask("[a]pprove, [r]eject, [s]kip, [q]uit? ").as_deref() {
                 Some("a") => break Some(Decision::Approve),

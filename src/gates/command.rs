@@ -14,6 +14,11 @@
 //! A program past its timeout, one that cannot start, one killed by a signal,
 //! or one whose output was cut (so that its verdict may be lost) gives REVIEW:
 //! an unconfirmable result is not a wrong one, and it costs no try.
+//!
+//! A gate declared with `verdict = "file"` reads the verdict JSON from the file
+//! named by `QUEST_VERDICT_FILE` instead, a channel the agent's code does not
+//! share: its stdout is only logged, and a missing or unreadable file is FAIL
+//! with the tail of stderr.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,7 +30,7 @@ use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
 use super::{Gate, GateConfigError, GateOutcome, SessionView};
-use crate::config::CommandGateConfig;
+use crate::config::{CommandGateConfig, VerdictChannel};
 use crate::domain::table::cell_as_text;
 use crate::domain::verify::{Question, cut};
 use crate::domain::{Fact, Verdict};
@@ -54,11 +59,15 @@ impl CommandGate {
     pub fn new(config: CommandGateConfig, runner: Arc<dyn ProcessRunner>) -> CommandGate {
         // The version changes with anything that could change a verdict, so
         // receipts tell runs of different programs apart.
+        let limits = config.process.limits;
         let spec = json!({
             "argv": config.process.argv,
             "workdir": config.process.workdir,
             "env": config.process.env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             "timeout_ms": config.process.timeout.as_millis() as u64,
+            "verdict": format!("{:?}", config.verdict),
+            "limits": [limits.cpu_seconds, limits.address_space, limits.open_files],
+            "user": config.process.user.as_ref().map(|u| (u.uid, u.gid)),
         });
         let digest = hex::encode(Sha256::digest(spec.to_string().as_bytes()));
         let version = format!("1+{}", &digest[..12]);
@@ -84,6 +93,9 @@ impl CommandGate {
     }
 
     fn outcome_of(&self, out: &ProcessOutput) -> GateOutcome {
+        if self.config.verdict == VerdictChannel::File {
+            return self.outcome_of_file(out);
+        }
         // A cut output may have lost the verdict: the server cannot tell what the
         // program said, so neither a printed verdict nor the exit status decides.
         if out.stdout_cut {
@@ -92,16 +104,8 @@ impl CommandGate {
                 "a longer output, cut; its verdict could not be read".into(),
             );
         }
-        // Killed by a signal (the OOM killer, an operator, a crash): the world
-        // interrupted the check, which is environment noise, not a wrong result.
-        if out.code.is_none() {
-            let stderr = out.stderr_text(STDERR_CHARS);
-            let actual = if stderr.is_empty() {
-                out.status_text()
-            } else {
-                format!("{}: {stderr}", out.status_text())
-            };
-            return self.review("a program that exits".into(), actual);
+        if let Some(killed) = self.killed(out) {
+            return killed;
         }
         let stdout = String::from_utf8_lossy(&out.stdout);
         match read_printed(stdout.trim()) {
@@ -115,46 +119,88 @@ impl CommandGate {
                 );
             }
             Reading::Verdict(printed, verdict) => {
-                let (facts, evidence) = self.facts_of(printed);
                 // The last line of stdout may be the agent's own output (a test
                 // that prints a PASS): a PASS counts only from a program that
                 // also exits 0.
-                if verdict == Verdict::Pass && out.code != Some(0) {
-                    return self.conflict(
-                        "a printed PASS with exit status 0".into(),
-                        format!("a printed PASS, but {}", out.status_text()),
-                        facts,
-                        evidence,
-                    );
-                }
-                return GateOutcome {
-                    verdict,
-                    facts,
-                    evidence,
-                };
+                return self.decided(out, printed, verdict);
             }
         }
         match out.code {
             Some(0) => GateOutcome::from_checks([]),
-            _ => {
-                let stderr = out.stderr_text(STDERR_CHARS);
-                let actual = if stderr.is_empty() {
-                    out.status_text()
-                } else {
-                    format!("{}: {stderr}", out.status_text())
-                };
-                GateOutcome::from_checks([(
-                    Verdict::Fail,
-                    Some(Fact::new(
-                        &self.config.name,
-                        "",
-                        "exit status 0",
-                        actual,
-                        "read the program's message, fix the result and submit again",
-                    )),
-                )])
-            }
+            _ => self.fail("exit status 0", status_and_stderr(out)),
         }
+    }
+
+    /// The verdict from the file the program wrote; stdout is only logged.
+    fn outcome_of_file(&self, out: &ProcessOutput) -> GateOutcome {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stdout = stdout.trim();
+        if !stdout.is_empty() {
+            let skip = stdout.chars().count().saturating_sub(2000);
+            let tail: String = stdout.chars().skip(skip).collect();
+            tracing::info!(gate = %self.config.name, stdout = ?tail, "a command gate's stdout (not read for a verdict)");
+        }
+        if let Some(killed) = self.killed(out) {
+            return killed;
+        }
+        let expected = "a verdict JSON written to the file named by QUEST_VERDICT_FILE";
+        let written = match &out.verdict_file {
+            Some(Ok(bytes)) => bytes,
+            Some(Err(why)) => {
+                return self.fail(expected, format!("{why}; {}", status_and_stderr(out)));
+            }
+            None => return self.fail(expected, "no verdict file was offered".into()),
+        };
+        match verdict_of(String::from_utf8_lossy(written).trim()) {
+            Some((printed, verdict)) => self.decided(out, printed, verdict),
+            None => self.fail(
+                expected,
+                format!(
+                    "the file holds no {{\"verdict\": \"PASS\" | \"FAIL\" | \"REVIEW\"}}; {}",
+                    status_and_stderr(out)
+                ),
+            ),
+        }
+    }
+
+    /// Killed by a signal (the OOM killer, an operator, a crash, a CPU limit):
+    /// the world interrupted the check, which is noise, not a wrong result.
+    fn killed(&self, out: &ProcessOutput) -> Option<GateOutcome> {
+        out.code
+            .is_none()
+            .then(|| self.review("a program that exits".into(), status_and_stderr(out)))
+    }
+
+    /// A verdict the program gave: a PASS counts only with exit status 0.
+    fn decided(&self, out: &ProcessOutput, printed: Printed, verdict: Verdict) -> GateOutcome {
+        let (facts, evidence) = self.facts_of(printed);
+        if verdict == Verdict::Pass && out.code != Some(0) {
+            return self.conflict(
+                "a printed PASS with exit status 0".into(),
+                format!("a printed PASS, but {}", out.status_text()),
+                facts,
+                evidence,
+            );
+        }
+        GateOutcome {
+            verdict,
+            facts,
+            evidence,
+        }
+    }
+
+    /// FAIL, with the program's own words as the fact.
+    fn fail(&self, expected: &str, actual: String) -> GateOutcome {
+        GateOutcome::from_checks([(
+            Verdict::Fail,
+            Some(Fact::new(
+                &self.config.name,
+                "",
+                expected,
+                actual,
+                "read the program's message, fix the result and submit again",
+            )),
+        )])
     }
 
     /// Conflicting signals from the program: REVIEW, with whatever it printed.
@@ -210,6 +256,16 @@ impl CommandGate {
             })
             .collect();
         (facts, printed.evidence)
+    }
+}
+
+/// How the program ended, and the tail of its stderr.
+fn status_and_stderr(out: &ProcessOutput) -> String {
+    let stderr = out.stderr_text(STDERR_CHARS);
+    if stderr.is_empty() {
+        out.status_text()
+    } else {
+        format!("{}: {stderr}", out.status_text())
     }
 }
 
@@ -395,10 +451,18 @@ mod tests {
             stdout: stdout.as_bytes().to_vec(),
             stdout_cut: false,
             stderr_tail: stderr.as_bytes().to_vec(),
+            verdict_file: None,
         })
     }
 
     async fn run(answer: Result<ProcessOutput, ProcessError>) -> (GateOutcome, Vec<Value>) {
+        run_with(VerdictChannel::Stdout, answer).await
+    }
+
+    async fn run_with(
+        verdict: VerdictChannel,
+        answer: Result<ProcessOutput, ProcessError>,
+    ) -> (GateOutcome, Vec<Value>) {
         let runner = Arc::new(FakeRunner {
             answer,
             stdin: Mutex::new(Vec::new()),
@@ -408,10 +472,10 @@ mod tests {
                 name: "coverage".into(),
                 process: ProcessSpec {
                     argv: vec!["/bin/true".into()],
-                    workdir: None,
-                    env: vec![],
                     timeout: Duration::from_secs(1),
+                    ..ProcessSpec::default()
                 },
+                verdict,
                 result_fields: vec![],
                 questions: vec![],
             },
@@ -529,6 +593,64 @@ mod tests {
             assert_eq!(o.verdict, Verdict::Review, "exit {code:?}");
             assert!(o.facts[0].actual.contains("cut"), "{:?}", o.facts);
         }
+    }
+
+    #[tokio::test]
+    async fn with_a_verdict_file_stdout_is_only_logged_and_the_file_decides() {
+        // The agent's test prints a PASS on the stdout it shares with the program.
+        let mut out = output(0, r#"{"verdict": "PASS"}"#, "1 test failed").unwrap();
+        out.verdict_file = Some(Ok(
+            br#"{"verdict": "FAIL", "facts": [{"actual": "1 failed"}]}"#.to_vec(),
+        ));
+        let (o, _) = run_with(VerdictChannel::File, Ok(out.clone())).await;
+        assert_eq!(o.verdict, Verdict::Fail);
+        assert_eq!(o.facts[0].actual, "1 failed");
+        let (o, _) = run_with(VerdictChannel::Stdout, Ok(out.clone())).await;
+        assert_eq!(
+            o.verdict,
+            Verdict::Pass,
+            "on stdout the rules stay as they were"
+        );
+
+        out.verdict_file = Some(Err("no verdict file was written".into()));
+        let (o, _) = run_with(VerdictChannel::File, Ok(out.clone())).await;
+        assert_eq!(o.verdict, Verdict::Fail);
+        assert_eq!(
+            o.facts[0].actual,
+            "no verdict file was written; exit status 0: 1 test failed"
+        );
+        out.verdict_file = Some(Ok(b"all good".to_vec()));
+        let (o, _) = run_with(VerdictChannel::File, Ok(out.clone())).await;
+        assert_eq!(o.verdict, Verdict::Fail);
+        assert!(
+            o.facts[0].actual.starts_with("the file holds no"),
+            "{:?}",
+            o.facts
+        );
+        // A PASS still needs exit status 0, and a signal is still REVIEW.
+        out.verdict_file = Some(Ok(br#"{"verdict": "PASS"}"#.to_vec()));
+        out.code = Some(1);
+        assert_eq!(
+            run_with(VerdictChannel::File, Ok(out.clone()))
+                .await
+                .0
+                .verdict,
+            Verdict::Review
+        );
+        out.code = Some(0);
+        out.stdout_cut = true;
+        assert_eq!(
+            run_with(VerdictChannel::File, Ok(out.clone()))
+                .await
+                .0
+                .verdict,
+            Verdict::Pass,
+            "a long log does not matter"
+        );
+        (out.code, out.signal) = (None, Some(24));
+        let (o, _) = run_with(VerdictChannel::File, Ok(out)).await;
+        assert_eq!(o.verdict, Verdict::Review);
+        assert!(o.facts[0].actual.contains("SIGXCPU"), "{:?}", o.facts);
     }
 
     #[test]

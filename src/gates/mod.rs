@@ -61,12 +61,16 @@ impl GateOutcome {
     }
 }
 
-/// What a gate may know about the rest of its session when it checks a result.
+/// What a gate may know beyond the submission when it checks a result: the
+/// quest's key and what the rest of its session holds.
 ///
 /// The session's state is part of the world a verdict depends on: the same
 /// submission checked against the same view gets the same verdict.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SessionView {
+    /// The quest's key: the cell of the session's key column (for the email
+    /// gate, the company's name). Empty when unknown.
+    pub key: String,
     /// For each field the gate names in [`Gate::unique_fields`] that the
     /// result holds as a string: the keys of the session's *other* quests
     /// whose result holds the same value (ASCII letter case ignored), in
@@ -83,6 +87,14 @@ impl SessionView {
     /// A view in which no other quest holds anything (a session of one quest).
     pub fn alone() -> SessionView {
         SessionView::default()
+    }
+
+    /// The view of the quest keyed `key` in a session where no other quest holds anything.
+    pub fn of_key(key: impl Into<String>) -> SessionView {
+        SessionView {
+            key: key.into(),
+            ..SessionView::default()
+        }
     }
 
     /// The other quests holding the same `field` value.
@@ -148,6 +160,12 @@ pub trait Gate: Send + Sync {
         Value::Object(kept)
     }
 
+    /// Columns of the input row this gate's parameters name; a scan whose
+    /// table lacks one is refused.
+    fn input_columns(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Questions asked by AI verifiers when a session names verifiers but no questions.
     fn default_questions(&self) -> Vec<Question> {
         Vec::new()
@@ -201,7 +219,11 @@ impl GateRegistry {
     /// A registry with every gate this build ships and no command gate
     /// declared; the email gate reaches the web and DNS through `world`.
     pub fn with_builtin_gates(world: email::EmailWorld) -> Self {
-        GateRegistry::with_operator_gates(world, &[], Arc::new(crate::process::SystemProcessRunner))
+        GateRegistry::with_operator_gates(
+            world,
+            &[],
+            Arc::new(crate::process::SystemProcessRunner::default()),
+        )
     }
 
     /// The built-in gates plus the command gates the operator's configuration

@@ -2,6 +2,7 @@
 //! extractors. One file per resource; handlers extract, call one use case and
 //! map the result. No SQL and no gate logic here.
 
+mod agents;
 pub mod error;
 pub mod extract;
 mod ops;
@@ -90,6 +91,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(quests::submit_result))
         .routes(routes!(quests::heartbeat))
         .routes(routes!(quests::release))
+        .routes(routes!(agents::get_agent_lease))
         .routes(routes!(quests::get_quest))
         .routes(routes!(quests::get_submission))
         .routes(routes!(review::list_review_queue))

@@ -329,6 +329,19 @@ impl Service {
             .clone()
             .unwrap_or_else(|| table.columns[0].clone());
         let keys = table.keys(&key_column)?;
+        if let Some(missing) = gate
+            .input_columns()
+            .into_iter()
+            .find(|c| !table.columns.contains(c))
+        {
+            return Err(invalid(
+                "invalid_config",
+                format!(
+                    "config.gate names the column `{missing}`, which the table does not have; its columns are: {}",
+                    table.columns.join(", ")
+                ),
+            ));
+        }
         let Table { columns, rows, .. } = table;
         let name = config.name.clone().unwrap_or_else(|| source_name.clone());
         let session = NewSession {
@@ -751,5 +764,34 @@ fn submit_response(view: SubmissionView) -> SubmitResponse {
         receipt: submission.receipt,
         lease,
         replayed: false,
+    }
+}
+
+impl Service {
+    /// The live lease an agent holds in a session, read without renewing or sweeping anything.
+    pub async fn agent_lease(
+        &self,
+        session_id: Uuid,
+        agent: &AgentId,
+    ) -> Result<api::AgentLease, ServiceError> {
+        if agent.to_string().len() > MAX_AGENT_LEN {
+            return Err(invalid(
+                "invalid_agent",
+                format!("the agent name is longer than {MAX_AGENT_LEN} bytes; shorten it"),
+            ));
+        }
+        self.session(session_id).await?;
+        let lease = self.store.agent_lease(session_id, agent).await?;
+        Ok(api::AgentLease {
+            session_id,
+            agent: agent.name.clone(),
+            lease: lease.map(|l| api::HeldLease {
+                id: l.lease_id,
+                quest_id: l.quest_id,
+                key: l.key,
+                phase: l.phase,
+                expires_at: l.expires_at,
+            }),
+        })
     }
 }

@@ -636,6 +636,14 @@ pub trait Store: Send + Sync + 'static {
     /// The live (not revoked) token with this hash, compared in constant time.
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError>;
 
+    /// The unexpired lease `agent` (`<token id>/<name>`) holds in a session, read
+    /// without changing anything (no sweep, no renewal).
+    async fn agent_lease(
+        &self,
+        session_id: Uuid,
+        agent: &AgentId,
+    ) -> Result<Option<AgentLeaseRow>, StoreError>;
+
     // The console ------------------------------------------------------------------
 
     /// Starts a browser session for a live token: the SHA-256 of its cookie id,
@@ -669,4 +677,14 @@ pub trait Store: Send + Sync + 'static {
     /// The store's own "now", so that pages judge claims and ages by the same
     /// clock the store writes with.
     fn now(&self) -> DateTime<Utc>;
+}
+
+/// A live lease with the quest it holds, as [`Store::agent_lease`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentLeaseRow {
+    pub lease_id: Uuid,
+    pub quest_id: Uuid,
+    pub key: String,
+    pub phase: Phase,
+    pub expires_at: DateTime<Utc>,
 }

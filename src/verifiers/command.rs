@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::openai::chat_body;
 use super::{AskError, MAX_RAW_CHARS, Reply, Verifier};
 use crate::config::Sampling;
-use crate::domain::verify::{Answer, NotAnAnswer, VerifierRequest, cut};
+use crate::domain::verify::{Answer, NotAnAnswer, Question, VerifierRequest, cut};
 use crate::process::{ProcessRunner, ProcessSpec};
 
 /// `EX_TEMPFAIL` from sysexits.h: "try again later".
@@ -86,9 +86,10 @@ impl Verifier for CommandVerifier {
         &self.model
     }
 
-    async fn ask(&self, request: &VerifierRequest, question: &str) -> Result<Reply, AskError> {
+    async fn ask(&self, request: &VerifierRequest, question: &Question) -> Result<Reply, AskError> {
         let mut body = chat_body(&self.model, Sampling::DEFAULT, request, question);
-        body["question"] = question.into();
+        body["question"] = question.text.as_str().into();
+        body["flag_on"] = question.flag_on.as_str().into();
         body["contract"] = serde_json::to_value(&request.contract).unwrap_or_default();
         body["artifact"] = serde_json::to_value(&request.artifact).unwrap_or_default();
         let out = self

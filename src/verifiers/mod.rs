@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use crate::config::{VerifierBackend, VerifierConfig};
-use crate::domain::verify::{Answer, NotAnAnswer, VerifierRequest};
+use crate::domain::verify::{Answer, NotAnAnswer, Question, VerifierRequest};
 use crate::process::ProcessRunner;
 
 /// The longest raw reply kept with an answer, in characters.
@@ -48,7 +48,7 @@ pub trait Verifier: Send + Sync {
     /// The model recorded with each answer.
     fn model(&self) -> &str;
     /// One attempt at one question about one request.
-    async fn ask(&self, request: &VerifierRequest, question: &str) -> Result<Reply, AskError>;
+    async fn ask(&self, request: &VerifierRequest, question: &Question) -> Result<Reply, AskError>;
 }
 
 /// A declared verifier with its limits.

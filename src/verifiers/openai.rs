@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::{AskError, MAX_RAW_CHARS, Reply, Verifier};
 use crate::config::{Sampling, Secret, redact_url};
-use crate::domain::verify::{SYSTEM_PROMPT, VerifierRequest, cut, parse_reply};
+use crate::domain::verify::{Question, SYSTEM_PROMPT, VerifierRequest, cut, parse_reply};
 
 /// The largest reply body read.
 const MAX_BODY: usize = 1024 * 1024;
@@ -77,19 +77,25 @@ impl OpenAiVerifier {
     }
 }
 
+/// A fresh random fence marker: 128 bits, so that no data can guess it.
+fn fence_marker() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
 /// The chat-completions request body for one question: the same JSON a
-/// command verifier receives on stdin. A field `sampling` leaves out is not sent.
+/// command verifier receives on stdin. A field `sampling` leaves out is not
+/// sent. Every body fences its data with a marker of its own.
 pub fn chat_body(
     model: &str,
     sampling: Sampling,
     request: &VerifierRequest,
-    question: &str,
+    question: &Question,
 ) -> serde_json::Value {
     let mut body = json!({
         "model": model,
         "messages": [
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": request.prompt(question)},
+            {"role": "user", "content": request.prompt(question, fence_marker)},
         ],
         "stream": false,
     });
@@ -124,7 +130,7 @@ impl Verifier for OpenAiVerifier {
         &self.model
     }
 
-    async fn ask(&self, request: &VerifierRequest, question: &str) -> Result<Reply, AskError> {
+    async fn ask(&self, request: &VerifierRequest, question: &Question) -> Result<Reply, AskError> {
         let mut call = self.client.post(&self.url).json(&chat_body(
             &self.model,
             self.sampling,

@@ -331,7 +331,7 @@ impl Inner {
     /// Which other quests of the session hold the values of the gate's unique
     /// fields. A store failure here is retried like any other.
     async fn session_view(&self, job: &Check<'_>, gate: &dyn Gate) -> Result<SessionView, StoreError> {
-        let mut view = SessionView::default();
+        let mut view = SessionView::of_key(job.key);
         for field in gate.unique_fields() {
             if !is_plain_field(&field) {
                 // A gate's mistake, not the store's: retrying would never help.

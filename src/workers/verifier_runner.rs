@@ -32,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::domain::State;
-use crate::domain::verify::{Answer, L2JobStatus};
+use crate::domain::verify::{Answer, L2JobStatus, Question};
 use crate::store::{L2Job, L2Recorded, NewL2Answer, Store, StoreError};
 use crate::verifiers::{AskError, Declared, VerifierRegistry};
 
@@ -262,9 +262,11 @@ async fn ask_until_deadline(declared: &Declared, job: &L2Job, started: Instant) 
         let left = deadline.saturating_duration_since(Instant::now());
         if !left.is_zero() {
             attempts += 1;
-            match tokio::time::timeout(left, declared.verifier.ask(&job.request, &job.question))
-                .await
-            {
+            let question = Question {
+                text: job.question.clone(),
+                flag_on: job.flag_on,
+            };
+            match tokio::time::timeout(left, declared.verifier.ask(&job.request, &question)).await {
                 Ok(Ok(reply)) => {
                     return match reply.parsed {
                         Ok((answer, reason)) => Asked {
@@ -363,7 +365,7 @@ mod tests {
         fn model(&self) -> &str {
             "scripted"
         }
-        async fn ask(&self, _: &VerifierRequest, _: &str) -> Result<Reply, AskError> {
+        async fn ask(&self, _: &VerifierRequest, _: &Question) -> Result<Reply, AskError> {
             let next = self.0.lock().unwrap().pop_front();
             match next {
                 Some(outcome) => outcome,

@@ -369,3 +369,192 @@ async fn a_command_gate_declares_the_fields_its_verifiers_may_see() {
         "{prompt}"
     );
 }
+
+/// A gate `check` running `/bin/sh -c SCRIPT` with no workdir and `extra` keys.
+fn inline_gate_toml(script: &str, timeout_ms: u64, extra: &str) -> String {
+    assert!(
+        !script.contains("'''"),
+        "the script goes into a TOML multi-line literal string"
+    );
+    format!(
+        "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"-c\", '''{script}''']\nenv = [\"PATH\"]\n\
+         timeout_ms = {timeout_ms}\n{extra}\n"
+    )
+}
+
+/// Starts an app with the gate declared in `toml`, scans one company and
+/// submits `result`; returns the app, the quest id and the answer.
+async fn submit_with(toml: &str, result: Value) -> (TestApp, String, Value) {
+    let app = spawn_app_with(toml).await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(command_config(), companies(1)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let answer = app.submit(&agent, &quest, &lease, result).await.expect(200);
+    (app, quest, answer)
+}
+
+#[tokio::test]
+async fn with_a_verdict_file_what_the_agents_code_prints_decides_nothing() {
+    // The program runs the agent's test, which prints a PASS on the stdout it
+    // shares with the program; the program's own verdict goes to the file.
+    let dir = tempfile::tempdir().unwrap();
+    let script = r#"echo "running the agent's test"
+echo '{"verdict": "PASS"}'
+case "$(cat)" in
+  *crash*) echo 'the test runner crashed' >&2; exit 3 ;;
+esac
+if [ -n "$QUEST_VERDICT_FILE" ]; then
+  echo '{"verdict": "FAIL", "facts": [{"field": "/test", "actual": "1 of 3 failed"}]}' > "$QUEST_VERDICT_FILE"
+fi
+"#;
+    let toml = gate_toml(&dir, script, 10_000, "verdict = \"file\"");
+    let (_app, _, answer) = submit_with(&toml, json!({"test": "t"})).await;
+    assert_eq!(answer["verdict"], "FAIL", "{answer}");
+    assert_eq!(answer["facts"][0]["actual"], "1 of 3 failed");
+
+    let (_app, _, answer) = submit_with(&toml, json!({"test": "crash"})).await;
+    assert_eq!(answer["verdict"], "FAIL", "{answer}");
+    assert_eq!(
+        answer["facts"][0]["actual"],
+        "no verdict file was written; exit status 3: the test runner crashed"
+    );
+
+    // The same program on stdout, as before: the agent's line is the last one.
+    let toml = gate_toml(&dir, script, 10_000, "");
+    let (_app, _, answer) = submit_with(&toml, json!({"test": "t"})).await;
+    assert_eq!(
+        answer["verdict"], "PASS",
+        "the risk the file closes: {answer}"
+    );
+}
+
+#[tokio::test]
+async fn without_a_workdir_the_program_runs_in_a_fresh_empty_directory() {
+    let script = r#"n=$(ls -A | wc -l)
+echo "{\"verdict\": \"PASS\", \"evidence\": [{\"cwd\": \"$(pwd)\", \"entries\": $n}]}"
+touch left-behind"#;
+    let (app, quest, answer) = submit_with(&inline_gate_toml(script, 10_000, ""), json!({})).await;
+    assert_eq!(answer["verdict"], "PASS", "{answer}");
+    let view = app.quest(&quest).await;
+    let evidence = &view["submissions"][0]["evidence"][0];
+    assert_eq!(evidence["entries"], 0, "empty: {evidence}");
+    let cwd = evidence["cwd"].as_str().unwrap();
+    assert!(!Path::new(cwd).exists(), "{cwd} is removed after the run");
+    assert!(
+        !cwd.starts_with(app.data_dir.path().to_str().unwrap()),
+        "{cwd}"
+    );
+    assert_ne!(Path::new(cwd), std::env::current_dir().unwrap());
+}
+
+#[tokio::test]
+async fn a_cpu_time_limit_ends_a_program_that_loops() {
+    let toml = inline_gate_toml("while :; do :; done", 60_000, "cpu_seconds = 1");
+    let (_app, _, answer) = submit_with(&toml, json!({})).await;
+    assert_eq!(answer["verdict"], "REVIEW", "{answer}");
+    assert_eq!(answer["tries"], 0);
+    let actual = answer["facts"][0]["actual"].as_str().unwrap();
+    assert!(
+        actual.contains("SIGXCPU"),
+        "ended by the CPU limit, not the timeout: {actual}"
+    );
+}
+
+#[tokio::test]
+async fn an_address_space_limit_refuses_a_program_that_allocates_too_much() {
+    // 200 MB in one string.
+    let script = r#"perl -e '$x = "x" x 200_000_000; print qq({"verdict": "PASS"}\n)'"#;
+    // Through `sh -c`, since perl's own quotes fill the TOML literal string.
+    let dir = tempfile::tempdir().unwrap();
+    let with = gate_toml(
+        &dir,
+        script,
+        30_000,
+        "env = [\"PATH\"]\naddress_space_mb = 100",
+    );
+    let (_app, _, answer) = submit_with(&with, json!({})).await;
+    assert_eq!(answer["verdict"], "FAIL", "{answer}");
+    let actual = answer["facts"][0]["actual"].as_str().unwrap();
+    assert!(actual.contains("Out of memory"), "{actual}");
+    let without = gate_toml(&dir, script, 30_000, "env = [\"PATH\"]");
+    let (_app, _, answer) = submit_with(&without, json!({})).await;
+    assert_eq!(
+        answer["verdict"], "PASS",
+        "without the limit it runs: {answer}"
+    );
+}
+
+#[tokio::test]
+async fn an_open_files_limit_refuses_a_program_that_opens_too_many() {
+    let script = r#"exec 3</dev/null 4</dev/null 5</dev/null 6</dev/null 7</dev/null
+echo "{\"verdict\": \"PASS\"}""#;
+    let (_app, _, answer) = submit_with(
+        &inline_gate_toml(script, 10_000, "open_files = 5"),
+        json!({}),
+    )
+    .await;
+    assert_eq!(answer["verdict"], "FAIL", "{answer}");
+    let actual = answer["facts"][0]["actual"].as_str().unwrap();
+    assert!(actual.contains("Too many open files"), "{actual}");
+    let (_app, _, answer) = submit_with(&inline_gate_toml(script, 10_000, ""), json!({})).await;
+    assert_eq!(
+        answer["verdict"], "PASS",
+        "without the limit it runs: {answer}"
+    );
+}
+
+#[tokio::test]
+async fn as_root_a_gate_runs_as_its_configured_user_and_cannot_read_the_data_dir() {
+    if !rustix::process::geteuid().is_root() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI runs as root, so this test must run there"
+        );
+        eprintln!("skipping: switching users needs the tests to run as root");
+        return;
+    }
+    let data_dir = tempfile::tempdir().unwrap();
+    let db = data_dir.path().join("quest.db");
+    let script = format!(
+        r#"if cat {} > /dev/null 2>&1; then read=yes; else read=no; fi
+echo "{{\"verdict\": \"PASS\", \"evidence\": [{{\"uid\": $(id -u), \"read\": \"$read\"}}]}}""#,
+        db.display()
+    );
+    let toml = format!(
+        "{}\n{}",
+        inline_gate_toml(&script, 10_000, "user = \"nobody\""),
+        inline_gate_toml(&script, 10_000, "").replace("[gates.check]", "[gates.asroot]")
+    );
+    let app = spawn_app_tuned(data_dir, Some(&toml), |_| {}).await;
+    let agent = app.token("agent", "bot").await;
+    let mut seen = Vec::new();
+    for gate in ["check", "asroot"] {
+        let mut config = command_config();
+        config["gate"]["name"] = json!(gate);
+        let session = app.scan(config, companies(1)).await;
+        let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+        let answer = app
+            .submit(&agent, &quest, &lease, json!({}))
+            .await
+            .expect(200);
+        assert_eq!(answer["verdict"], "PASS", "{gate}: {answer}");
+        seen.push(app.quest(&quest).await["submissions"][0]["evidence"][0].clone());
+    }
+    let nobody = std::fs::read_to_string("/etc/passwd")
+        .unwrap()
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("nobody:x:")?
+                .split(':')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .unwrap();
+    assert_eq!(seen[0], json!({"uid": nobody, "read": "no"}), "as nobody");
+    assert_eq!(
+        seen[1],
+        json!({"uid": 0, "read": "yes"}),
+        "as root, it could"
+    );
+}

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use quest::app::App;
 use quest::config::Config;
+use quest::gates::email::EmailWorld;
 use quest::testing::ManualClock;
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -97,7 +98,25 @@ pub async fn spawn_app_tuned(
     config_toml: Option<&str>,
     tune: impl FnOnce(&mut Config),
 ) -> TestApp {
+    spawn_app_world(data_dir, config_toml, tune, None).await
+}
+
+/// Starts a server on a fresh data dir with an operator configuration file and
+/// a simulated web and DNS for the email gate (fakes, no network).
+pub async fn spawn_app_with_world(config_toml: &str, world: EmailWorld) -> TestApp {
+    let data_dir = tempfile::tempdir().expect("a temp dir");
+    spawn_app_world(data_dir, Some(config_toml), |_| {}, Some(world)).await
+}
+
+async fn spawn_app_world(
+    data_dir: TempDir,
+    config_toml: Option<&str>,
+    tune: impl FnOnce(&mut Config),
+    world: Option<EmailWorld>,
+) -> TestApp {
     let mut config = Config::with_data_dir(data_dir.path());
+    // The server applies command gates' resource limits through its own binary.
+    config.runner_exe = Some(env!("CARGO_BIN_EXE_quest").into());
     tune(&mut config);
     if let Some(toml) = config_toml {
         let path = data_dir.path().join("quest.toml");
@@ -107,7 +126,7 @@ pub async fn spawn_app_tuned(
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.admin_token = Some("test-admin-token".into());
     let clock = Arc::new(ManualClock::new());
-    let app = App::build_with_clock(config, clock.clone())
+    let app = App::build_with(config, clock.clone(), world)
         .await
         .expect("the app builds");
     let base = format!("http://{}", app.local_addr());

@@ -3,12 +3,16 @@
 mod auth;
 mod bad_input;
 mod cli;
+mod cli_text;
 mod command_gate;
 mod concurrency;
 mod contract;
 mod fake_llm;
+mod guard;
 mod helpers;
+mod injection;
 mod lifecycle;
+mod mcp;
 mod openapi;
 mod operations;
 mod ratchet;

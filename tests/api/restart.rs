@@ -204,13 +204,46 @@ pub(crate) async fn call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_in_the_middle_of_a_run_loses_no_acknowledged_submission() {
     let dir = tempfile::tempdir().unwrap();
-    let mut server = Server::start(dir.path()).await;
+    kill_9_loop(dir.path(), None, contact_config(3), false).await;
+}
+
+/// The same with a gate that runs a process: submissions are PENDING until it
+/// decides, some answered at once (`?wait=0`), and those still PENDING at the
+/// crash are decided by the restarted server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn kill_9_with_a_gate_that_does_io_re_runs_every_pending_submission() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = tempfile::tempdir().unwrap();
+    std::fs::write(
+        gate.path().join("check.sh"),
+        "input=$(cat)\n/bin/sleep 0.05\ncase \"$input\" in\n  *'\"bad\"'*) echo '{\"verdict\": \"FAIL\", \"facts\": \
+         [{\"field\": \"/email\", \"expected\": \"an address\", \"actual\": \"bad\", \"hint\": \"send one\"}]}' ;;\n  \
+         *) echo '{\"verdict\": \"PASS\"}' ;;\nesac\n",
+    )
+    .unwrap();
+    let toml = gate.path().join("quest.toml");
+    std::fs::write(
+        &toml,
+        format!(
+            "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./check.sh\"]\nworkdir = \"{}\"\ntimeout_ms = 10000\n",
+            gate.path().display()
+        ),
+    )
+    .unwrap();
+    let config = json!({"key_column": "company", "max_tries": 3, "gate": {"kind": "command", "name": "check"}});
+    kill_9_loop(dir.path(), Some(&toml), config, true).await;
+}
+
+/// Eight agents work until the server is killed under them; after a restart
+/// every acknowledged submission is there, decided, with its verdict unchanged.
+async fn kill_9_loop(dir: &std::path::Path, toml: Option<&std::path::Path>, config: Value, wait0: bool) {
+    let mut server = Server::start_with(dir, toml).await;
     let client = reqwest::Client::new();
     let (_, session) = call(
         &client,
         &server.base,
         "/v1/sessions",
-        json!({"config": contact_config(3), "items": companies(200)}),
+        json!({"config": config, "items": companies(200)}),
     )
     .await
     .unwrap();
@@ -249,10 +282,11 @@ async fn kill_9_in_the_middle_of_a_run_loses_no_acknowledged_submission() {
                 } else {
                     json!({"email": format!("x{n}@y.test")})
                 };
+                let wait = if wait0 && n % 2 == 0 { "?wait=0" } else { "" };
                 let Some((status, answer)) = call(
                     &client,
                     &base,
-                    &format!("/v1/quests/{quest}/submit"),
+                    &format!("/v1/quests/{quest}/submit{wait}"),
                     json!({"lease_id": lease, "result": result}),
                 )
                 .await
@@ -277,8 +311,14 @@ async fn kill_9_in_the_middle_of_a_run_loses_no_acknowledged_submission() {
         agent.await.unwrap();
     }
     let acknowledged = acknowledged.lock().unwrap().clone();
+    if wait0 {
+        assert!(
+            acknowledged.iter().any(|(_, v)| v == "PENDING"),
+            "some submissions were acknowledged while their gate still ran"
+        );
+    }
 
-    let server = Server::start(dir.path()).await;
+    let server = Server::start_with(dir, toml).await;
     let app_client = |path: String| {
         let client = client.clone();
         let url = format!("{}{path}", server.base);
@@ -319,7 +359,16 @@ async fn kill_9_in_the_middle_of_a_run_loses_no_acknowledged_submission() {
             );
         }
     }
-    let status = app_client(format!("/v1/sessions/{session}/status")).await;
+    // Submissions recorded but never acknowledged (the kill came between the
+    // commit and the answer) are re-run too: wait until none is left.
+    let mut status = app_client(format!("/v1/sessions/{session}/status")).await;
+    for _ in 0..500 {
+        if status["checking"] == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        status = app_client(format!("/v1/sessions/{session}/status")).await;
+    }
     assert_sums(&status);
     assert_eq!(status["checking"], 0, "nothing is left mid-check");
     assert_eq!(

@@ -1218,7 +1218,7 @@ async fn a_job_queued_twice_or_run_again_after_its_answer_is_asked_once() {
     use async_trait::async_trait;
     use quest::domain::Verdict;
     use quest::domain::session::SessionConfig;
-    use quest::domain::verify::{Artifact, Contract, VerifierRequest, parse_reply};
+    use quest::domain::verify::{Artifact, Contract, Question, VerifierRequest, parse_reply};
     use quest::store::{
         GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, SubmitOutcome,
     };
@@ -1233,7 +1233,7 @@ async fn a_job_queued_twice_or_run_again_after_its_answer_is_asked_once() {
         fn model(&self) -> &str {
             "counting"
         }
-        async fn ask(&self, _: &VerifierRequest, _: &str) -> Result<Reply, AskError> {
+        async fn ask(&self, _: &VerifierRequest, _: &Question) -> Result<Reply, AskError> {
             self.0.fetch_add(1, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(100)).await;
             Ok(Reply {
@@ -1371,7 +1371,9 @@ async fn a_verifier_reads_the_task_rendered_for_the_quest_or_else_the_gates_own_
     let requests = fake.requests();
     let task = |i: usize| {
         let prompt = requests[i]["messages"][1]["content"].as_str().unwrap();
-        prompt["# Contract\n\n## Task\n".len()..prompt.find("\n\n## Input").unwrap()].to_owned()
+        let start =
+            prompt.find("# Contract\n\n## Task\n").unwrap() + "# Contract\n\n## Task\n".len();
+        prompt[start..prompt.find("\n\n## Input").unwrap()].to_owned()
     };
     assert_eq!(
         task(0),

@@ -1,8 +1,11 @@
 //! The freemail and placeholder lists: the files shipped beside this module
 //! (their sources are named in their headers), extended per session by
-//! `config.gate.freemail` and `config.gate.blacklist`.
+//! `config.gate.freemail` and `config.gate.blacklist`; and the names of
+//! private networks, which count as blacklisted too: looking them up would
+//! ask the server's own resolver about the server's own network.
 
 use std::collections::HashSet;
+use std::net::IpAddr;
 use std::sync::LazyLock;
 
 use super::address::{Email, is_within};
@@ -17,6 +20,42 @@ static BLACKLIST: LazyLock<Blacklist> = LazyLock::new(|| {
     }
     list
 });
+
+/// Names under which only private networks have hosts: the names RFC 6762
+/// (Appendix G) finds in private use (`intranet`, `internal`, `private`,
+/// `corp`, `home`, `lan`), `.internal` (reserved for that by ICANN in 2024),
+/// `.local` (multicast DNS, RFC 6762), `localdomain`, and `home.arpa` (RFC 8375).
+const PRIVATE_SUFFIXES: &[&str] = &[
+    "internal",
+    "intranet",
+    "private",
+    "corp",
+    "home",
+    "lan",
+    "local",
+    "localdomain",
+    "home.arpa",
+];
+
+/// Why `host` (lowercase, no trailing dot) names a host on a private network:
+/// a single-label name or one under [`PRIVATE_SUFFIXES`]. IP addresses are
+/// the SSRF guard's to judge.
+fn private_name(host: &str) -> Option<String> {
+    if host.is_empty() || host.starts_with('[') || host.parse::<IpAddr>().is_ok() {
+        return None;
+    }
+    if !host.contains('.') {
+        return Some(format!(
+            "`{host}` is a single-label name, which only a private network resolves"
+        ));
+    }
+    PRIVATE_SUFFIXES
+        .iter()
+        .find(|suffix| is_within(host, suffix))
+        .map(|suffix| {
+            format!("names under .{suffix} belong to private networks, never to a company's public site or mail")
+        })
+}
 
 /// The non-empty, non-comment lines of a data file.
 fn data_lines(text: &str) -> impl Iterator<Item = &str> {
@@ -163,12 +202,16 @@ impl Lists {
         BLACKLIST
             .email(email)
             .or_else(|| self.blacklist.email(email))
+            .or_else(|| private_name(&email.domain))
     }
 
     /// Why a web host is a placeholder, if it is.
     pub fn blacklisted_host(&self, host: &str) -> Option<String> {
         let host = host.trim_end_matches('.').to_ascii_lowercase();
-        BLACKLIST.host(&host).or_else(|| self.blacklist.host(&host))
+        BLACKLIST
+            .host(&host)
+            .or_else(|| self.blacklist.host(&host))
+            .or_else(|| private_name(&host))
     }
 }
 
@@ -255,6 +298,44 @@ mod tests {
         );
         assert!(l.blacklisted_host("www.example.com.").is_some());
         assert!(l.blacklisted_host("acme.test").is_none());
+    }
+
+    #[test]
+    fn names_of_private_networks_and_single_labels_are_blacklisted_but_ip_addresses_are_not() {
+        let l = lists();
+        for email in [
+            "x@db.corp.internal",
+            "x@acme.corp",
+            "x@nas.home.arpa",
+            "x@printer.lan",
+            "x@mac.local",
+            "x@box.localdomain",
+            "x@HOST.Intranet",
+        ] {
+            let why = why(&l, email).unwrap_or_else(|| panic!("{email}"));
+            assert!(why.contains("private networks"), "{email}: {why}");
+        }
+        for host in ["db.corp.internal.", "intranet", "WIKI", "router.lan"] {
+            assert!(
+                l.blacklisted_host(host)
+                    .is_some_and(|why| why.contains("private")),
+                "{host}"
+            );
+        }
+        assert!(
+            l.blacklisted_host("intranet")
+                .unwrap()
+                .contains("single-label")
+        );
+        for host in [
+            "127.0.0.1",
+            "[::1]",
+            "acme.test",
+            "internal.acme.test",
+            "lan.co.kr",
+        ] {
+            assert_eq!(l.blacklisted_host(host), None, "{host}");
+        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! The `email` gate (SPEC §4.1): a company's contact email is accepted only
-//! when the machine re-derives it. Seven checks, in order:
+//! when the machine re-derives it. Eight checks, in order:
 //!
 //! 1. **format**: the email is a plain address; `site` and `source` are
 //!    absolute http(s) URLs. Internationalised domains go to REVIEW (homoglyphs).
@@ -14,8 +14,12 @@
 //!    file, a login wall, a page too long) is FAIL, so that a human review
 //!    cannot be had for free. A URL that could make its page echo the
 //!    address proves nothing (see `echo`).
-//! 6. **mx**: the email's domain accepts mail.
-//! 7. **duplicate**: an address another quest of the session already holds
+//! 6. **company**: the site belongs to the company of the row: on the
+//!    registrable domain the row's `site_column` cell gives (else FAIL), and
+//!    the source page or the site's home page names the company as the row's
+//!    key does (else REVIEW). See `company`.
+//! 7. **mx**: the email's domain accepts mail.
+//! 8. **duplicate**: an address another quest of the session already holds
 //!    (accepted, awaiting a decision or being checked) goes to REVIEW, naming
 //!    that quest: one real address cannot pass for every company of a table.
 //!
@@ -24,8 +28,11 @@
 //! quests of the session hold comes from the gate runner as a [`SessionView`].
 
 pub mod address;
+mod company;
 mod echo;
+mod html;
 pub mod lists;
+mod mail;
 pub mod page;
 
 use std::sync::Arc;
@@ -39,12 +46,13 @@ use url::Url;
 use self::address::{Email, has_idn_host, is_within, parse_email, parse_web_url, registrable};
 use self::echo::Carried;
 use self::lists::Lists;
+use self::mail::{duplicate_check, mx_check};
 use self::page::{Found, PageText};
-use super::dns::{MailAnswer, Resolver};
-use super::fetch::{FetchError, Fetcher, Page, PageCache};
+use super::dns::Resolver;
+use super::fetch::{AddressPolicy, FetchError, Fetcher, Page, PageCache};
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
 use crate::domain::session::Example;
-use crate::domain::verify::Question;
+use crate::domain::verify::{Question, injection_question};
 use crate::domain::{Fact, Verdict};
 
 /// The registry name of this gate.
@@ -60,6 +68,8 @@ pub struct EmailWorld {
     pub fetcher: Arc<dyn Fetcher>,
     pub resolver: Arc<dyn Resolver>,
     pub pages: Arc<PageCache>,
+    /// The fetcher's SSRF policy: no address it refuses is shown in evidence.
+    pub policy: AddressPolicy,
 }
 
 impl EmailWorld {
@@ -69,6 +79,7 @@ impl EmailWorld {
             fetcher,
             resolver,
             pages: Arc::new(PageCache::new()),
+            policy: AddressPolicy::default(),
         }
     }
 }
@@ -80,19 +91,24 @@ struct Params {
     freemail: Vec<String>,
     #[serde(default)]
     blacklist: Vec<String>,
+    #[serde(default)]
+    site_column: Option<String>,
 }
 
 /// The email gate of one session.
 pub struct EmailGate {
     fetcher: Arc<dyn Fetcher>,
     resolver: Arc<dyn Resolver>,
+    policy: AddressPolicy,
     lists: Lists,
+    /// The column of the row that holds the company's site or domain.
+    site_column: Option<String>,
 }
 
 impl EmailGate {
     /// Builds the gate from `config.gate`'s parameters (`freemail` and
-    /// `blacklist`, both lists of strings), with a namespace of its own in the
-    /// world's page cache.
+    /// `blacklist`, both lists of strings; `site_column`, the column holding
+    /// the company's site), with a namespace of its own in the world's page cache.
     pub fn from_params(
         params: &Map<String, Value>,
         world: &EmailWorld,
@@ -102,7 +118,7 @@ impl EmailGate {
                 GateConfigError::new(
                     "",
                     format!(
-                        "{e}; the email gate takes `freemail` and `blacklist`, lists of strings"
+                        "{e}; the email gate takes `freemail` and `blacklist`, lists of strings, and `site_column`, the name of a column"
                     ),
                 )
             })?;
@@ -111,9 +127,17 @@ impl EmailGate {
         Ok(EmailGate {
             fetcher: Arc::new(world.pages.fetcher(world.fetcher.clone())),
             resolver: world.resolver.clone(),
+            policy: world.policy.clone(),
             lists,
+            site_column: params.site_column.filter(|c| !c.trim().is_empty()),
         })
     }
+}
+
+/// A source page the gate read: where it landed and what a reader sees on it.
+struct ReadPage {
+    url: String,
+    text: PageText,
 }
 
 /// What the agent claimed, each field parsed or turned into a format fact.
@@ -228,6 +252,8 @@ impl Gate for EmailGate {
                 "Is the website in the result the site of a different company than the one in the input \
                  (for example a directory, a marketplace or a namesake)?",
             ),
+            // The evidence quotes the cited page, which the agent may have written.
+            injection_question(),
         ]
     }
 
@@ -235,7 +261,11 @@ impl Gate for EmailGate {
         vec!["email".into()]
     }
 
-    async fn check(&self, _input: &Value, result: &Value, session: &SessionView) -> GateOutcome {
+    fn input_columns(&self) -> Vec<String> {
+        self.site_column.iter().cloned().collect()
+    }
+
+    async fn check(&self, input: &Value, result: &Value, session: &SessionView) -> GateOutcome {
         let claim = Claim::read(result);
         let screen = Screen::of(&claim, &self.lists);
 
@@ -266,12 +296,22 @@ impl Gate for EmailGate {
             screen.source,
             fetched.as_ref(),
         );
-        let mut evidence = vec![self.source_check(&mut findings, &screen, fetched).await];
+        let mut read = None;
+        let mut evidence = vec![
+            self.source_check(&mut findings, &screen, fetched, &mut read)
+                .await,
+        ];
+        // The company's facts come in check order; its evidence after the
+        // mx check's, so that the first two entries stay source and mx.
+        let company = self
+            .company_check(&mut findings, &screen, input, &session.key, read.as_ref())
+            .await;
         evidence.push(match (screen.email, mail) {
-            (Some(e), Some(answer)) => mx_check(&mut findings, e, answer),
+            (Some(e), Some(answer)) => mx_check(&mut findings, e, answer, &self.policy),
             (Some(e), None) => json!({"check": "mx", "domain": e.domain, "skipped": "the address is a placeholder"}),
             (None, _) => json!({"check": "mx", "skipped": "no valid email address"}),
         });
+        evidence.extend(company);
         if let Some(e) = screen.email.filter(|_| screen.email_blacklisted.is_none()) {
             evidence.extend(duplicate_check(
                 &mut findings,
@@ -529,6 +569,15 @@ fn fetch_failure(findings: &mut Findings, error: &FetchError) {
     }
 }
 
+/// Parses a page on the blocking pool: a parse of a large page is CPU work
+/// that must not hold up the requests the runtime serves.
+async fn read_page(body: &Arc<[u8]>) -> PageText {
+    let body = body.clone();
+    tokio::task::spawn_blocking(move || PageText::from_body(&body))
+        .await
+        .unwrap_or_else(|_| PageText::from_body(b""))
+}
+
 /// The origin's home page of a URL (`https://acme.test/`), unless the URL is it.
 fn home_of(url: &str) -> Option<String> {
     let url = Url::parse(url).ok()?;
@@ -546,6 +595,7 @@ impl EmailGate {
         findings: &mut Findings,
         screen: &Screen<'_>,
         fetched: Option<Result<Page, FetchError>>,
+        read: &mut Option<ReadPage>,
     ) -> Value {
         let Some(url) = screen.source else {
             return json!({"check": "source", "skipped": "no valid source URL"});
@@ -581,7 +631,7 @@ impl EmailGate {
                 return json!({"check": "source", "url": url.as_str(), "error": error.to_string()});
             }
         };
-        let text = PageText::from_body(&page.body);
+        let text = read_page(&page.body).await;
         let addresses = text.addresses(LISTED_ADDRESSES);
         let mut evidence = json!({
             "check": "source",
@@ -623,19 +673,33 @@ impl EmailGate {
             evidence["found"] = json!("not_read");
             return evidence;
         }
-        let Some(email) = screen.email else {
+        if text.too_deep() {
+            findings.fail(source_fact(
+                "a web page a browser shows as written",
+                format!(
+                    "a page whose elements nest more than {} levels deep",
+                    html::MAX_DEPTH
+                ),
+                "no browser shows such a page as written, so the gate does not read it; cite the \
+                 page where the company shows the address (often a contact or imprint page)",
+            ));
+            evidence["found"] = json!("not_read");
             return evidence;
-        };
-        let found = find_check(findings, email, &page, &text, &addresses, &mut evidence);
-        if found {
+        }
+        if let Some(email) = screen.email {
+            let found = find_check(findings, email, &page, &text, &addresses, &mut evidence);
             let echo_from = [Some(url), landed.as_ref()]
                 .into_iter()
                 .flatten()
                 .find(|u| echo::carried(u, email) == Carried::LocalPart);
-            if let Some(echo_from) = echo_from {
+            if let Some(echo_from) = echo_from.filter(|_| found) {
                 evidence["echo_probe"] = self.echo_probe(findings, email, echo_from).await;
             }
         }
+        *read = Some(ReadPage {
+            url: page.final_url.clone(),
+            text,
+        });
         evidence
     }
 
@@ -714,7 +778,7 @@ impl EmailGate {
         };
         match self.fetcher.fetch(probe.as_str()).await {
             Ok(page) => {
-                let echoed = PageText::from_body(&page.body).find(&made_up) != Found::Absent;
+                let echoed = read_page(&page.body).await.find(&made_up) != Found::Absent;
                 if echoed {
                     findings.fail(source_fact(
                         NOT_ECHOED,
@@ -834,88 +898,6 @@ fn find_check(
     evidence["found"] = json!(found);
     evidence["snippet"] = json!(snippet);
     found != "absent"
-}
-
-/// Check 7: no other quest of the session holds the same address. Returns
-/// evidence when one does.
-fn duplicate_check(findings: &mut Findings, email: &Email, holders: &[String]) -> Option<Value> {
-    if holders.is_empty() {
-        return None;
-    }
-    let named = holders
-        .iter()
-        .map(|key| format!("\"{key}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    findings.review(Fact::new(
-        "duplicate",
-        "/email",
-        "an address no other company of this session has",
-        format!("{} is also the result for {named}", email.address()),
-        "two companies rarely share one contact address, so a person will compare the quests; \
-         if the address belongs to the other company, find this company's own",
-    ));
-    Some(json!({"check": "duplicate", "email": email.address(), "quests": holders}))
-}
-
-/// Check 6: the email's domain accepts mail. Returns the evidence.
-fn mx_check(findings: &mut Findings, email: &Email, answer: MailAnswer) -> Value {
-    let domain = &email.domain;
-    let expected = format!("{domain} accepts mail (MX records)");
-    let fact =
-        |actual: String, hint: &str| Fact::new("mx", "/email", expected.clone(), actual, hint);
-    let mut evidence = json!({"check": "mx", "domain": domain});
-    match answer {
-        MailAnswer::Mx(hosts) => {
-            evidence["answer"] = json!("mx");
-            evidence["hosts"] = json!(
-                hosts
-                    .iter()
-                    .map(|h| format!("{} {}", h.preference, h.exchange))
-                    .collect::<Vec<_>>()
-            );
-        }
-        MailAnswer::NullMx => {
-            evidence["answer"] = json!("null_mx");
-            findings.fail(fact(
-                format!("{domain} publishes a null MX (RFC 7505): it accepts no mail"),
-                "this address cannot receive mail; find one that can",
-            ));
-        }
-        MailAnswer::NoDomain => {
-            evidence["answer"] = json!("nxdomain");
-            findings.fail(fact(
-                format!("{domain} does not exist (NXDOMAIN)"),
-                "the domain does not exist; check the spelling against the page",
-            ));
-        }
-        MailAnswer::NoMailHost => {
-            evidence["answer"] = json!("no_mail_host");
-            findings.fail(fact(
-                format!("{domain} has neither MX nor address records"),
-                "no mail can be delivered to this domain; find an address that can receive mail",
-            ));
-        }
-        MailAnswer::AddressOnly(ips) => {
-            evidence["answer"] = json!("address_only");
-            evidence["addresses"] = json!(ips.iter().map(ToString::to_string).collect::<Vec<_>>());
-            findings.review(fact(
-                format!(
-                    "no MX records; {domain} has only an address record (implicit MX, RFC 5321)"
-                ),
-                "mail may still arrive; a person will confirm it",
-            ));
-        }
-        MailAnswer::Unavailable(reason) => {
-            evidence["answer"] = json!("unavailable");
-            evidence["error"] = json!(reason);
-            findings.review(fact(
-                format!("no DNS answer: {reason}"),
-                "DNS could not be asked now; if the address is right there is nothing to fix, a person will look",
-            ));
-        }
-    }
-    evidence
 }
 
 #[cfg(test)]

@@ -1,8 +1,16 @@
-//! Reading a fetched page for addresses: HTML entities decoded, `mailto:`
-//! links (also percent-encoded) and Cloudflare's email protection read, and
-//! what a reader does not see kept apart: comments, the contents of `script`,
-//! `style` and `template` elements, CDATA sections and attribute values (an
-//! `<input value>`, a `<meta content>`, an image URL). Obfuscated forms
+//! Reading a fetched page for addresses. The page is parsed the way a browser
+//! parses it (html5ever, the HTML5 parsing algorithm, through `scraper`), and
+//! what a reader sees is decided on the tree, not on the source text:
+//! - shown: text outside the elements below, the `<title>`, the addresses of
+//!   `mailto:` links (also percent-encoded) and of Cloudflare's email protection;
+//! - hidden: the contents of `script`, `style`, `template` and `iframe`
+//!   elements, of any element with the `hidden` attribute or an inline
+//!   `display: none` / `visibility: hidden` (on itself or an ancestor), CDATA
+//!   sections, and attribute values (an `<input value>`, a `<meta content>`,
+//!   an image URL). Style sheets are not applied: a class that hides is not seen;
+//! - comments, ended where HTML5 ends them (`-->`, `--!>`, `<!-->`).
+//!
+//! Entities are decoded once, by the parser. Obfuscated forms
 //! (`info [at] acme.co.kr`) are told apart from the address written out.
 //!
 //! An address counts only as a whole token: `o@acme.test` is not found in
@@ -10,35 +18,37 @@
 
 use std::sync::LazyLock;
 
+use ego_tree::iter::Edge;
 use percent_encoding::percent_decode_str;
-use regex::{Captures, Regex};
+use regex::Regex;
+use scraper::Node;
+use scraper::node::Element;
 
 use super::address::Email;
+use super::html;
 
 /// Characters of a local part as this gate accepts them.
 pub(crate) fn is_local_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-')
 }
 
-static COMMENT: LazyLock<Regex> = LazyLock::new(|| Regex::new(r"(?s)<!--.*?(?:-->|\z)").unwrap());
-/// Elements whose content no reader sees, and CDATA sections; an unclosed
-/// one runs to the end of the page, as it does in a browser.
-static HIDDEN_ELEMENT: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(
-        r"(?is)<script\b[^>]*>.*?(?:</script\s*>|\z)|<style\b[^>]*>.*?(?:</style\s*>|\z)|<template\b[^>]*>.*?(?:</template\s*>|\z)|<!\[CDATA\[.*?(?:\]\]>|\z)",
-    )
-    .unwrap()
-});
-/// A start or end tag: its slash, its name and its attributes (quoted values may hold `>`).
-static TAG: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"<(/?)([A-Za-z][A-Za-z0-9:-]*)((?:[^>"']|"[^"]*"|'[^']*')*)>"#).unwrap()
-});
-static HREF: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?i)\bhref\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s"'>]+))"#).unwrap()
-});
-static CFEMAIL: LazyLock<Regex> = LazyLock::new(|| {
-    Regex::new(r#"(?i)(?:data-cfemail="|/cdn-cgi/l/email-protection#)([0-9a-f]{4,})"#).unwrap()
-});
+/// Elements whose content no reader sees.
+const HIDING_ELEMENTS: &[&str] = &["script", "style", "template", "iframe"];
+/// Elements the parser adds when a page leaves them out: a marker is kept for
+/// them only when the page writes their tag, so that a snippet shows the
+/// page's own tags.
+const IMPLIED_ELEMENTS: &[&str] = &["html", "head", "body"];
+/// Elements that run inside a line of text: their tags do not separate words.
+const INLINE_ELEMENTS: &[&str] = &[
+    "a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em", "font", "i", "kbd",
+    "mark", "q", "s", "samp", "small", "span", "strong", "sub", "sup", "time", "u", "var",
+];
+/// Elements without an end tag.
+const VOID_ELEMENTS: &[&str] = &[
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source",
+    "track", "wbr",
+];
+
 static ADDRESS: LazyLock<Regex> = LazyLock::new(|| {
     Regex::new(r"[A-Za-z0-9._+-]+@[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)+")
         .unwrap()
@@ -101,52 +111,215 @@ pub enum Found {
 /// The text of a page, prepared for searching.
 #[derive(Debug)]
 pub struct PageText {
-    /// What a reader sees: the HTML without comments, hidden elements and
-    /// attribute values, entities decoded. Tags keep only their names and the
-    /// addresses of their `mailto:` links and Cloudflare email protection.
+    /// What a reader sees: the shown text, with a marker `<p>`, `</p>` for
+    /// each of the page's tags; a tag's marker holds the addresses of its
+    /// `mailto:` links and email protection, since a visitor reaches those.
     main: String,
-    /// Entity-decoded comments.
+    /// The comments, each as `<!--text-->`.
     comments: String,
-    /// Entity-decoded hidden text: hidden elements, CDATA, attribute values.
+    /// Hidden text: hidden elements' contents, CDATA, attribute values.
     hidden: String,
-    /// `main`'s HTML with the tags removed.
+    /// `main` without its markers.
     stripped: String,
+    /// The shown text with a blank wherever a tag other than an inline one
+    /// stands, so that the words of two blocks stay apart.
+    words: String,
+    /// The page nests deeper than [`html::MAX_DEPTH`]: only its start was read.
+    too_deep: bool,
+}
+
+/// Whether an element hides itself and what it holds from a reader.
+fn hides(element: &Element) -> bool {
+    HIDING_ELEMENTS.contains(&element.name())
+        || element.attr("hidden").is_some()
+        || element.attr("style").is_some_and(style_hides)
+}
+
+/// Whether an inline style says `display: none` or `visibility: hidden`
+/// (or `collapse`), `!important` or not, in any letter case.
+fn style_hides(style: &str) -> bool {
+    style.split(';').any(|declaration| {
+        let Some((property, value)) = declaration.split_once(':') else {
+            return false;
+        };
+        let value = value.to_ascii_lowercase();
+        let value = value.trim().trim_end_matches("!important").trim();
+        match property.trim().to_ascii_lowercase().as_str() {
+            "display" => value == "none",
+            "visibility" => matches!(value, "hidden" | "collapse"),
+            _ => false,
+        }
+    })
+}
+
+/// The buffers [`PageText`] is made of, filled by one walk over the tree.
+#[derive(Default)]
+struct Reader {
+    main: String,
+    comments: Vec<String>,
+    hidden: Vec<String>,
+    stripped: String,
+    words: String,
+    /// For every open element: whether it or an ancestor hides its content.
+    open: Vec<bool>,
+    /// Which of [`IMPLIED_ELEMENTS`] the page writes a tag for.
+    written: Vec<&'static str>,
+}
+
+impl Reader {
+    fn new(raw: &str) -> Reader {
+        let lower = raw.to_ascii_lowercase();
+        let written = IMPLIED_ELEMENTS
+            .iter()
+            .copied()
+            .filter(|name| {
+                lower.match_indices(&format!("<{name}")).any(|(at, tag)| {
+                    lower[at + tag.len()..]
+                        .chars()
+                        .next()
+                        .is_none_or(|c| c == '>' || c == '/' || c.is_ascii_whitespace())
+                })
+            })
+            .collect();
+        Reader {
+            written,
+            ..Reader::default()
+        }
+    }
+
+    /// Whether an element gets a marker in the text a reader sees.
+    fn marked(&self, name: &str) -> bool {
+        !IMPLIED_ELEMENTS.contains(&name) || self.written.contains(&name)
+    }
+
+    fn hidden_here(&self) -> bool {
+        self.open.last().copied().unwrap_or(false)
+    }
+
+    fn open_element(&mut self, element: &Element) {
+        let inherited = self.hidden_here();
+        let hidden = inherited || hides(element);
+        self.open.push(hidden);
+        self.separate_words(element);
+        for (_, value) in element.attrs() {
+            if !value.trim().is_empty() {
+                self.hidden.push(value.to_owned());
+            }
+        }
+        let name = element.name();
+        if hidden {
+            if !inherited {
+                // The hidden part stands between the words around it.
+                self.main.push(' ');
+                self.stripped.push(' ');
+            }
+            return;
+        }
+        if !self.marked(name) {
+            return;
+        }
+        self.main.push('<');
+        self.main.push_str(name);
+        for (attribute, value) in element.attrs() {
+            for address in mailto_link(attribute, value)
+                .into_iter()
+                .chain(protected_address(attribute, value))
+            {
+                if !address.contains(['<', '>', '&']) && !address.contains(char::is_whitespace) {
+                    self.main.push(' ');
+                    self.main.push_str(&address);
+                }
+            }
+        }
+        self.main.push('>');
+    }
+
+    fn close_element(&mut self, element: &Element) {
+        let hidden = self.open.pop().unwrap_or(false);
+        self.separate_words(element);
+        let name = element.name();
+        if !hidden && self.marked(name) && !VOID_ELEMENTS.contains(&name) {
+            self.main.push_str("</");
+            self.main.push_str(name);
+            self.main.push('>');
+        }
+    }
+
+    fn text(&mut self, text: &str) {
+        if self.hidden_here() {
+            self.hidden.push(text.to_owned());
+        } else {
+            self.main.push_str(text);
+            self.stripped.push_str(text);
+            self.words.push_str(text);
+        }
+    }
+
+    fn separate_words(&mut self, element: &Element) {
+        if !INLINE_ELEMENTS.contains(&element.name()) && !self.words.ends_with(' ') {
+            self.words.push(' ');
+        }
+    }
+
+    fn comment(&mut self, comment: &str) {
+        // Outside foreign content HTML5 reads `<![CDATA[...]]>` as a (bogus)
+        // comment; no reader sees it either way.
+        if comment.starts_with("[CDATA[") {
+            self.hidden.push(comment.to_owned());
+        } else {
+            // Blanks inside the markers, so that an address at either end of
+            // the comment does not run into `<!--` or `-->`.
+            let gap = |blank: bool| if blank { "" } else { " " };
+            let before = gap(comment.starts_with(char::is_whitespace));
+            let after = gap(comment.ends_with(char::is_whitespace));
+            self.comments
+                .push(format!("<!--{before}{comment}{after}-->"));
+        }
+    }
 }
 
 impl PageText {
-    /// Prepares a page body (any encoding that keeps ASCII as ASCII).
+    /// Parses a page body (any encoding that keeps ASCII as ASCII) as HTML5.
     pub fn from_body(body: &[u8]) -> PageText {
         let raw = String::from_utf8_lossy(body);
-        let comments: Vec<&str> = COMMENT.find_iter(&raw).map(|m| m.as_str()).collect();
-        let without_comments = COMMENT.replace_all(&raw, " ");
-        let mut hidden: Vec<String> = HIDDEN_ELEMENT
-            .find_iter(&without_comments)
-            .map(|m| m.as_str().to_owned())
-            .collect();
-        let shown = HIDDEN_ELEMENT.replace_all(&without_comments, " ");
-        // A tag keeps its name and, in place of its attributes, the addresses
-        // of its mailto links and email protection: a visitor reaches those.
-        let html = TAG.replace_all(&shown, |tag: &Captures| {
-            let attributes = &tag[3];
-            if !attributes.trim().is_empty() {
-                hidden.push(attributes.to_owned());
-            }
-            let mut kept = format!("<{}{}", &tag[1], &tag[2]);
-            for address in mailto_links(attributes).chain(protected_addresses(attributes)) {
-                if !address.contains(['<', '>', '&']) && !address.contains(char::is_whitespace) {
-                    kept.push(' ');
-                    kept.push_str(&address);
+        let parsed = html::parse(&raw);
+        let mut reader = Reader::new(&raw);
+        // The walk is iterative: however deep the tree, it cannot exhaust the stack.
+        for edge in parsed.html.tree.root().traverse() {
+            match edge {
+                Edge::Open(node) => match node.value() {
+                    Node::Element(element) => reader.open_element(element),
+                    Node::Text(text) => reader.text(text),
+                    Node::Comment(comment) => reader.comment(comment),
+                    _ => {}
+                },
+                Edge::Close(node) => {
+                    if let Node::Element(element) = node.value() {
+                        reader.close_element(element);
+                    }
                 }
             }
-            kept.push('>');
-            kept
-        });
-        PageText {
-            main: visible(&html),
-            comments: visible(&comments.join("\n")),
-            hidden: visible(&hidden.join("\n")),
-            stripped: visible(&TAG.replace_all(&html, "")),
         }
+        PageText {
+            main: visible(&reader.main),
+            comments: visible(&reader.comments.join("\n")),
+            hidden: visible(&reader.hidden.join("\n")),
+            stripped: visible(&reader.stripped),
+            words: visible(&reader.words),
+            too_deep: parsed.too_deep,
+        }
+    }
+
+    /// Whether the page nests its elements deeper than any browser renders
+    /// them (see [`html::MAX_DEPTH`]); then only its start was read.
+    pub fn too_deep(&self) -> bool {
+        self.too_deep
+    }
+
+    /// The text a reader sees, the words of two blocks (a title and a
+    /// heading, two paragraphs) kept apart: for finding names on the page.
+    pub fn shown_text(&self) -> &str {
+        &self.words
     }
 
     /// Where and how `email` appears.
@@ -216,27 +389,31 @@ impl PageText {
     }
 }
 
-/// The addresses of the `mailto:` links among a tag's attributes (entities
-/// and percent-encoding decoded, the `?subject=...` part dropped).
-fn mailto_links(attributes: &str) -> impl Iterator<Item = String> + '_ {
-    HREF.captures_iter(attributes).filter_map(|href| {
-        let value = href.get(1).or(href.get(2)).or(href.get(3))?.as_str();
-        let value = html_escape::decode_html_entities(value);
-        let value = value.trim();
-        let target = value
-            .get(..7)
-            .filter(|scheme| scheme.eq_ignore_ascii_case("mailto:"))
-            .map(|_| &value[7..])?;
-        let address = target.split('?').next().unwrap_or_default();
-        Some(percent_decode_str(address).decode_utf8_lossy().into_owned())
-    })
+/// The address of a `mailto:` link (percent-encoding decoded, the
+/// `?subject=...` part dropped), if the attribute is one.
+fn mailto_link(attribute: &str, value: &str) -> Option<String> {
+    if !attribute.eq_ignore_ascii_case("href") {
+        return None;
+    }
+    let value = value.trim();
+    let target = value
+        .get(..7)
+        .filter(|scheme| scheme.eq_ignore_ascii_case("mailto:"))
+        .map(|_| &value[7..])?;
+    let address = target.split('?').next().unwrap_or_default();
+    Some(percent_decode_str(address).decode_utf8_lossy().into_owned())
 }
 
-/// The addresses Cloudflare's email protection hides in a tag's attributes.
-fn protected_addresses(attributes: &str) -> impl Iterator<Item = String> + '_ {
-    CFEMAIL
-        .captures_iter(attributes)
-        .filter_map(|protected| decode_cfemail(&protected[1]))
+/// The address Cloudflare's email protection hides in an attribute, if it does.
+fn protected_address(attribute: &str, value: &str) -> Option<String> {
+    let hex_text = if attribute.eq_ignore_ascii_case("data-cfemail") {
+        value
+    } else if attribute.eq_ignore_ascii_case("href") {
+        value.split_once("/cdn-cgi/l/email-protection#")?.1
+    } else {
+        return None;
+    };
+    decode_cfemail(hex_text.trim())
 }
 
 /// One place where `@domain` stands with a whole address around it.
@@ -334,10 +511,10 @@ fn obfuscated(text: &str, email: &Email) -> Option<(usize, usize)> {
     None
 }
 
-/// HTML text as a reader sees its characters: entities decoded, invisible characters gone.
-fn visible(html: &str) -> String {
-    let decoded = html_escape::decode_html_entities(html);
-    INVISIBLE.replace_all(&decoded, "").into_owned()
+/// Text as a reader sees its characters: invisible characters gone (the
+/// parser has decoded the entities already).
+fn visible(text: &str) -> String {
+    INVISIBLE.replace_all(text, "").into_owned()
 }
 
 /// Cloudflare's email protection: the first byte is a key XORed into the rest.
@@ -526,6 +703,106 @@ mod tests {
                 snippet: "<a info@acme.test>mail</a>".into()
             },
             "the link's address stands where the link is"
+        );
+    }
+
+    #[test]
+    fn an_unclosed_attribute_hides_the_rest_of_the_page_as_in_a_browser() {
+        // A browser drops a tag still open at the end of the page, and with it
+        // everything after its unclosed quote; a regex saw the address.
+        assert_eq!(
+            find(
+                "<p>Welcome</p><span title=\"a>info@acme.test</span>",
+                "info@acme.test"
+            ),
+            Found::Absent
+        );
+        assert!(is_exact(&find(
+            "<p>Welcome</p><span title=\"a\">info@acme.test</span>",
+            "info@acme.test"
+        )));
+    }
+
+    #[test]
+    fn a_script_or_comment_opener_inside_an_attribute_hides_nothing() {
+        for html in [
+            "<p title=\"<script>\">Write to info@acme.test</p>",
+            "<img alt='<style>'><p>info@acme.test</p>",
+            "<div title=\"<!--\">info@acme.test</div><p>--></p>",
+        ] {
+            assert!(
+                is_exact(&find(html, "info@acme.test")),
+                "{html}: {:?}",
+                find(html, "info@acme.test")
+            );
+        }
+    }
+
+    #[test]
+    fn a_hidden_attribute_or_an_inline_style_that_hides_hides_every_descendant() {
+        for html in [
+            "<div hidden><p>Mail: <b>info@acme.test</b></p></div>",
+            "<div HIDDEN=until-found>info@acme.test</div>",
+            "<section style=\"color: red; DISPLAY : None !important\"><p><span>info@acme.test</span></p></section>",
+            "<div style='visibility:hidden'><p>info@acme.test</p></div>",
+            "<p hidden><a href=\"mailto:info@acme.test\">write</a></p>",
+            "<iframe><p>info@acme.test</p></iframe>",
+        ] {
+            assert!(
+                matches!(find(html, "info@acme.test"), Found::Hidden { .. }),
+                "{html}: {:?}",
+                find(html, "info@acme.test")
+            );
+        }
+        for html in [
+            "<div style=\"display: block\"><div hidden>x</div><p>info@acme.test</p></div>",
+            "<div style=\"font-family: none\">info@acme.test</div>",
+            "<div data-style=\"display:none\">info@acme.test</div>",
+        ] {
+            assert!(is_exact(&find(html, "info@acme.test")), "{html}");
+        }
+        assert!(!style_hides("display"));
+        assert!(style_hides("x: y; visibility: collapse"));
+    }
+
+    #[test]
+    fn comments_end_where_html5_ends_them() {
+        for html in [
+            "<!-- old --!> write to info@acme.test",
+            "<!--> write to info@acme.test -->",
+            "<!---> write to info@acme.test -->",
+        ] {
+            assert!(
+                is_exact(&find(html, "info@acme.test")),
+                "{html}: {:?}",
+                find(html, "info@acme.test")
+            );
+        }
+        assert!(matches!(
+            find("<p>x</p><!--info@acme.test-->", "info@acme.test"),
+            Found::InComment { .. }
+        ));
+    }
+
+    #[test]
+    fn a_page_nested_deeper_than_a_browser_renders_is_said_to_be() {
+        let depth = 100_000;
+        let html = format!(
+            "{}info@acme.test{}",
+            "<div>".repeat(depth),
+            "</div>".repeat(depth)
+        );
+        assert!(PageText::from_body(html.as_bytes()).too_deep());
+        assert!(!PageText::from_body(b"<div><p>info@acme.test</p></div>").too_deep());
+    }
+
+    #[test]
+    fn entities_are_decoded_once_as_a_browser_does() {
+        // The reader sees the text `info&#64;acme.test`, not an address.
+        assert!(!is_exact(&find("info&amp;#64;acme.test", "info@acme.test")));
+        assert_eq!(
+            PageText::from_body(b"<title>Acme &amp; Co</title><p>H<b>i</b></p>").shown_text(),
+            " Acme & Co Hi "
         );
     }
 

@@ -1,7 +1,7 @@
 //! Every branch of every check of the email gate, against a fake web and a fake DNS.
 
 use super::*;
-use crate::gates::dns::MxHost;
+use crate::gates::dns::{MailAnswer, MxHost};
 use crate::testing::{FakeFetcher, FakeResolver, page};
 use serde_json::json;
 
@@ -268,6 +268,96 @@ async fn placeholders_fail_the_blacklist_and_the_world_is_not_asked_about_them()
     let o = check(&w, claim("noreply@acme.test", "https://acme.test", CONTACT)).await;
     assert_eq!(o.verdict, Verdict::Fail);
     assert!(o.facts[0].hint.contains("takes no replies"));
+}
+
+#[tokio::test]
+async fn names_of_private_networks_fail_the_blacklist_and_no_dns_is_asked_about_them() {
+    let w = acme();
+    let o = check(
+        &w,
+        claim(
+            "x@db.corp.internal",
+            "http://intranet/",
+            "http://wiki.lan/contact",
+        ),
+    )
+    .await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(
+        where_(&o)[..3],
+        [
+            ("blacklist", "/email"),
+            ("blacklist", "/site"),
+            ("blacklist", "/source")
+        ]
+    );
+    assert!(o.facts[0].hint.contains(".internal"), "{:?}", o.facts[0]);
+    assert!(o.facts[1].hint.contains("single-label"), "{:?}", o.facts[1]);
+    assert!(w.resolver.calls().is_empty(), "{:?}", w.resolver.calls());
+    assert!(w.fetcher.calls().is_empty(), "{:?}", w.fetcher.calls());
+}
+
+#[tokio::test]
+async fn evidence_never_holds_an_address_the_ssrf_policy_refuses() {
+    // A public-looking domain that the server's own DNS answers with its
+    // internal addresses (split horizon), and a resolver error naming one.
+    let mixed = MailAnswer::AddressOnly(vec![
+        "10.1.2.3".parse().unwrap(),
+        "93.184.215.14".parse().unwrap(),
+        "fd00::7".parse().unwrap(),
+    ]);
+    let w = world(
+        FakeFetcher::new().html(CONTACT, "info@acme.test"),
+        FakeResolver::new().mail("acme.test", mixed),
+    );
+    let o = check(&w, honest()).await;
+    let mx = evidence(&o, "mx");
+    assert_eq!(mx["addresses"], json!(["93.184.215.14"]));
+    assert!(
+        mx["withheld"]
+            .as_str()
+            .unwrap()
+            .starts_with("2 non-public addresses")
+    );
+    let shown = serde_json::to_string(&(&o.evidence, &o.facts)).unwrap();
+    assert!(
+        !shown.contains("10.1.2.3") && !shown.contains("fd00"),
+        "{shown}"
+    );
+
+    let silent = MailAnswer::Unavailable(
+        "io error talking to 10.0.0.53:53 and [fd00::53]:53 (public 8.8.8.8 too)".into(),
+    );
+    let w = world(
+        FakeFetcher::new().html(CONTACT, "info@acme.test"),
+        FakeResolver::new().mail("acme.test", silent),
+    );
+    let o = check(&w, honest()).await;
+    let shown = serde_json::to_string(&(&o.evidence, &o.facts)).unwrap();
+    assert!(
+        !shown.contains("10.0.0.53") && !shown.contains("fd00"),
+        "{shown}"
+    );
+    assert!(shown.contains("(a non-public address):53"), "{shown}");
+    assert!(shown.contains("8.8.8.8"), "public addresses stay: {shown}");
+
+    // The operator's allow-list is the policy: what the fetcher may reach is shown.
+    let fetcher = Arc::new(FakeFetcher::new().html(CONTACT, "info@acme.test"));
+    let resolver = Arc::new(FakeResolver::new().mail(
+        "acme.test",
+        MailAnswer::AddressOnly(vec!["127.0.0.1".parse().unwrap()]),
+    ));
+    let mut allowing = EmailWorld::new(fetcher, resolver);
+    allowing.policy = AddressPolicy::new(vec!["127.0.0.0/8".parse().unwrap()]);
+    let gate = EmailGate::from_params(&Map::new(), &allowing).unwrap();
+    let o = gate
+        .check(
+            &json!({"company": "Acme"}),
+            &honest(),
+            &SessionView::alone(),
+        )
+        .await;
+    assert_eq!(evidence(&o, "mx")["addresses"], json!(["127.0.0.1"]));
 }
 
 #[tokio::test]
@@ -857,6 +947,24 @@ async fn a_forbidden_page_fails_unless_the_whole_site_turns_the_gate_away() {
 }
 
 #[tokio::test]
+async fn a_page_nested_deeper_than_any_browser_renders_fails_unread() {
+    let deep = format!("{}<p>info@acme.test</p>", "<div>".repeat(100_000));
+    let w = world(
+        FakeFetcher::new().html(CONTACT, &deep),
+        FakeResolver::new().with_mx("acme.test"),
+    );
+    let o = check(&w, honest()).await;
+    assert_eq!(o.verdict, Verdict::Fail);
+    assert_eq!(where_(&o), [("source", "/source")]);
+    assert!(
+        o.facts[0].actual.contains("more than 512 levels"),
+        "{:?}",
+        o.facts[0]
+    );
+    assert_eq!(evidence(&o, "source")["found"], "not_read");
+}
+
+#[tokio::test]
 async fn a_document_the_gate_cannot_read_or_a_page_too_long_fails_with_what_to_cite() {
     let mut long = page(CONTACT, 200, Some("text/html"), "sales@acme.test");
     long.truncated = true;
@@ -1082,3 +1190,5 @@ async fn an_address_another_quest_holds_goes_to_review_naming_that_quest() {
     other.holders.insert("site".into(), vec!["Beta".into()]);
     assert_eq!(check_in(&w, honest(), &other).await.verdict, Verdict::Pass);
 }
+
+mod company;

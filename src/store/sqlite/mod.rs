@@ -11,6 +11,7 @@
 //! The live counts of every session are kept in memory by the writer from
 //! what it commits, so `status` and `remaining` read no table.
 
+mod agents;
 mod codec;
 mod console;
 mod leases;
@@ -83,6 +84,9 @@ impl SqliteStore {
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(Duration::from_secs(10))
             .foreign_keys(true)
+            // Statement journals and sorts of grouped statements stay in memory
+            // instead of a temporary file opened and removed per statement.
+            .pragma("temp_store", "memory")
             // After the WAL is restarted, its file shrinks back to this size.
             .pragma("journal_size_limit", (64 * 1024 * 1024).to_string())
             .disable_statement_logging();
@@ -397,6 +401,14 @@ impl Store for SqliteStore {
 
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
         reads::find_token(&self.read, hash).await
+    }
+
+    async fn agent_lease(
+        &self,
+        session_id: Uuid,
+        agent: &AgentId,
+    ) -> Result<Option<AgentLeaseRow>, StoreError> {
+        agents::agent_lease(&self.read, session_id, agent, self.clock.now()).await
     }
 
     async fn create_browser_session(

@@ -1,0 +1,639 @@
+//! `quest guard`: a stop hook that takes the word "done" away from the agent.
+//!
+//! A harness (Claude Code's `Stop`/`SubagentStop`, Codex CLI's `Stop`) runs it
+//! with the hook's JSON on stdin. It looks, without leasing or renewing
+//! anything, at the agent's lease (the CLI's state file, checked against
+//! `GET /v1/sessions/{id}/lease`) and the session's counts, then refuses the
+//! stop (`{"decision": "block", "reason": ...}` on stdout, exit 0) while the
+//! agent holds a quest or open quests remain, and allows it (exit 0, nothing on
+//! stdout, one line on stderr) otherwise. It never wedges a harness: after
+//! `--max-blocks` refusals in a row without progress it gives up, and when the
+//! server or its input fails it fails open unless `--fail-closed` is given.
+//! [`decide`] is the whole rule, pure; the rest gathers facts and prints.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::json;
+use tokio::io::AsyncReadExt;
+use uuid::Uuid;
+
+use super::agent;
+use super::client::CliError;
+use super::state::GuardMark;
+use super::text::{clean, say, say_err};
+use super::{Ctx, exit};
+use crate::api::{AgentLease, HeldLease, Quest};
+use crate::domain::{Fact, Phase};
+
+/// `quest guard`.
+#[derive(Debug, clap::Args)]
+pub struct GuardArgs {
+    /// Allow the stop after this many refusals in a row without progress
+    /// (`remaining` unchanged and no new submission from this agent).
+    #[arg(long, default_value_t = 3)]
+    pub max_blocks: u32,
+    /// Refuse the stop when the server cannot be asked or stdin is not a hook's
+    /// JSON (default: allow it, so a guard never traps an agent because the server is down).
+    #[arg(long)]
+    pub fail_closed: bool,
+    /// Print the configuration that installs `quest mcp` and this guard in a harness, and exit.
+    #[arg(long, value_enum, value_name = "HARNESS")]
+    pub print_config: Option<Harness>,
+    /// Seconds to wait for stdin and the server before failing open (or closed).
+    #[arg(long, default_value_t = 10)]
+    pub timeout: u64,
+}
+
+/// Harnesses whose configuration `--print-config` knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Harness {
+    /// Claude Code: `.claude/settings.json` hooks and `.mcp.json`.
+    Claude,
+    /// Codex CLI: `config.toml` MCP server and hooks.
+    Codex,
+}
+
+/// Which stop the hook reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// The agent ends its turn.
+    Stop,
+    /// A subagent ends (Claude Code).
+    SubagentStop,
+}
+
+/// The parts of a hook's input the guard reads; other fields are ignored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hook {
+    pub event: Event,
+    /// The harness's session, under which refusals are counted.
+    pub session: String,
+    pub stop_hook_active: bool,
+}
+
+#[derive(Deserialize)]
+struct HookInput {
+    hook_event_name: Option<String>,
+    #[serde(default)]
+    session_id: Option<String>,
+    #[serde(default)]
+    stop_hook_active: Option<bool>,
+}
+
+/// Reads a hook's JSON (`hook_event_name`, `session_id`, `stop_hook_active`, ...).
+pub fn parse_hook(bytes: &[u8]) -> Result<Hook, String> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Err("stdin is empty; the harness must send the hook's JSON".into());
+    }
+    let input: HookInput = serde_json::from_slice(bytes)
+        .map_err(|e| format!("stdin is not a Stop hook's JSON object ({e})"))?;
+    let event = match input.hook_event_name.as_deref() {
+        Some("Stop") => Event::Stop,
+        Some("SubagentStop") => Event::SubagentStop,
+        Some(other) => {
+            return Err(format!(
+                "hook_event_name is `{other}`; quest guard handles Stop and SubagentStop"
+            ));
+        }
+        None => return Err("the hook's JSON has no hook_event_name".into()),
+    };
+    Ok(Hook {
+        event,
+        session: input.session_id.unwrap_or_default(),
+        stop_hook_active: input.stop_hook_active.unwrap_or(false),
+    })
+}
+
+/// What the guard found out about the agent and its session.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seen {
+    pub event: Event,
+    pub remaining: u64,
+    pub open: u64,
+    /// The agent's live lease, as the server has it.
+    pub lease: Option<HeldLease>,
+    /// Facts of the last FAIL of the held quest, with tries left.
+    pub last_facts: Vec<Fact>,
+    pub tries_left: Option<u32>,
+    /// The agent held a quest of this session at some point (now or in its state file).
+    pub took_quest: bool,
+    /// The agent's last submission, from its state file.
+    pub submission: Option<Uuid>,
+}
+
+/// The guard's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Decision {
+    /// Let the agent stop; the line says why.
+    Allow(String),
+    /// Refuse the stop; the reason says what to do next.
+    Block(String),
+}
+
+/// The next step, as a sentence starts it and as a clause continues one.
+const NEXT: &str = "Call the quest_next tool (or run `quest next`)";
+const NEXT_CLAUSE: &str = "call the quest_next tool (or run `quest next`)";
+const SUBMIT: &str = "quest_submit (or `quest submit --field NAME=VALUE ...`)";
+
+fn lease_reason(lease: &HeldLease, facts: &[Fact], tries_left: Option<u32>) -> String {
+    let key = &lease.key;
+    if lease.phase == Phase::Checking {
+        return format!(
+            "The gate is still checking your submission for quest `{key}`. Wait for its verdict: call \
+             quest_submit again with the same result (it costs no try), or run `quest wait`; then follow it."
+        );
+    }
+    if !facts.is_empty() {
+        let left = tries_left
+            .map(|n| format!(" ({n} tries left)"))
+            .unwrap_or_default();
+        return format!(
+            "Your last submission for quest `{key}` failed these checks{left}:{}\n\
+             Fix each one and submit again with {SUBMIT}. If you lost the prompt, {NEXT_CLAUSE}: it hands \
+             back the same quest and renews your lease. Do not stop while the quest is yours.",
+            agent::facts_text(facts)
+        );
+    }
+    format!(
+        "You still hold quest `{key}`, and only the gate's verdict ends it. {NEXT}: it hands back \
+         this quest and renews your lease. Do what its prompt says and submit the result with {SUBMIT}."
+    )
+}
+
+/// The whole rule: whether to let the agent stop, and the refusal count to keep.
+///
+/// A refusal is counted per harness session; it is "without progress" when
+/// `remaining` and the agent's last submission are what they were at the
+/// previous refusal. Past `max_blocks` such refusals the stop is allowed.
+pub fn decide(seen: &Seen, mark: Option<&GuardMark>, max_blocks: u32) -> (Decision, Option<u32>) {
+    let reason = if seen.remaining == 0 {
+        return (
+            Decision::Allow("the session is finished: every quest is decided".into()),
+            None,
+        );
+    } else if let Some(lease) = &seen.lease {
+        lease_reason(lease, &seen.last_facts, seen.tries_left)
+    } else if seen.event == Event::SubagentStop && !seen.took_quest {
+        return (
+            Decision::Allow("this subagent never took a quest of the session".into()),
+            None,
+        );
+    } else if seen.open > 0 {
+        format!(
+            "{} quests of this session are open ({} remaining) and you hold none. {NEXT}, do what its \
+             prompt says, submit the result with {SUBMIT}, and repeat until quest_next says the \
+             session is finished. Never decide yourself that the work is done.",
+            seen.open, seen.remaining
+        )
+    } else {
+        return (
+            Decision::Allow(format!(
+                "nothing is open for this agent: the {} quests left are held by other agents or being checked \
+                 (the rest are decided or in review)",
+                seen.remaining
+            )),
+            None,
+        );
+    };
+    let blocks = match mark {
+        Some(m) if m.remaining == Some(seen.remaining) && m.submission == seen.submission => {
+            m.blocks + 1
+        }
+        _ => 1,
+    };
+    if blocks > max_blocks {
+        let decision = Decision::Allow(format!(
+            "gave up after {max_blocks} refusals without progress (remaining still {}, no new submission \
+             from this agent)",
+            seen.remaining
+        ));
+        return (decision, Some(blocks));
+    }
+    (Decision::Block(reason), Some(blocks))
+}
+
+/// Runs `quest guard`; always exits 0 so that a harness never reads a failure as a verdict.
+pub async fn run(ctx: &Ctx, args: GuardArgs) -> Result<u8, CliError> {
+    if let Some(harness) = args.print_config {
+        say!("{}", print_config(harness));
+        return Ok(exit::OK);
+    }
+    let limit = Duration::from_secs(args.timeout);
+    let hook = match tokio::time::timeout(limit, read_stdin()).await {
+        Ok(Ok(bytes)) => parse_hook(&bytes),
+        Ok(Err(e)) => Err(format!("cannot read stdin ({e})")),
+        Err(_) => Err(format!("stdin sent no hook JSON within {} s", args.timeout)),
+    };
+    let hook = match hook {
+        Ok(hook) => hook,
+        Err(why) => return Ok(failed(ctx, &args, "", &why)),
+    };
+    let seen = match tokio::time::timeout(limit, look(ctx, hook.event)).await {
+        Ok(Ok(seen)) => seen,
+        Ok(Err(e)) => return Ok(failed(ctx, &args, &hook.session, &e.line())),
+        Err(_) => {
+            let why = format!(
+                "the quest server at {} did not answer within {} s",
+                ctx.client.base(),
+                args.timeout
+            );
+            return Ok(failed(ctx, &args, &hook.session, &why));
+        }
+    };
+    let mut marks = ctx.state.load_guard();
+    let (decision, blocks) = decide(&seen, marks.get(&hook.session), args.max_blocks);
+    marks.set(
+        &hook.session,
+        blocks.map(|blocks| GuardMark {
+            session: hook.session.clone(),
+            blocks,
+            remaining: Some(seen.remaining),
+            submission: seen.submission,
+        }),
+    );
+    if let Err(e) = ctx.state.save_guard(&marks) {
+        say_err!("quest guard: cannot write the refusal count ({e}); refusals are not counted");
+    }
+    emit(&decision, blocks, args.max_blocks);
+    Ok(exit::OK)
+}
+
+/// Stdin, up to 1 MiB (a hook's JSON is a few hundred bytes).
+async fn read_stdin() -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    tokio::io::stdin()
+        .take(1024 * 1024)
+        .read_to_end(&mut bytes)
+        .await?;
+    Ok(bytes)
+}
+
+/// Asks the server, reading only: the session, this agent's lease, the held quest.
+async fn look(ctx: &Ctx, event: Event) -> Result<Seen, CliError> {
+    let session = agent::session(ctx).await?;
+    let mut path = format!("/v1/sessions/{}/lease", session.id);
+    if let Some(name) = ctx.args.agent.as_deref().filter(|n| !n.is_empty()) {
+        path.push_str("?agent=");
+        path.extend(percent_encoding::utf8_percent_encode(
+            name,
+            percent_encoding::NON_ALPHANUMERIC,
+        ));
+    }
+    let held: AgentLease = ctx.client.get(&path).await?;
+    let (last_facts, tries_left) = match &held.lease {
+        Some(lease) => {
+            let quest: Quest = ctx
+                .client
+                .get(&format!("/v1/quests/{}", lease.quest_id))
+                .await?;
+            let left = session.config.max_tries.saturating_sub(quest.tries);
+            (quest.last_facts, Some(left))
+        }
+        None => (Vec::new(), None),
+    };
+    let remembered = ctx.state.load();
+    Ok(Seen {
+        event,
+        remaining: session.status.remaining,
+        open: session.status.open,
+        took_quest: held.lease.is_some() || remembered.session_id == Some(session.id),
+        lease: held.lease,
+        last_facts,
+        tries_left,
+        submission: remembered.submission_id,
+    })
+}
+
+/// Prints the decision: a refusal as the hook's JSON on stdout, an allowance as one stderr line.
+fn emit(decision: &Decision, blocks: Option<u32>, max_blocks: u32) {
+    match decision {
+        Decision::Block(reason) => {
+            let body = json!({"decision": "block", "reason": clean(reason)});
+            println!("{body}");
+            say_err!(
+                "quest guard: refused the stop ({} of {max_blocks} refusals without progress)",
+                blocks.unwrap_or(1)
+            );
+        }
+        Decision::Allow(why) => say_err!("quest guard: {why}; the stop is allowed"),
+    }
+}
+
+/// The server or the input failed: allow (or, with `--fail-closed`, refuse, up to `--max-blocks` times).
+fn failed(ctx: &Ctx, args: &GuardArgs, session: &str, why: &str) -> u8 {
+    if !args.fail_closed {
+        say_err!(
+            "quest guard: {why}; failing open: the stop is allowed (--fail-closed refuses instead)"
+        );
+        return exit::OK;
+    }
+    let mut marks = ctx.state.load_guard();
+    // A failure is never progress: the count only grows while it lasts.
+    let blocks = match marks.get(session) {
+        Some(m) if m.remaining.is_none() => m.blocks + 1,
+        _ => 1,
+    };
+    let mark = GuardMark {
+        session: session.to_owned(),
+        blocks,
+        remaining: None,
+        submission: None,
+    };
+    marks.set(session, Some(mark));
+    let _ = ctx.state.save_guard(&marks);
+    let decision = if blocks > args.max_blocks {
+        Decision::Allow(format!(
+            "gave up after {} refusals while the guard could not decide ({why})",
+            args.max_blocks
+        ))
+    } else {
+        Decision::Block(format!(
+            "The stop guard cannot check your quest session ({why}), and it is set to fail closed. \
+             Check that the quest server is up and QUEST_URL / QUEST_TOKEN are right, then {NEXT_CLAUSE}."
+        ))
+    };
+    emit(&decision, Some(blocks), args.max_blocks);
+    exit::OK
+}
+
+const QUEST_VARS: &str = "QUEST_URL, QUEST_TOKEN, QUEST_SESSION and QUEST_AGENT";
+
+/// The configuration that installs `quest mcp` and `quest guard` in a harness.
+pub fn print_config(harness: Harness) -> String {
+    match harness {
+        Harness::Claude => {
+            let hook =
+                json!([{"hooks": [{"type": "command", "command": "quest guard", "timeout": 30}]}]);
+            let settings = json!({
+                "hooks": {"Stop": hook, "SubagentStop": hook},
+                "enabledMcpjsonServers": ["quest"]
+            });
+            let mcp = json!({"mcpServers": {"quest": {"command": "quest", "args": ["mcp"]}}});
+            let pretty =
+                |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+            format!(
+                "# .claude/settings.json (merge into the project's file): the stop guard on Stop and SubagentStop\n\
+                 {}\n\
+                 # .mcp.json at the project root: the four quest tools (or: claude mcp add quest -- quest mcp)\n\
+                 {}\n\
+                 # Both read {QUEST_VARS} from the environment Claude Code runs in.",
+                pretty(&settings),
+                pretty(&mcp)
+            )
+        }
+        Harness::Codex => format!(
+            "# ~/.codex/config.toml (or .codex/config.toml in a trusted project)\n\
+             # Codex starts MCP servers with a cleared environment: env_vars passes the quest settings on.\n\
+             [mcp_servers.quest]\n\
+             command = \"quest\"\n\
+             args = [\"mcp\"]\n\
+             env_vars = [\"QUEST_URL\", \"QUEST_TOKEN\", \"QUEST_SESSION\", \"QUEST_AGENT\", \"QUEST_STATE_DIR\", \"XDG_STATE_HOME\"]\n\
+             \n\
+             # The stop guard. Codex releases that still gate hooks behind a feature also need\n\
+             # [features] hooks = true (codex_hooks = true in older ones).\n\
+             [[hooks.Stop]]\n\
+             [[hooks.Stop.hooks]]\n\
+             type = \"command\"\n\
+             command = \"quest guard\"\n\
+             timeout = 30\n\
+             \n\
+             # The guard reads {QUEST_VARS} from the environment Codex runs in."
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen() -> Seen {
+        Seen {
+            event: Event::Stop,
+            remaining: 3,
+            open: 2,
+            lease: None,
+            last_facts: Vec::new(),
+            tries_left: None,
+            took_quest: true,
+            submission: None,
+        }
+    }
+
+    fn lease(phase: Phase) -> HeldLease {
+        HeldLease {
+            id: Uuid::nil(),
+            quest_id: Uuid::nil(),
+            key: "Acme".into(),
+            phase,
+            expires_at: chrono::Utc::now(),
+        }
+    }
+
+    fn blocked(d: &Decision) -> &str {
+        match d {
+            Decision::Block(reason) => reason,
+            Decision::Allow(why) => panic!("expected a refusal, got an allowance: {why}"),
+        }
+    }
+
+    fn allowed(d: &Decision) -> &str {
+        match d {
+            Decision::Allow(why) => why,
+            Decision::Block(reason) => panic!("expected an allowance, got a refusal: {reason}"),
+        }
+    }
+
+    #[test]
+    fn claude_and_codex_hook_shapes_parse_and_unknown_fields_are_ignored() {
+        let claude = br#"{"session_id": "abc", "transcript_path": "/t.jsonl", "cwd": "/w",
+            "hook_event_name": "SubagentStop", "stop_hook_active": true, "agent_id": "x", "permission_mode": "default"}"#;
+        assert_eq!(
+            parse_hook(claude).unwrap(),
+            Hook {
+                event: Event::SubagentStop,
+                session: "abc".into(),
+                stop_hook_active: true
+            }
+        );
+        let codex = br#"{"session_id": "s", "turn_id": "t", "hook_event_name": "Stop", "cwd": "/w",
+            "model": "m", "transcript_path": null, "last_assistant_message": "done"}"#;
+        assert_eq!(parse_hook(codex).unwrap().event, Event::Stop);
+    }
+
+    #[test]
+    fn input_that_is_no_stop_hook_is_refused_with_a_reason() {
+        for (input, says) in [
+            (&b""[..], "empty"),
+            (b"not json", "not a Stop hook's JSON"),
+            (b"[1, 2]", "not a Stop hook's JSON"),
+            (b"{}", "no hook_event_name"),
+            (br#"{"hook_event_name": "PreToolUse"}"#, "PreToolUse"),
+        ] {
+            let why = parse_hook(input).unwrap_err();
+            assert!(why.contains(says), "{why}");
+        }
+    }
+
+    #[test]
+    fn a_held_lease_is_refused_with_the_next_step_and_after_a_fail_with_its_facts() {
+        let held = Seen {
+            lease: Some(lease(Phase::Leased)),
+            ..seen()
+        };
+        let (d, blocks) = decide(&held, None, 3);
+        let reason = blocked(&d);
+        assert!(
+            reason.contains("quest `Acme`")
+                && reason.contains("quest_next")
+                && reason.contains("quest_submit"),
+            "{reason}"
+        );
+        assert_eq!(blocks, Some(1));
+
+        let failed = Seen {
+            last_facts: vec![Fact::new(
+                "schema",
+                "/email",
+                "an address",
+                "\"nope\"",
+                "send an address",
+            )],
+            tries_left: Some(2),
+            ..held
+        };
+        let (d, _) = decide(&failed, None, 3);
+        let reason = blocked(&d);
+        assert!(
+            reason.contains("failed these checks (2 tries left)"),
+            "{reason}"
+        );
+        assert!(
+            reason.contains("expected an address, found \"nope\"")
+                && reason.contains("hint: send an address"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn finished_sessions_and_work_held_by_others_let_the_agent_stop() {
+        let finished = Seen {
+            remaining: 0,
+            open: 0,
+            ..seen()
+        };
+        assert!(allowed(&decide(&finished, None, 3).0).contains("finished"));
+        let held_by_others = Seen {
+            remaining: 2,
+            open: 0,
+            ..seen()
+        };
+        let (d, blocks) = decide(&held_by_others, None, 3);
+        assert!(allowed(&d).contains("held by other agents"));
+        assert_eq!(blocks, None, "an allowance resets the count");
+    }
+
+    #[test]
+    fn a_subagent_that_never_took_a_quest_is_let_go_but_one_holding_a_quest_is_not() {
+        let fresh = Seen {
+            event: Event::SubagentStop,
+            took_quest: false,
+            ..seen()
+        };
+        assert!(allowed(&decide(&fresh, None, 3).0).contains("never took a quest"));
+        let holding = Seen {
+            lease: Some(lease(Phase::Leased)),
+            took_quest: true,
+            ..fresh.clone()
+        };
+        blocked(&decide(&holding, None, 3).0);
+        let worked = Seen {
+            took_quest: true,
+            ..fresh
+        };
+        blocked(&decide(&worked, None, 3).0);
+    }
+
+    #[test]
+    fn refusals_without_progress_give_up_after_the_limit_and_progress_resets_them() {
+        let open = seen();
+        let mut mark: Option<GuardMark> = None;
+        for n in 1..=3 {
+            let (d, blocks) = decide(&open, mark.as_ref(), 3);
+            blocked(&d);
+            assert_eq!(blocks, Some(n));
+            mark = Some(GuardMark {
+                session: "s".into(),
+                blocks: n,
+                remaining: Some(open.remaining),
+                submission: None,
+            });
+        }
+        let (d, _) = decide(&open, mark.as_ref(), 3);
+        assert!(
+            allowed(&d).starts_with("gave up after 3 refusals without progress"),
+            "{d:?}"
+        );
+
+        let submitted = Seen {
+            submission: Some(Uuid::nil()),
+            ..open.clone()
+        };
+        assert_eq!(
+            decide(&submitted, mark.as_ref(), 3).1,
+            Some(1),
+            "a new submission is progress"
+        );
+        let fewer = Seen {
+            remaining: 2,
+            ..open
+        };
+        assert_eq!(
+            decide(&fewer, mark.as_ref(), 3).1,
+            Some(1),
+            "a falling remaining is progress"
+        );
+    }
+
+    #[test]
+    fn printed_configs_parse_and_install_both_hooks_and_the_server() {
+        let claude = print_config(Harness::Claude);
+        let blocks: Vec<serde_json::Value> = json_blocks(&claude);
+        assert_eq!(blocks.len(), 2, "{claude}");
+        for event in ["Stop", "SubagentStop"] {
+            assert_eq!(
+                blocks[0]["hooks"][event][0]["hooks"][0]["command"], "quest guard",
+                "{claude}"
+            );
+        }
+        assert_eq!(blocks[1]["mcpServers"]["quest"]["args"][0], "mcp");
+        let codex: toml::Table = toml::from_str(&print_config(Harness::Codex)).unwrap();
+        assert_eq!(
+            codex["mcp_servers"]["quest"]["args"][0].as_str(),
+            Some("mcp")
+        );
+        assert_eq!(
+            codex["hooks"]["Stop"][0]["hooks"][0]["command"].as_str(),
+            Some("quest guard")
+        );
+    }
+
+    /// The JSON documents of a printed config: `{` at a line's start up to `}` at a line's start.
+    fn json_blocks(text: &str) -> Vec<serde_json::Value> {
+        let mut out = Vec::new();
+        let mut current: Option<String> = None;
+        for line in text.lines() {
+            if line == "{" {
+                current = Some(String::new());
+            }
+            if let Some(doc) = current.as_mut() {
+                doc.push_str(line);
+                doc.push('\n');
+            }
+            if line == "}" {
+                out.push(serde_json::from_str(&current.take().unwrap()).unwrap());
+            }
+        }
+        out
+    }
+}
