@@ -287,14 +287,28 @@ async fn with_javascript_off_a_reviewer_still_signs_in_approves_and_rejects_with
     let ids = reviews(&app, &agent, &session, 2).await;
     let alice = app.token("reviewer", "alice").await;
     let c = &browser.client;
-    let current = || async {
-        c.find(Locator::Css("[data-review-current]"))
-            .await
-            .unwrap()
-            .attr("data-quest-id")
-            .await
-            .unwrap()
-            .unwrap_or_default()
+    // A click that submits a form returns before the next page is there: wait for it.
+    let arrive = |path: &'static str| async move {
+        for _ in 0..300 {
+            if c.current_url().await.is_ok_and(|u| u.path() == path) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("waited in vain for {path}");
+    };
+    let current_is = |id: String| async move {
+        for _ in 0..300 {
+            let found = match c.find(Locator::Css("[data-review-current]")).await {
+                Ok(e) => e.attr("data-quest-id").await.ok().flatten(),
+                Err(_) => None,
+            };
+            if found.as_deref() == Some(id.as_str()) {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("waited in vain for quest {id} to be the current one");
     };
     screenshot_on_failure(test, &[&browser], async {
         browser.open(&format!("{}/ui/review", app.base)).await;
@@ -311,12 +325,8 @@ async fn with_javascript_off_a_reviewer_still_signs_in_approves_and_rejects_with
             .click()
             .await
             .unwrap();
-        assert_eq!(
-            c.current_url().await.unwrap().path(),
-            "/ui/review",
-            "back where sign-in began"
-        );
-        assert_eq!(current().await, ids[0]);
+        arrive("/ui/review").await; // back where sign-in began
+        current_is(ids[0].clone()).await;
         assert!(
             !c.find(Locator::Css("[data-key='r']"))
                 .await
@@ -342,7 +352,7 @@ async fn with_javascript_off_a_reviewer_still_signs_in_approves_and_rejects_with
             .click()
             .await
             .unwrap();
-        assert_eq!(current().await, ids[1], "the next quest opened");
+        current_is(ids[1].clone()).await; // the next quest opened
         assert_eq!(app.quest(&ids[0]).await["decided_by"], "reviewer:alice");
 
         c.find(Locator::Id("reject-note"))
@@ -357,7 +367,11 @@ async fn with_javascript_off_a_reviewer_still_signs_in_approves_and_rejects_with
             .click()
             .await
             .unwrap();
-        c.find(Locator::Css("[data-last-decision]")).await.unwrap();
+        c.wait()
+            .at_most(std::time::Duration::from_secs(30))
+            .for_element(Locator::Css(&format!("[data-last-decision='{}']", ids[1])))
+            .await
+            .unwrap();
         let rejected = app.quest(&ids[1]).await;
         assert_eq!(
             (
