@@ -606,7 +606,7 @@ mod tests {
             "the page lists: info@x.test, sales@x.test",
         );
         assert_eq!(
-            Style::Sloppy.result(c, 1, &[fact.clone()])["email"],
+            Style::Sloppy.result(c, 1, std::slice::from_ref(&fact))["email"],
             "info@x.test"
         );
         assert_eq!(

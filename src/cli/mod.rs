@@ -709,7 +709,7 @@ async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
             if ctx.args.json {
                 print_json(&tokens);
             } else {
-                println!("{:<36} {:<9} {:<24} {}", "ID", "ROLE", "NAME", "STATE");
+                println!("{:<36} {:<9} {:<24} STATE", "ID", "ROLE", "NAME");
                 for t in tokens {
                     let state = t
                         .revoked_at

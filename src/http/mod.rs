@@ -10,6 +10,7 @@ mod quests;
 mod review;
 mod sessions;
 mod tokens;
+mod ui;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -198,11 +199,13 @@ fn split() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     (api, doc)
 }
 
-/// The full router: the API, its document at `/openapi.json`, docs at `/docs`.
+/// The full router: the API, its document at `/openapi.json`, docs at `/docs`,
+/// and the web console under `/ui`.
 pub fn router(state: AppState) -> Router {
     let (api, doc) = split();
     let request_id = HeaderName::from_static("x-request-id");
     api.merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
+        .merge(ui::router())
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route; the API is described at /docs") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method; see /docs")

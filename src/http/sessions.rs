@@ -201,7 +201,7 @@ pub async fn get_source(
     Ok(response)
 }
 
-fn attachment(media_type: &str, file_name: &str, body: Body) -> Response {
+pub(super) fn attachment(media_type: &str, file_name: &str, body: Body) -> Response {
     let safe: String = file_name
         .chars()
         .filter(|c| c.is_ascii_graphic() && *c != '"' && *c != '\\')
@@ -272,12 +272,17 @@ pub async fn export_session(
     })?;
     let (media_type, ext) = format.media_type();
     let name = format!("session-{id}.{ext}");
-    let body = match state.service.export(id, format).await? {
+    let body = export_body(state.service.export(id, format).await?);
+    Ok(attachment(media_type, &name, body))
+}
+
+/// The body of an export, streamed whichever way it was built.
+pub(super) fn export_body(export: Export) -> Body {
+    match export {
         Export::File(file) => {
             let file = tokio::fs::File::from_std(file);
             Body::from_stream(tokio_util::io::ReaderStream::new(file))
         }
         Export::Stream(stream) => Body::from_stream(stream),
-    };
-    Ok(attachment(media_type, &name, body))
+    }
 }

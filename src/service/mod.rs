@@ -1,6 +1,7 @@
 //! The use cases behind the HTTP API: scan, lease, submit and wait, review,
-//! tokens. Handlers call exactly one of these; these call the store, the gate
-//! registry and the gate runner, and never speak HTTP.
+//! tokens; the web console's own are in [`console`]. Handlers call exactly one
+//! of these; these call the store, the gate registry and the gate runner, and
+//! never speak HTTP.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -31,6 +32,7 @@ use crate::workers::GateRunner;
 use tokio_util::sync::CancellationToken;
 
 mod cache;
+pub mod console;
 
 use crate::domain::work::{AgentId, CheckFilter};
 use crate::workers::Check;
@@ -681,10 +683,7 @@ impl Service {
         check: Option<&str>,
         limit: u32,
     ) -> Result<Vec<api::Quest>, ServiceError> {
-        let check = check
-            .map(CheckFilter::parse)
-            .transpose()
-            .map_err(|e| invalid("invalid_check", e.to_string()))?;
+        let check = check_filter(check)?;
         if let Some(id) = session {
             self.session(id).await?;
         }
@@ -729,18 +728,7 @@ impl Service {
         decision: Decision,
         note: &str,
     ) -> Result<api::Quest, ServiceError> {
-        if note.len() > 10_000 {
-            return Err(invalid(
-                "invalid_note",
-                "the note is longer than 10000 bytes; shorten it",
-            ));
-        }
-        if decision == Decision::Reject && note.trim().is_empty() {
-            return Err(invalid(
-                "note_required",
-                "a rejection needs a note that says what is wrong, for the record and the export",
-            ));
-        }
+        check_note(decision, note)?;
         self.store
             .decide_review(quest_id, reviewer, decision, note)
             .await?;
@@ -770,6 +758,31 @@ impl Service {
             secret,
         })
     }
+}
+
+/// A review filter `check`, parsed, or the refusal of one that names no fact check.
+fn check_filter(check: Option<&str>) -> Result<Option<CheckFilter>, ServiceError> {
+    check
+        .map(CheckFilter::parse)
+        .transpose()
+        .map_err(|e| invalid("invalid_check", e.to_string()))
+}
+
+/// Refuses a reviewer's note that is too long, or missing from a rejection.
+fn check_note(decision: Decision, note: &str) -> Result<(), ServiceError> {
+    if note.len() > 10_000 {
+        return Err(invalid(
+            "invalid_note",
+            "the note is longer than 10000 bytes; shorten it",
+        ));
+    }
+    if decision == Decision::Reject && note.trim().is_empty() {
+        return Err(invalid(
+            "note_required",
+            "a rejection needs a note that says what is wrong, for the record and the export",
+        ));
+    }
+    Ok(())
 }
 
 /// A fresh bearer secret: 32 random bytes, hex, with a recognisable prefix.

@@ -409,6 +409,88 @@ pub struct SourceInfo {
     pub pieces: u64,
 }
 
+/// A browser session of the console, read with its live token.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrowserSessionRow {
+    /// The token that signed in; the session lives only while it does.
+    pub token: TokenRow,
+    /// The per-session token every console form carries.
+    pub csrf: String,
+    pub created_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// One agent's running figures in one session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentStatsRow {
+    /// `<token id>/<agent name>`.
+    pub agent: String,
+    /// The name of the agent's token, when it is still known.
+    pub token_name: Option<String>,
+    pub leased: u64,
+    pub submissions: u64,
+    pub pass: u64,
+    /// PASS verdicts on the agent's first submission to the quest.
+    pub pass_first: u64,
+    pub fail: u64,
+    pub review: u64,
+    /// FAILs that used the quest's last try.
+    pub done: u64,
+    /// The agent's leases that expired.
+    pub lapses: u64,
+    /// Over its PASSes: how many submissions it made to that quest up to the PASS.
+    pub tries_to_pass: u64,
+    pub last_seen: DateTime<Utc>,
+}
+
+/// The facts of one check and field over a session's FAIL and REVIEW
+/// verdicts, with the latest one as the example.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailingCheckRow {
+    pub check: String,
+    pub field: String,
+    pub fails: u64,
+    pub reviews: u64,
+    pub example: Fact,
+    pub quest_id: Uuid,
+    pub quest_key: String,
+    pub submission_id: Uuid,
+}
+
+/// Quests decided per minute, oldest minute first; the last is the current minute.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Throughput {
+    /// The start of the current (last) minute.
+    pub until: DateTime<Utc>,
+    pub per_minute: Vec<u64>,
+}
+
+/// Which quests of a session to list, and where the page starts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct QuestQuery {
+    pub state: Option<State>,
+    /// A part of the key, ASCII letter case ignored.
+    pub search: Option<String>,
+    /// Only quests with a FAIL or REVIEW verdict carrying a fact of this check...
+    pub check: Option<String>,
+    /// ... and, when given, of this field.
+    pub field: Option<String>,
+    /// The page after this row (exclusive), or before it when `backwards`.
+    pub cursor: Option<u64>,
+    pub backwards: bool,
+    pub limit: u32,
+}
+
+/// One page of a session's quests, in upload order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QuestPage {
+    pub quests: Vec<QuestRow>,
+    /// Whether matching quests come before the page.
+    pub has_previous: bool,
+    /// Whether matching quests come after it.
+    pub has_next: bool,
+}
+
 /// A consistent copy of the database in a file of its own, removed when dropped.
 #[derive(Debug)]
 pub struct Backup {
@@ -586,6 +668,40 @@ pub trait Store: Send + Sync + 'static {
         session_id: Uuid,
         agent: &AgentId,
     ) -> Result<Option<AgentLeaseRow>, StoreError>;
+
+    // The console ------------------------------------------------------------------
+
+    /// Starts a browser session for a live token: the SHA-256 of its cookie id,
+    /// its CSRF token, and how long it lives.
+    async fn create_browser_session(
+        &self,
+        hash: &str,
+        token_id: Uuid,
+        csrf: &str,
+        seconds: u32,
+    ) -> Result<BrowserSessionRow, StoreError>;
+    /// The browser session with this digest, while it has not ended or expired
+    /// and its token is not revoked; compared in constant time.
+    async fn find_browser_session(&self, hash: &str)
+    -> Result<Option<BrowserSessionRow>, StoreError>;
+    /// Ends a browser session (a sign-out). Ending an ended one changes nothing.
+    async fn end_browser_session(&self, hash: &str) -> Result<(), StoreError>;
+    /// The running figures of every agent of a session, most recently seen first.
+    async fn agent_stats(&self, session_id: Uuid) -> Result<Vec<AgentStatsRow>, StoreError>;
+    /// The checks whose facts come with most FAIL and REVIEW verdicts, at most `limit`.
+    async fn failing_checks(
+        &self,
+        session_id: Uuid,
+        limit: u32,
+    ) -> Result<Vec<FailingCheckRow>, StoreError>;
+    /// Quests decided per minute over the last `minutes` minutes (the current one included).
+    async fn throughput(&self, session_id: Uuid, minutes: u32) -> Result<Throughput, StoreError>;
+    /// A page of a session's quests matching `query`, in upload order.
+    async fn quest_page(&self, session_id: Uuid, query: &QuestQuery)
+    -> Result<QuestPage, StoreError>;
+    /// The store's own "now", so that pages judge claims and ages by the same
+    /// clock the store writes with.
+    fn now(&self) -> DateTime<Utc>;
 }
 
 /// A live lease with the quest it holds, as [`Store::agent_lease`] reads it.

@@ -5,7 +5,8 @@
 //! - [`leases`] and [`verdicts`]: the agents' loop as grouped writes;
 //! - [`verify`] and [`sessions`]: the rare writes (L2 answers, reviews, scans, tokens);
 //! - [`reads`]: every read, on a pool of read-only connections;
-//! - [`codec`]: how rows are encoded and decoded.
+//! - [`codec`]: how rows are encoded and decoded;
+//! - [`console`]: the web console's browser sessions and the reads of its pages.
 //!
 //! The live counts of every session are kept in memory by the writer from
 //! what it commits, so `status` and `remaining` read no table.
@@ -13,6 +14,7 @@
 mod agents;
 mod codec;
 mod inputs;
+mod console;
 mod leases;
 mod reads;
 mod sessions;
@@ -446,5 +448,56 @@ impl Store for SqliteStore {
         agent: &AgentId,
     ) -> Result<Option<AgentLeaseRow>, StoreError> {
         agents::agent_lease(&self.read, session_id, agent, self.clock.now()).await
+    }
+
+    async fn create_browser_session(
+        &self,
+        hash: &str,
+        token_id: Uuid,
+        csrf: &str,
+        seconds: u32,
+    ) -> Result<BrowserSessionRow, StoreError> {
+        let (hash, csrf) = (hash.to_owned(), csrf.to_owned());
+        single!(self, |ctx| console::create_browser_session(ctx, hash, token_id, csrf, seconds).await)
+    }
+
+    async fn find_browser_session(
+        &self,
+        hash: &str,
+    ) -> Result<Option<BrowserSessionRow>, StoreError> {
+        console::find_browser_session(&self.read, self.clock.now(), hash).await
+    }
+
+    async fn end_browser_session(&self, hash: &str) -> Result<(), StoreError> {
+        let hash = hash.to_owned();
+        single!(self, |ctx| console::end_browser_session(ctx, hash).await)
+    }
+
+    async fn agent_stats(&self, session_id: Uuid) -> Result<Vec<AgentStatsRow>, StoreError> {
+        console::agent_stats(&self.read, session_id).await
+    }
+
+    async fn failing_checks(
+        &self,
+        session_id: Uuid,
+        limit: u32,
+    ) -> Result<Vec<FailingCheckRow>, StoreError> {
+        console::failing_checks(&self.read, session_id, limit).await
+    }
+
+    async fn throughput(&self, session_id: Uuid, minutes: u32) -> Result<Throughput, StoreError> {
+        console::throughput(&self.read, self.clock.now(), session_id, minutes).await
+    }
+
+    async fn quest_page(
+        &self,
+        session_id: Uuid,
+        query: &QuestQuery,
+    ) -> Result<QuestPage, StoreError> {
+        console::quest_page(&self.read, session_id, query).await
+    }
+
+    fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.clock.now()
     }
 }

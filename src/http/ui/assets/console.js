@@ -1,0 +1,155 @@
+// quest console: live counts over one event stream, and the review page's keys.
+// Plain JavaScript, no library; every page works without it except live updates.
+(function () {
+  'use strict';
+  var root = document.documentElement;
+  root.classList.add('js');
+
+  // --- Live counts ---------------------------------------------------------------
+  var ORDER = ['pass', 'review', 'done', 'verifying', 'checking', 'leased', 'open'];
+
+  function duration(s) {
+    if (s === null || s === undefined) return '\u2014';
+    if (s < 60) return s + ' s';
+    if (s < 3600) return Math.ceil(s / 60) + ' min';
+    if (s < 86400) return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
+    return Math.floor(s / 86400) + ' d ' + Math.floor((s % 86400) / 3600) + ' h';
+  }
+
+  function apply(status) {
+    var rows = document.querySelectorAll('[data-session-id="' + status.session_id + '"]');
+    rows.forEach(function (row) {
+      row.querySelectorAll('[data-count]').forEach(function (el) {
+        var v = status[el.getAttribute('data-count')];
+        if (v !== undefined && String(v) !== el.textContent) {
+          el.textContent = String(v);
+          el.classList.remove('bump');
+          void el.offsetWidth;
+          el.classList.add('bump');
+        }
+      });
+      var total = Math.max(status.total, 1), x = 0;
+      row.querySelectorAll('[data-bar]').forEach(function (bar) {
+        x = 0;
+        ORDER.forEach(function (name) {
+          var rect = bar.querySelector('[data-segment="' + name + '"]');
+          var w = status[name] * 100 / total;
+          if (rect) {
+            rect.setAttribute('x', x.toFixed(4));
+            rect.setAttribute('width', w.toFixed(4));
+            var title = rect.querySelector('title');
+            if (title) title.textContent = name + ': ' + status[name];
+          }
+          x += w;
+        });
+      });
+      row.querySelectorAll('[data-percent]').forEach(function (el) {
+        el.textContent = String(Math.floor((status.total - status.remaining) * 100 / total));
+      });
+      row.querySelectorAll('[data-eta]').forEach(function (el) { el.textContent = duration(status.eta_seconds); });
+      row.querySelectorAll('[data-rate]').forEach(function (el) { el.textContent = (Math.round(status.rate_per_minute * 10) / 10).toString(); });
+    });
+  }
+
+  function live() {
+    if (!window.EventSource || !document.querySelector('[data-session-id] [data-count]')) return;
+    var ids = [];
+    document.querySelectorAll('[data-session-id]').forEach(function (el) {
+      var id = el.getAttribute('data-session-id');
+      if (ids.indexOf(id) < 0) ids.push(id);
+    });
+    var query = ids.map(function (id) { return 'session=' + encodeURIComponent(id); }).join('&');
+    var stream = new EventSource('/ui/events?' + query);
+    stream.addEventListener('ready', function () { root.setAttribute('data-live', 'on'); });
+    stream.addEventListener('status', function (e) { apply(JSON.parse(e.data)); });
+    stream.addEventListener('created', function (e) {
+      var id = JSON.parse(e.data).session_id;
+      var note = document.querySelector('[data-new-session]');
+      if (note && ids.indexOf(id) < 0) note.hidden = false;
+    });
+    stream.addEventListener('signed_out', function () {
+      stream.close();
+      window.location.assign('/ui/login?next=' + encodeURIComponent(window.location.pathname + window.location.search));
+    });
+    stream.addEventListener('error', function () { root.setAttribute('data-live', 'off'); });
+  }
+
+  // --- Review keys ---------------------------------------------------------------
+  function press(key) {
+    var el = document.querySelector('[data-key="' + key + '"]');
+    if (!el || el.disabled) return false;
+    el.click();
+    return true;
+  }
+
+  function review() {
+    var current = document.querySelector('[data-review-current]');
+    var rejectForm = document.getElementById('reject-form');
+    var note = document.getElementById('reject-note');
+    var keys = document.getElementById('keys');
+
+    function openReject() {
+      if (!rejectForm) return;
+      rejectForm.classList.add('open');
+      note.focus();
+    }
+    function closeReject() {
+      if (!rejectForm) return;
+      rejectForm.classList.remove('open');
+      note.blur();
+    }
+    var opener = document.querySelector('[data-key="r"]');
+    if (opener) opener.addEventListener('click', openReject);
+
+    // One decision per page: a second key press while the first is sent does nothing.
+    document.querySelectorAll('[data-decide] form').forEach(function (form) {
+      form.addEventListener('submit', function (e) {
+        if (form.getAttribute('data-sent')) { e.preventDefault(); return; }
+        form.setAttribute('data-sent', '1');
+        document.querySelectorAll('[data-decide] button').forEach(function (b) { b.disabled = true; });
+      });
+    });
+
+    if (note) {
+      note.addEventListener('keydown', function (e) {
+        if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+          e.preventDefault();
+          if (note.value.trim() === '') { note.reportValidity(); return; }
+          rejectForm.requestSubmit();
+        } else if (e.key === 'Escape') {
+          e.preventDefault();
+          closeReject();
+        }
+      });
+    }
+
+    document.addEventListener('keydown', function (e) {
+      if (e.ctrlKey || e.metaKey || e.altKey || e.defaultPrevented) return;
+      var t = e.target;
+      if (t && (t.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(t.tagName))) return;
+      if (e.key === '?') {
+        e.preventDefault();
+        if (keys.open) keys.close(); else keys.showModal();
+        return;
+      }
+      if (!current || (keys && keys.open)) return;
+      var handled = false;
+      switch (e.key) {
+        case 'a': handled = press('a'); break;
+        case 'r': if (rejectForm) { openReject(); handled = true; } break;
+        case 's': handled = press('s'); break;
+        case 'j': handled = press('j'); break;
+        case 'k': handled = press('k'); break;
+        case 'Escape': closeReject(); break;
+      }
+      if (handled) e.preventDefault();
+    });
+  }
+
+  function start() {
+    live();
+    if (document.getElementById('keys')) review();
+  }
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
+  else start();
+})();

@@ -1,0 +1,36 @@
+//! A quest's page (`/ui/quests/{id}`): its input and its whole history, each
+//! submission with its verdict, facts, evidence and AI answers, the review
+//! decisions and the receipt.
+
+use axum::extract::State;
+use axum::response::Html;
+use serde::Serialize;
+
+use super::auth::Signed;
+use super::view::QuestView;
+use super::{PageError, PagePath, templates};
+use crate::http::AppState;
+use crate::http::extract::Read;
+
+#[derive(Serialize)]
+struct QuestPage {
+    quest: QuestView,
+    session_name: String,
+    max_tries: u32,
+}
+
+/// The quest's page.
+pub async fn page(
+    State(state): State<AppState>,
+    signed: Signed<Read>,
+    PagePath(id): PagePath<uuid::Uuid>,
+) -> Result<Html<String>, PageError> {
+    let quest = state.service.quest(id).await?;
+    let session = state.service.get_session(quest.session_id).await?;
+    let page = QuestPage {
+        quest: QuestView::new(quest, state.service.now(), &signed.me.name),
+        session_name: session.name,
+        max_tries: session.config.max_tries,
+    };
+    templates::page("quest.html", &signed.me, page)
+}

@@ -1,0 +1,448 @@
+//! The review page (`/ui/review`, filtered by `?session=` and `?check=` as
+//! the API's queue is): opening a quest claims it; approve, reject with a
+//! note, skip and moving on are plain forms (the script binds them to keys);
+//! a bulk decision lists the quests it will decide and decides exactly those.
+
+use axum::extract::State;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::auth::{Fields, Signed, SignedForm};
+use super::view::{QuestView, query};
+use super::{PageError, PagePath, PageQuery, templates};
+use crate::domain::{Decision, State as QuestState};
+use crate::http::AppState;
+use crate::http::extract::Review;
+use crate::service::ServiceError;
+use crate::service::console::BULK_LIMIT;
+use crate::store::{QuestRow, StoreError};
+
+/// How many quests of the queue the page lists.
+const QUEUE_SHOWN: u32 = 200;
+
+/// The review page's address: the filter, the quest to open, what just happened.
+#[derive(Debug, Default, Deserialize)]
+pub struct ReviewQuery {
+    session: Option<Uuid>,
+    check: Option<String>,
+    quest: Option<Uuid>,
+    /// A quest just skipped: not reopened by default.
+    skip: Option<Uuid>,
+    /// A quest just decided, to confirm it.
+    last: Option<Uuid>,
+    error: Option<String>,
+    decision: Option<String>,
+}
+
+impl ReviewQuery {
+    fn check(&self) -> Option<&str> {
+        self.check.as_deref().filter(|c| !c.is_empty())
+    }
+}
+
+/// `?session=..&check=..` plus `more`, for the addresses the page links to.
+fn filter_query(
+    session: Option<&str>,
+    check: Option<&str>,
+    more: &[(&str, Option<&str>)],
+) -> String {
+    let mut pairs = vec![("session", session), ("check", check)];
+    pairs.extend_from_slice(more);
+    query(&pairs)
+}
+
+/// What an error code from a decision tells the reviewer.
+fn explain(code: &str) -> &'static str {
+    match code {
+        "note_required" => {
+            "A rejection needs a note: say what is wrong, for the record and the export."
+        }
+        "invalid_note" => "The note is too long: 10 000 bytes at most.",
+        "review_claimed" => "Another reviewer holds this quest now; it is theirs to decide.",
+        "not_in_review" => "That quest is no longer in review: it was decided meanwhile.",
+        _ => "That did not work; try again.",
+    }
+}
+
+/// The reviewer holding a live claim on `q`, when it is not `me`.
+fn held_by_other(q: &QuestRow, me: &str, now: DateTime<Utc>) -> Option<String> {
+    match (&q.review_claimed_by, q.review_claim_expires_at) {
+        (Some(by), Some(until)) if by != me && until > now => Some(by.clone()),
+        _ => None,
+    }
+}
+
+#[derive(Serialize)]
+struct QueueItem {
+    id: Uuid,
+    key: String,
+    session_id: Uuid,
+    updated_at: DateTime<Utc>,
+    held_by: Option<String>,
+    current: bool,
+    url: String,
+}
+
+#[derive(Serialize)]
+struct SessionOption {
+    id: Uuid,
+    name: String,
+    review: u64,
+    selected: bool,
+}
+
+#[derive(Serialize)]
+struct LastDecision {
+    id: Uuid,
+    key: String,
+    state: QuestState,
+}
+
+#[derive(Serialize)]
+struct ReviewPage {
+    quest: Option<QuestView>,
+    /// Set when another reviewer holds the current quest: no decision is offered.
+    held_by: Option<String>,
+    queue: Vec<QueueItem>,
+    more: bool,
+    previous: Option<Uuid>,
+    next: Option<Uuid>,
+    /// Where a skip goes: the next quest, else the first other one.
+    skip_to: Option<Uuid>,
+    sessions: Vec<SessionOption>,
+    session: Option<Uuid>,
+    check: String,
+    filter: String,
+    last: Option<LastDecision>,
+    error: Option<&'static str>,
+    notice: Option<&'static str>,
+}
+
+/// The review page: the queue, and the current quest opened (and claimed).
+pub async fn page(
+    State(state): State<AppState>,
+    signed: Signed<Review>,
+    PageQuery(q): PageQuery<ReviewQuery>,
+) -> Result<Html<String>, PageError> {
+    let service = &state.service;
+    let me = signed.me.name.as_str();
+    let list = service
+        .review_list(q.session, q.check(), QUEUE_SHOWN)
+        .await?;
+    let now = service.now();
+    let requested = q.quest.and_then(|id| list.iter().position(|r| r.id == id));
+    let pick = requested
+        .or_else(|| {
+            list.iter().position(|r| {
+                r.review_claimed_by.as_deref() == Some(me) && r.review_claim_expires_at > Some(now)
+            })
+        })
+        .or_else(|| {
+            list.iter()
+                .position(|r| Some(r.id) != q.skip && held_by_other(r, me, now).is_none())
+        })
+        .or_else(|| list.iter().position(|r| Some(r.id) != q.skip));
+    let notice = (q.quest.is_some() && requested.is_none()).then_some(
+        "That quest is no longer in review, or not in this filter; here is the next one.",
+    );
+    let mut held_by = None;
+    let mut quest = None;
+    if let Some(i) = pick {
+        let row = &list[i];
+        held_by = held_by_other(row, me, now);
+        if held_by.is_none() {
+            match service.claim_review(me, row.id).await {
+                Ok(_) => {}
+                // Taken between the listing and the claim.
+                Err(ServiceError::Store(StoreError::Conflict {
+                    code: "review_claimed",
+                    ..
+                })) => {
+                    held_by = service.quest(row.id).await?.review_claimed_by;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        quest = Some(QuestView::new(
+            service.quest(row.id).await?,
+            service.now(),
+            me,
+        ));
+    }
+    let session_text = q.session.map(|s| s.to_string());
+    let filter = filter_query(session_text.as_deref(), q.check(), &[]);
+    let id_at = |i: Option<usize>| i.and_then(|i| list.get(i)).map(|r| r.id);
+    let next = id_at(pick.map(|i| i + 1));
+    let skip_to = next.or_else(|| {
+        list.iter()
+            .map(|r| r.id)
+            .find(|&id| Some(id) != id_at(pick))
+    });
+    let last = match q.last {
+        Some(id) => service.quest(id).await.ok().map(|l| LastDecision {
+            id,
+            key: l.key,
+            state: l.state,
+        }),
+        None => None,
+    };
+    let sessions = service
+        .list_sessions()
+        .await?
+        .into_iter()
+        .map(|s| SessionOption {
+            selected: Some(s.id) == q.session,
+            id: s.id,
+            name: s.name,
+            review: s.status.review,
+        })
+        .collect();
+    let queue = list
+        .iter()
+        .enumerate()
+        .map(|(i, r)| QueueItem {
+            id: r.id,
+            key: r.key.clone(),
+            session_id: r.session_id,
+            updated_at: r.updated_at,
+            held_by: held_by_other(r, me, now),
+            current: Some(i) == pick,
+            url: format!(
+                "/ui/review{}",
+                filter_query(
+                    session_text.as_deref(),
+                    q.check(),
+                    &[("quest", Some(&r.id.to_string()))]
+                )
+            ),
+        })
+        .collect();
+    let page = ReviewPage {
+        previous: pick
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| id_at(Some(i))),
+        next,
+        skip_to,
+        more: list.len() as u32 >= QUEUE_SHOWN,
+        quest,
+        held_by,
+        queue,
+        sessions,
+        session: q.session,
+        check: q.check().unwrap_or_default().to_owned(),
+        filter,
+        last,
+        error: q.error.as_deref().map(explain),
+        notice,
+    };
+    templates::page("review.html", &signed.me, page)
+}
+
+/// The filter a form carries back, as a query with `more` added.
+fn back(fields: &Fields, more: &[(&str, Option<&str>)]) -> String {
+    filter_query(
+        fields.get("session"),
+        fields.get("check").filter(|c| !c.is_empty()),
+        more,
+    )
+}
+
+fn decision(fields: &Fields) -> Result<Decision, PageError> {
+    match fields.get("decision") {
+        Some("approve") => Ok(Decision::Approve),
+        Some("reject") => Ok(Decision::Reject),
+        _ => Err(PageError::bad_request(
+            "The decision is `approve` or `reject`.",
+        )),
+    }
+}
+
+/// Approves or rejects one quest, then opens the next.
+pub async fn decide(
+    State(state): State<AppState>,
+    PagePath(id): PagePath<Uuid>,
+    form: SignedForm<Review>,
+) -> Result<Response, PageError> {
+    let decision = decision(&form.fields)?;
+    let note = form.fields.get("note").unwrap_or_default();
+    let id_text = id.to_string();
+    let to = match state
+        .service
+        .decide_review(&form.me.name, id, decision, note)
+        .await
+    {
+        Ok(_) => back(&form.fields, &[("last", Some(&id_text))]),
+        Err(ServiceError::Invalid { code, .. })
+        | Err(ServiceError::Store(StoreError::Conflict { code, .. })) => back(
+            &form.fields,
+            &[("quest", Some(&id_text)), ("error", Some(code))],
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(Redirect::to(&format!("/ui/review{to}")).into_response())
+}
+
+/// Gives the claim back (a skip, or moving to another quest) and opens `to`.
+pub async fn release(
+    State(state): State<AppState>,
+    PagePath(id): PagePath<Uuid>,
+    form: SignedForm<Review>,
+) -> Result<Response, PageError> {
+    match state.service.release_review(&form.me.name, id).await {
+        // Held by another or decided meanwhile: there is no claim of ours to give back.
+        Ok(())
+        | Err(ServiceError::Store(StoreError::Conflict { .. } | StoreError::NotFound(_))) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let to = form
+        .fields
+        .get("to")
+        .and_then(|t| Uuid::parse_str(t).ok())
+        .map(|t| t.to_string());
+    let skipped = id.to_string();
+    let more = match &to {
+        Some(to) => [("quest", Some(to.as_str())), ("skip", None)],
+        None => [("quest", None), ("skip", Some(skipped.as_str()))],
+    };
+    Ok(Redirect::to(&format!("/ui/review{}", back(&form.fields, &more))).into_response())
+}
+
+#[derive(Serialize)]
+struct Listed {
+    id: Uuid,
+    key: String,
+    held_by: Option<String>,
+}
+
+#[derive(Serialize)]
+struct BulkPage {
+    decision: Decision,
+    /// Confirmation: the quests it will decide, and those left to others.
+    eligible: Vec<Listed>,
+    held: Vec<Listed>,
+    limit_reached: bool,
+    limit: u32,
+    /// After the run: what happened.
+    done: bool,
+    decided: Vec<Listed>,
+    gone: usize,
+    session: Option<Uuid>,
+    check: String,
+    filter: String,
+    error: Option<&'static str>,
+}
+
+/// Lists every quest the filter matches and asks to confirm deciding them.
+pub async fn bulk_confirm(
+    State(state): State<AppState>,
+    signed: Signed<Review>,
+    PageQuery(q): PageQuery<ReviewQuery>,
+) -> Result<Html<String>, PageError> {
+    let decision = match q.decision.as_deref() {
+        Some("reject") => Decision::Reject,
+        Some("approve") | None => Decision::Approve,
+        Some(_) => {
+            return Err(PageError::bad_request(
+                "The decision is `approve` or `reject`.",
+            ));
+        }
+    };
+    let list = state
+        .service
+        .review_list(q.session, q.check(), BULK_LIMIT)
+        .await?;
+    let now = state.service.now();
+    let me = signed.me.name.as_str();
+    let (held, eligible): (Vec<Listed>, Vec<Listed>) = list
+        .iter()
+        .map(|r| Listed {
+            id: r.id,
+            key: r.key.clone(),
+            held_by: held_by_other(r, me, now),
+        })
+        .partition(|l| l.held_by.is_some());
+    let session_text = q.session.map(|s| s.to_string());
+    let page = BulkPage {
+        decision,
+        limit_reached: list.len() as u32 >= BULK_LIMIT,
+        limit: BULK_LIMIT,
+        eligible,
+        held,
+        done: false,
+        decided: Vec::new(),
+        gone: 0,
+        filter: filter_query(session_text.as_deref(), q.check(), &[]),
+        session: q.session,
+        check: q.check().unwrap_or_default().to_owned(),
+        error: q.error.as_deref().map(explain),
+    };
+    templates::page("bulk.html", &signed.me, page)
+}
+
+/// Decides exactly the quests the confirmation listed.
+pub async fn bulk_decide(
+    State(state): State<AppState>,
+    form: SignedForm<Review>,
+) -> Result<Response, PageError> {
+    let decision = decision(&form.fields)?;
+    let note = form.fields.get("note").unwrap_or_default();
+    let ids = form
+        .fields
+        .all("quest")
+        .map(Uuid::parse_str)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| PageError::bad_request("A listed quest id is not a UUID."))?;
+    let outcome = match state
+        .service
+        .bulk_decide(&form.me.name, &ids, decision, note)
+        .await
+    {
+        Ok(outcome) => outcome,
+        Err(ServiceError::Invalid { code, .. }) => {
+            let to = back(
+                &form.fields,
+                &[("decision", Some(decision.as_str())), ("error", Some(code))],
+            );
+            return Ok(Redirect::to(&format!("/ui/review/bulk{to}")).into_response());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let session = form
+        .fields
+        .get("session")
+        .and_then(|s| Uuid::parse_str(s).ok());
+    let check = form.fields.get("check").unwrap_or_default().to_owned();
+    let page = BulkPage {
+        decision,
+        eligible: Vec::new(),
+        held: outcome
+            .claimed
+            .into_iter()
+            .map(|(id, key, by)| Listed {
+                id,
+                key,
+                held_by: Some(by),
+            })
+            .collect(),
+        limit_reached: false,
+        limit: BULK_LIMIT,
+        done: true,
+        decided: outcome
+            .decided
+            .into_iter()
+            .map(|(id, key)| Listed {
+                id,
+                key,
+                held_by: None,
+            })
+            .collect(),
+        gone: outcome.gone.len(),
+        filter: back(&form.fields, &[]),
+        session,
+        check,
+        error: None,
+    };
+    Ok(templates::page("bulk.html", &form.me, page)?.into_response())
+}

@@ -1,0 +1,289 @@
+//! The web console's use cases: signing a browser in with a token, the
+//! figures of a session's page, the review page's queue and bulk decisions.
+//! Like the rest of the service, nothing here speaks HTTP; decisions go
+//! through the same use cases as the API's, so the console cannot decide
+//! anything the API would refuse.
+
+use futures_util::StreamExt;
+use rand::RngCore;
+use uuid::Uuid;
+
+use super::{Service, ServiceError, check_filter};
+use crate::api;
+use crate::domain::{Decision, Role, token_hash};
+use crate::store::{
+    AgentStatsRow, FailingCheckRow, QuestPage, QuestQuery, QuestRow, StoreError, Throughput,
+};
+
+/// How long a browser session lasts after sign-in; it is never extended.
+pub const BROWSER_SESSION_SECONDS: u32 = 12 * 3600;
+/// The throughput chart covers the session's life so far, within these bounds (minutes).
+pub const THROUGHPUT_MINUTES: (u32, u32) = (15, 60);
+/// How many of the checks that fail most a session's page shows.
+pub const FAILING_CHECKS: u32 = 12;
+/// At most this many quests one bulk decision covers.
+pub const BULK_LIMIT: u32 = 500;
+/// How many decisions of a bulk run are in flight at once (the writer groups them).
+const BULK_IN_FLIGHT: usize = 64;
+
+/// A signed-in browser: who it is, and the token its forms must carry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrowserSession {
+    pub token_id: Uuid,
+    /// The token's name: the reviewer's name on every decision.
+    pub name: String,
+    pub role: Role,
+    /// The per-session CSRF token.
+    pub csrf: String,
+    pub expires_at: chrono::DateTime<chrono::Utc>,
+}
+
+/// A new browser session and the secret that goes into its cookie (shown this once).
+#[derive(Debug, Clone)]
+pub struct SignedIn {
+    pub cookie: String,
+    pub session: BrowserSession,
+}
+
+/// One agent's figures on a session's page.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentFigures {
+    /// The name the agent gives (the token's name when it gives none).
+    pub name: String,
+    /// The name of its token; `None` when the token is gone.
+    pub token_name: Option<String>,
+    pub stats: AgentStatsRow,
+    /// Submissions per PASS, over its PASSes; `None` before the first.
+    pub mean_tries_to_pass: Option<f64>,
+}
+
+/// Everything a session's page shows.
+#[derive(Debug, Clone)]
+pub struct SessionOverview {
+    pub session: api::Session,
+    pub throughput: Throughput,
+    pub agents: Vec<AgentFigures>,
+    pub failing: Vec<FailingCheckRow>,
+    pub quests: QuestPage,
+}
+
+/// What a bulk decision did, quest by quest.
+#[derive(Debug, Clone, Default)]
+pub struct BulkOutcome {
+    /// Quests decided now: id and key.
+    pub decided: Vec<(Uuid, String)>,
+    /// Quests left alone because another reviewer holds them: id, key, reviewer.
+    pub claimed: Vec<(Uuid, String, String)>,
+    /// Quests no longer in REVIEW (decided meanwhile) or unknown.
+    pub gone: Vec<Uuid>,
+}
+
+/// A random secret of 32 bytes, hex.
+fn random_hex(bytes: usize) -> String {
+    let mut buf = vec![0u8; bytes];
+    rand::rng().fill_bytes(&mut buf);
+    hex::encode(buf)
+}
+
+impl Service {
+    /// Starts a browser session when `secret` is a live token; `None` when it is not.
+    pub async fn sign_in(&self, secret: &str) -> Result<Option<SignedIn>, ServiceError> {
+        let secret = secret.trim();
+        if secret.is_empty() || secret.len() > 500 {
+            return Ok(None);
+        }
+        let Some(token) = self.store.find_token(&token_hash(secret)).await? else {
+            return Ok(None);
+        };
+        let cookie = random_hex(32);
+        let row = match self
+            .store
+            .create_browser_session(
+                &token_hash(&cookie),
+                token.id,
+                &random_hex(16),
+                BROWSER_SESSION_SECONDS,
+            )
+            .await
+        {
+            Ok(row) => row,
+            // Revoked between the look-up and the write.
+            Err(StoreError::Conflict { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Some(SignedIn {
+            cookie,
+            session: BrowserSession {
+                token_id: row.token.id,
+                name: row.token.name,
+                role: row.token.role,
+                csrf: row.csrf,
+                expires_at: row.expires_at,
+            },
+        }))
+    }
+
+    /// The live browser session of a cookie, if any: not signed out, not
+    /// expired, and its token not revoked.
+    pub async fn browser_session(
+        &self,
+        cookie: &str,
+    ) -> Result<Option<BrowserSession>, ServiceError> {
+        if cookie.is_empty() || cookie.len() > 200 {
+            return Ok(None);
+        }
+        Ok(self
+            .store
+            .find_browser_session(&token_hash(cookie))
+            .await?
+            .map(|row| BrowserSession {
+                token_id: row.token.id,
+                name: row.token.name,
+                role: row.token.role,
+                csrf: row.csrf,
+                expires_at: row.expires_at,
+            }))
+    }
+
+    /// The store's "now": claims and ages on the console's pages are judged by it.
+    pub fn now(&self) -> chrono::DateTime<chrono::Utc> {
+        self.store.now()
+    }
+
+    /// Ends the browser session of a cookie.
+    pub async fn sign_out(&self, cookie: &str) -> Result<(), ServiceError> {
+        Ok(self.store.end_browser_session(&token_hash(cookie)).await?)
+    }
+
+    /// A session with its throughput, agents, failing checks and one page of quests.
+    pub async fn session_overview(
+        &self,
+        id: Uuid,
+        query: &QuestQuery,
+    ) -> Result<SessionOverview, ServiceError> {
+        if query.search.as_deref().is_some_and(|s| s.len() > 200) {
+            return Err(super::invalid(
+                "invalid_search",
+                "search for at most 200 characters of a key",
+            ));
+        }
+        // The table's check is one check by name; the queue's rules refuse the same bad ones.
+        check_filter(query.check.as_deref())?;
+        let session = self.get_session(id).await?;
+        let age = (self.store.now() - session.created_at).num_minutes() + 1;
+        let (least, most) = THROUGHPUT_MINUTES;
+        let minutes = u32::try_from(age).unwrap_or(most).clamp(least, most);
+        let throughput = self.store.throughput(id, minutes).await?;
+        let agents = self
+            .store
+            .agent_stats(id)
+            .await?
+            .into_iter()
+            .map(|stats| AgentFigures {
+                name: stats
+                    .agent
+                    .split_once('/')
+                    .map_or(stats.agent.as_str(), |(_, name)| name)
+                    .to_owned(),
+                token_name: stats.token_name.clone(),
+                mean_tries_to_pass: (stats.pass > 0)
+                    .then(|| stats.tries_to_pass as f64 / stats.pass as f64),
+                stats,
+            })
+            .collect();
+        let failing = self.store.failing_checks(id, FAILING_CHECKS).await?;
+        let quests = self.store.quest_page(id, query).await?;
+        Ok(SessionOverview {
+            session,
+            throughput,
+            agents,
+            failing,
+            quests,
+        })
+    }
+
+    /// The REVIEW quests the review page lists, oldest first, without their
+    /// history (the page reads the history of the one it opens).
+    pub async fn review_list(
+        &self,
+        session: Option<Uuid>,
+        check: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<QuestRow>, ServiceError> {
+        let check = check_filter(check)?;
+        if let Some(id) = session {
+            self.session(id).await?;
+        }
+        Ok(self
+            .store
+            .review_queue(session, check.as_ref(), limit.clamp(1, BULK_LIMIT))
+            .await?)
+    }
+
+    /// Decides exactly the quests listed, each as the API's decision would,
+    /// and says which were left to other reviewers or were decided meanwhile.
+    /// An invalid note refuses the whole run before anything changes.
+    pub async fn bulk_decide(
+        &self,
+        reviewer: &str,
+        quests: &[Uuid],
+        decision: Decision,
+        note: &str,
+    ) -> Result<BulkOutcome, ServiceError> {
+        if quests.len() > BULK_LIMIT as usize {
+            return Err(super::invalid(
+                "too_many_quests",
+                format!("decide at most {BULK_LIMIT} quests at once"),
+            ));
+        }
+        let Some((&first, rest)) = quests.split_first() else {
+            return Ok(BulkOutcome::default());
+        };
+        // The first one alone: a note the API refuses is refused here once, with nothing decided.
+        let outcome = self.store_decision(reviewer, first, decision, note).await;
+        if let Err(e @ ServiceError::Invalid { .. }) = outcome {
+            return Err(e);
+        }
+        let mut outcomes = vec![(first, outcome)];
+        let rest: Vec<_> = futures_util::stream::iter(rest.iter().copied())
+            .map(|id| async move { (id, self.store_decision(reviewer, id, decision, note).await) })
+            .buffered(BULK_IN_FLIGHT)
+            .collect()
+            .await;
+        outcomes.extend(rest);
+        let mut out = BulkOutcome::default();
+        for (id, outcome) in outcomes {
+            match outcome {
+                Ok(quest) => out.decided.push((id, quest.key)),
+                Err(ServiceError::Store(StoreError::Conflict {
+                    code: "review_claimed",
+                    ..
+                })) => {
+                    let quest = self.store.get_quest(id).await?;
+                    let by = quest.review_claimed_by.clone().unwrap_or_default();
+                    out.claimed.push((id, quest.key, by));
+                }
+                Err(ServiceError::Store(StoreError::NotFound(_) | StoreError::Conflict { .. })) => {
+                    out.gone.push(id)
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
+    /// One decision of a bulk run: the API's rules, without re-reading the history.
+    async fn store_decision(
+        &self,
+        reviewer: &str,
+        quest_id: Uuid,
+        decision: Decision,
+        note: &str,
+    ) -> Result<QuestRow, ServiceError> {
+        super::check_note(decision, note)?;
+        Ok(self
+            .store
+            .decide_review(quest_id, reviewer, decision, note)
+            .await?)
+    }
+}

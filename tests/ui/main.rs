@@ -1,0 +1,16 @@
+//! The web console, end to end: its pages and forms over HTTP, and the same
+//! console in a real headless Chromium driven over WebDriver (skipped with a
+//! message when Chromium or its driver is missing; a failure under CI=true).
+
+#[expect(
+    dead_code,
+    reason = "the API tests' helpers; the console's tests use some of them"
+)]
+#[path = "../api/helpers.rs"]
+mod helpers;
+
+mod browser;
+mod browsing;
+mod console;
+mod pages;
+mod shots;
