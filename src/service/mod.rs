@@ -33,6 +33,11 @@ use tokio_util::sync::CancellationToken;
 
 mod cache;
 pub mod console;
+mod review;
+mod tokens;
+
+use review::{check_filter, check_note};
+pub use tokens::new_secret;
 
 use crate::domain::work::{AgentId, CheckFilter};
 use crate::workers::Check;
@@ -674,122 +679,6 @@ impl Service {
         let l2 = self.store.l2_answers(quest.id).await?;
         Ok(api::Quest::new(quest, submissions, reviews, l2))
     }
-
-    /// Quests in REVIEW, oldest first, with their history and L2 answers,
-    /// optionally only those a given check raised a doubt about.
-    pub async fn review_queue(
-        &self,
-        session: Option<Uuid>,
-        check: Option<&str>,
-        limit: u32,
-    ) -> Result<Vec<api::Quest>, ServiceError> {
-        let check = check_filter(check)?;
-        if let Some(id) = session {
-            self.session(id).await?;
-        }
-        let mut out = Vec::new();
-        for quest in self
-            .store
-            .review_queue(session, check.as_ref(), limit.clamp(1, 500))
-            .await?
-        {
-            out.push(self.with_history(quest).await?);
-        }
-        Ok(out)
-    }
-
-    /// Gives a reviewer a claim on a REVIEW quest.
-    pub async fn claim_review(
-        &self,
-        reviewer: &str,
-        quest_id: Uuid,
-    ) -> Result<api::ReviewClaim, ServiceError> {
-        let quest = self
-            .store
-            .claim_review(quest_id, reviewer, REVIEW_CLAIM_SECONDS)
-            .await?;
-        Ok(api::ReviewClaim {
-            quest_id,
-            claimed_by: quest.review_claimed_by.unwrap_or_default(),
-            expires_at: quest.review_claim_expires_at.unwrap_or(quest.updated_at),
-        })
-    }
-
-    /// Gives a reviewer's claim back.
-    pub async fn release_review(&self, reviewer: &str, quest_id: Uuid) -> Result<(), ServiceError> {
-        Ok(self.store.release_review(quest_id, reviewer).await?)
-    }
-
-    /// Approves or rejects a REVIEW quest.
-    pub async fn decide_review(
-        &self,
-        reviewer: &str,
-        quest_id: Uuid,
-        decision: Decision,
-        note: &str,
-    ) -> Result<api::Quest, ServiceError> {
-        check_note(decision, note)?;
-        self.store
-            .decide_review(quest_id, reviewer, decision, note)
-            .await?;
-        self.quest(quest_id).await
-    }
-
-    /// Creates a token and returns its secret, shown this once.
-    pub async fn create_token(
-        &self,
-        name: &str,
-        role: Role,
-    ) -> Result<api::CreatedToken, ServiceError> {
-        let name = name.trim();
-        if name.is_empty() || name.len() > 200 || name.contains('/') {
-            return Err(invalid(
-                "invalid_name",
-                "give the token a name of 1 to 200 characters without `/`",
-            ));
-        }
-        let secret = new_secret();
-        let row = self
-            .store
-            .create_token(name, role, &token_hash(&secret))
-            .await?;
-        Ok(api::CreatedToken {
-            token: row.into(),
-            secret,
-        })
-    }
-}
-
-/// A review filter `check`, parsed, or the refusal of one that names no fact check.
-fn check_filter(check: Option<&str>) -> Result<Option<CheckFilter>, ServiceError> {
-    check
-        .map(CheckFilter::parse)
-        .transpose()
-        .map_err(|e| invalid("invalid_check", e.to_string()))
-}
-
-/// Refuses a reviewer's note that is too long, or missing from a rejection.
-fn check_note(decision: Decision, note: &str) -> Result<(), ServiceError> {
-    if note.len() > 10_000 {
-        return Err(invalid(
-            "invalid_note",
-            "the note is longer than 10000 bytes; shorten it",
-        ));
-    }
-    if decision == Decision::Reject && note.trim().is_empty() {
-        return Err(invalid(
-            "note_required",
-            "a rejection needs a note that says what is wrong, for the record and the export",
-        ));
-    }
-    Ok(())
-}
-
-/// A fresh bearer secret: 32 random bytes, hex, with a recognisable prefix.
-pub fn new_secret() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("qst_{}", hex::encode(bytes))
 }
 
 fn submit_response(view: SubmissionView) -> SubmitResponse {

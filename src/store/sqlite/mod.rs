@@ -13,8 +13,8 @@
 
 mod agents;
 mod codec;
-mod inputs;
 mod console;
+mod inputs;
 mod leases;
 mod reads;
 mod sessions;
@@ -458,7 +458,10 @@ impl Store for SqliteStore {
         seconds: u32,
     ) -> Result<BrowserSessionRow, StoreError> {
         let (hash, csrf) = (hash.to_owned(), csrf.to_owned());
-        single!(self, |ctx| console::create_browser_session(ctx, hash, token_id, csrf, seconds).await)
+        single!(self, |ctx| console::create_browser_session(
+            ctx, hash, token_id, csrf, seconds
+        )
+        .await)
     }
 
     async fn find_browser_session(
