@@ -407,6 +407,9 @@ pub struct Quest {
     pub phase: Option<Phase>,
     pub tries: u32,
     pub lapses: u32,
+    /// Every lease the quest was granted; only its last leases are kept.
+    #[serde(default)]
+    pub leases: u32,
     pub last_facts: Vec<Fact>,
     /// The result under review or accepted.
     #[schema(value_type = Option<Object>)]
@@ -487,6 +490,7 @@ impl Quest {
             phase: q.phase,
             tries: q.tries,
             lapses: q.lapses,
+            leases: q.leases,
             last_facts: q.last_facts,
             result: q.result,
             receipt: q.receipt,
@@ -540,6 +544,12 @@ pub struct ReviewClaim {
 pub struct CreateTokenRequest {
     pub name: String,
     pub role: Role,
+    /// The most leases the token may hold at once, over all sessions (1 to
+    /// 1000000). Left out: 64 for an agent token, no cap for an admin token;
+    /// reviewer and viewer tokens lease nothing and take none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub max_leases: Option<u32>,
 }
 
 /// A token's public part.
@@ -548,6 +558,10 @@ pub struct Token {
     pub id: Uuid,
     pub name: String,
     pub role: Role,
+    /// The most leases it may hold at once; `null`: no cap. Past it, `next`
+    /// is refused with 409 `lease_cap`.
+    #[serde(default)]
+    pub max_leases: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -558,6 +572,7 @@ impl From<TokenRow> for Token {
             id: t.id,
             name: t.name,
             role: t.role,
+            max_leases: t.max_leases,
             created_at: t.created_at,
             revoked_at: t.revoked_at,
         }

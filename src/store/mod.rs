@@ -200,12 +200,14 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<ExportRow>, StoreError>;
 
-    /// Stores a token by the SHA-256 of its secret.
+    /// Stores a token by the SHA-256 of its secret, with the most leases it
+    /// may hold at once (`None`: no cap).
     async fn create_token(
         &self,
         name: &str,
         role: Role,
         hash: &str,
+        max_leases: Option<u32>,
     ) -> Result<TokenRow, StoreError>;
     /// Makes `hash` the one live token named `name` (the bootstrap admin): a token
     /// with this hash is revived, other live tokens of that name are revoked.

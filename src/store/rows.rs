@@ -53,6 +53,8 @@ pub struct QuestRow {
     pub phase: Option<Phase>,
     pub tries: u32,
     pub lapses: u32,
+    /// Every lease the quest was ever granted (old lease rows are pruned).
+    pub leases: u32,
     pub lease_id: Option<Uuid>,
     pub last_facts: Vec<Fact>,
     pub result: Option<Value>,
@@ -321,6 +323,8 @@ pub struct TokenRow {
     pub role: Role,
     /// SHA-256 of the secret, hex.
     pub hash: String,
+    /// The most leases it may hold at once; `None`: no cap.
+    pub max_leases: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }

@@ -409,7 +409,7 @@ async fn tokens_are_found_by_digest_until_revoked() {
     for b in backends().await {
         let store = b.store.as_ref();
         let t = store
-            .create_token("bot", Role::Agent, "digest-1")
+            .create_token("bot", Role::Agent, "digest-1", None)
             .await
             .unwrap();
         assert_eq!(
@@ -417,7 +417,11 @@ async fn tokens_are_found_by_digest_until_revoked() {
             Some(t.id)
         );
         assert_eq!(
-            code(store.create_token("bot", Role::Viewer, "digest-2").await),
+            code(
+                store
+                    .create_token("bot", Role::Viewer, "digest-2", None)
+                    .await
+            ),
             "name_taken"
         );
         store.revoke_token(t.id).await.unwrap();
@@ -428,7 +432,7 @@ async fn tokens_are_found_by_digest_until_revoked() {
         );
         assert!(
             store
-                .create_token("bot", Role::Viewer, "digest-2")
+                .create_token("bot", Role::Viewer, "digest-2", None)
                 .await
                 .is_ok(),
             "a revoked name is free"

@@ -13,6 +13,7 @@ mod guard;
 mod helpers;
 mod injection;
 mod inputs;
+mod lease_cap;
 mod lifecycle;
 mod mcp;
 mod openapi;

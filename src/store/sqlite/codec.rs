@@ -56,6 +56,7 @@ pub trait RowExt {
     fn str(&self, col: &str) -> Result<String, StoreError>;
     fn opt_str(&self, col: &str) -> Result<Option<String>, StoreError>;
     fn int(&self, col: &str) -> Result<i64, StoreError>;
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError>;
 }
 
 impl RowExt for SqliteRow {
@@ -66,6 +67,9 @@ impl RowExt for SqliteRow {
         Ok(self.try_get(col)?)
     }
     fn int(&self, col: &str) -> Result<i64, StoreError> {
+        Ok(self.try_get(col)?)
+    }
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError> {
         Ok(self.try_get(col)?)
     }
 }
@@ -105,6 +109,7 @@ pub fn quest_row(r: &SqliteRow) -> Result<QuestRow, StoreError> {
         phase: opt(r.opt_str("phase")?, text)?,
         tries: r.int("tries")? as u32,
         lapses: r.int("lapses")? as u32,
+        leases: r.int("leases")? as u32,
         lease_id: opt(r.opt_str("lease_id")?, uuid)?,
         last_facts: from_json(&r.str("last_facts")?)?,
         result: opt(r.opt_str("result")?, from_json)?,
@@ -225,6 +230,7 @@ pub fn token_row(r: &SqliteRow) -> Result<TokenRow, StoreError> {
         name: r.str("name")?,
         role: text(&r.str("role")?)?,
         hash: r.str("hash")?,
+        max_leases: r.opt_int("max_leases")?.map(|n| n as u32),
         created_at: parse_ts(&r.str("created_at")?)?,
         revoked_at: opt(r.opt_str("revoked_at")?, parse_ts)?,
     })

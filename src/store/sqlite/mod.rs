@@ -410,10 +410,13 @@ impl Store for SqliteStore {
         name: &str,
         role: Role,
         hash: &str,
+        max_leases: Option<u32>,
     ) -> Result<TokenRow, StoreError> {
         let (name, hash) = (name.to_owned(), hash.to_owned());
-        single!(self, |ctx| sessions::create_token(ctx, name, role, hash)
-            .await)
+        single!(self, |ctx| sessions::create_token(
+            ctx, name, role, hash, max_leases
+        )
+        .await)
     }
 
     async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
