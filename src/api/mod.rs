@@ -376,7 +376,11 @@ pub struct SubmissionDetail {
 /// A reviewer's recorded decision.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ReviewDecision {
+    /// The name of the reviewer's token when it decided.
     pub reviewer: String,
+    /// The token that decided (`null` for decisions recorded before tokens were kept).
+    #[serde(default)]
+    pub reviewer_token_id: Option<Uuid>,
     pub decision: Decision,
     pub note: String,
     pub created_at: DateTime<Utc>,
@@ -386,6 +390,7 @@ impl From<ReviewDecisionRow> for ReviewDecision {
     fn from(r: ReviewDecisionRow) -> Self {
         ReviewDecision {
             reviewer: r.reviewer,
+            reviewer_token_id: r.reviewer_token,
             decision: r.decision,
             note: r.note,
             created_at: r.created_at,
@@ -417,7 +422,11 @@ pub struct Quest {
     pub receipt: Option<String>,
     /// `gate`, `reviewer:<name>` or `limit`.
     pub decided_by: Option<String>,
+    /// The name of the reviewer holding the review claim.
     pub review_claimed_by: Option<String>,
+    /// The token holding the review claim: claims belong to tokens, not names.
+    #[serde(default)]
+    pub review_claimed_by_token: Option<Uuid>,
     pub review_claim_expires_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
     pub submissions: Vec<Submission>,
@@ -495,7 +504,8 @@ impl Quest {
             result: q.result,
             receipt: q.receipt,
             decided_by: q.decided_by,
-            review_claimed_by: q.review_claimed_by,
+            review_claimed_by: q.review_claimed_by.as_ref().map(|r| r.name.clone()),
+            review_claimed_by_token: q.review_claimed_by.as_ref().map(|r| r.token),
             review_claim_expires_at: q.review_claim_expires_at,
             updated_at: q.updated_at,
             submissions: submissions.into_iter().map(Submission::from).collect(),

@@ -95,6 +95,9 @@ pub enum Refusal {
     ReviewClaimed {
         by: String,
         until: DateTime<Utc>,
+        /// The claim is another token's under the asker's own name (a token
+        /// that was revoked and replaced).
+        same_name: bool,
     },
     /// An L2 answer for a quest that is no longer verified for that job.
     NotVerifying,
@@ -151,9 +154,23 @@ impl fmt::Display for Refusal {
                 f,
                 "the quest is {state}, not REVIEW; only REVIEW quests can be claimed or decided"
             ),
-            Refusal::ReviewClaimed { by, until } => write!(
+            Refusal::ReviewClaimed {
+                by,
+                until,
+                same_name: false,
+            } => write!(
                 f,
                 "{by} is reviewing this quest until {}; pick another one",
+                until.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            ),
+            Refusal::ReviewClaimed {
+                by,
+                until,
+                same_name: true,
+            } => write!(
+                f,
+                "another token named {by} (an earlier one, perhaps revoked) holds this quest's review claim \
+                 until {}; claims belong to tokens, not names: pick another quest or wait for the claim to end",
                 until.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
             ),
             Refusal::NotVerifying => f.write_str("the quest is not being verified for this job"),
@@ -395,23 +412,38 @@ pub fn on_verified(
     Ok((next, decided_by))
 }
 
+/// Who reviews: the token that acts, under the name it bore then, stored as
+/// `<token id>/<name>` like an agent. Claims and decisions belong to the
+/// token: a new token that reuses a revoked reviewer's name is someone else.
+pub type ReviewerId = AgentId;
+
+impl AgentId {
+    /// Whether this identity and `other` act under the same token.
+    pub fn same_token(&self, other: &AgentId) -> bool {
+        self.token == other.token
+    }
+}
+
 /// A reviewer's standing on a quest: it must be in REVIEW and not claimed by
-/// another reviewer whose claim is still alive.
+/// another reviewer (another token) whose claim is still alive.
 pub fn check_reviewable(
     state: State,
-    claimed_by: Option<&str>,
+    claimed_by: Option<&ReviewerId>,
     claim_expires: Option<DateTime<Utc>>,
-    reviewer: &str,
+    reviewer: &ReviewerId,
     now: DateTime<Utc>,
 ) -> Result<(), Refusal> {
     if state != State::Review {
         return Err(Refusal::NotInReview(state));
     }
     match (claimed_by, claim_expires) {
-        (Some(by), Some(until)) if by != reviewer && until > now => Err(Refusal::ReviewClaimed {
-            by: by.to_owned(),
-            until,
-        }),
+        (Some(by), Some(until)) if !by.same_token(reviewer) && until > now => {
+            Err(Refusal::ReviewClaimed {
+                by: by.name.clone(),
+                until,
+                same_name: by.name == reviewer.name,
+            })
+        }
         _ => Ok(()),
     }
 }
@@ -421,13 +453,13 @@ pub fn check_reviewable(
 pub fn on_review(
     status: QuestStatus,
     decision: Decision,
-    reviewer: &str,
+    reviewer: &ReviewerId,
 ) -> Result<(QuestStatus, bool, DecidedBy), Refusal> {
     let next = step(status, Transition::Reviewed(decision))?;
     Ok((
         next,
         decision == Decision::Approve,
-        DecidedBy::Reviewer(reviewer.to_owned()),
+        DecidedBy::Reviewer(reviewer.name.clone()),
     ))
 }
 

@@ -220,36 +220,74 @@ fn the_last_lapse_ends_the_quest_with_a_fact_saying_so() {
 fn reviews_need_the_review_state_and_respect_a_live_claim() {
     let now = Utc::now();
     let later = now + chrono::Duration::seconds(60);
+    let ana = ReviewerId::new(Uuid::now_v7(), "ana");
+    let bo = ReviewerId::new(Uuid::now_v7(), "bo");
     assert_eq!(
-        check_reviewable(State::Review, None, None, "ana", now),
+        check_reviewable(State::Review, None, None, &ana, now),
         Ok(())
     );
     assert_eq!(
-        check_reviewable(State::Review, Some("ana"), Some(later), "ana", now),
+        check_reviewable(State::Review, Some(&ana), Some(later), &ana, now),
         Ok(())
     );
-    assert_eq!(
-        check_reviewable(State::Review, Some("bo"), Some(later), "ana", now)
-            .unwrap_err()
-            .code(),
-        "review_claimed"
+    let refused = check_reviewable(State::Review, Some(&bo), Some(later), &ana, now).unwrap_err();
+    assert_eq!(refused.code(), "review_claimed");
+    assert!(
+        refused.to_string().starts_with("bo is reviewing"),
+        "{refused}"
     );
     assert_eq!(
-        check_reviewable(State::Review, Some("bo"), Some(now), "ana", now),
+        check_reviewable(State::Review, Some(&bo), Some(now), &ana, now),
         Ok(()),
         "an expired claim"
     );
     assert_eq!(
-        check_reviewable(State::Pass, None, None, "ana", now)
+        check_reviewable(State::Pass, None, None, &ana, now)
             .unwrap_err()
             .code(),
         "not_in_review"
     );
     let (next, receipt, by) =
-        on_review(status(State::Review, None, 1), Decision::Reject, "ana").unwrap();
+        on_review(status(State::Review, None, 1), Decision::Reject, &ana).unwrap();
     assert_eq!(
         (next.state, receipt, by.to_string()),
         (State::Done, false, "reviewer:ana".into())
+    );
+}
+
+#[test]
+fn a_claim_belongs_to_its_token_not_to_the_name_it_bore() {
+    let now = Utc::now();
+    let later = now + chrono::Duration::seconds(60);
+    let revoked_ana = ReviewerId::new(Uuid::now_v7(), "ana");
+    let new_ana = ReviewerId::new(Uuid::now_v7(), "ana");
+    let refused = check_reviewable(
+        State::Review,
+        Some(&revoked_ana),
+        Some(later),
+        &new_ana,
+        now,
+    )
+    .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        "review_claimed",
+        "the same name under another token is another reviewer"
+    );
+    assert!(
+        refused.to_string().contains("another token named ana"),
+        "{refused}"
+    );
+    let renamed = ReviewerId::new(revoked_ana.token, "ana-renamed");
+    assert_eq!(
+        check_reviewable(
+            State::Review,
+            Some(&revoked_ana),
+            Some(later),
+            &renamed,
+            now
+        ),
+        Ok(())
     );
 }
 

@@ -1,6 +1,7 @@
 //! The human review queue's use cases: list, claim, skip, decide.
 
 use super::*;
+use crate::domain::work::ReviewerId;
 
 impl Service {
     /// Quests in REVIEW, oldest first, with their history and L2 answers,
@@ -29,7 +30,7 @@ impl Service {
     /// Gives a reviewer a claim on a REVIEW quest.
     pub async fn claim_review(
         &self,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         quest_id: Uuid,
     ) -> Result<api::ReviewClaim, ServiceError> {
         let quest = self
@@ -38,20 +39,27 @@ impl Service {
             .await?;
         Ok(api::ReviewClaim {
             quest_id,
-            claimed_by: quest.review_claimed_by.unwrap_or_default(),
+            claimed_by: quest
+                .review_claimed_by
+                .map(|by| by.name)
+                .unwrap_or_default(),
             expires_at: quest.review_claim_expires_at.unwrap_or(quest.updated_at),
         })
     }
 
     /// Gives a reviewer's claim back.
-    pub async fn release_review(&self, reviewer: &str, quest_id: Uuid) -> Result<(), ServiceError> {
+    pub async fn release_review(
+        &self,
+        reviewer: &ReviewerId,
+        quest_id: Uuid,
+    ) -> Result<(), ServiceError> {
         Ok(self.store.release_review(quest_id, reviewer).await?)
     }
 
     /// Approves or rejects a REVIEW quest.
     pub async fn decide_review(
         &self,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         quest_id: Uuid,
         decision: Decision,
         note: &str,

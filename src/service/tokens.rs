@@ -33,6 +33,27 @@ impl Service {
     }
 }
 
+/// How often an open event stream asks whether its token still lives.
+pub const TOKEN_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
+impl Service {
+    /// Resolves once the token with this digest is no longer live, looked at
+    /// every [`TOKEN_RECHECK`]: at once after a revocation on this server
+    /// (which clears the token cache), within the cache's second after one on
+    /// another server sharing the database. A store that cannot answer keeps
+    /// the token alive: a stream is not cut for a hiccup.
+    pub async fn token_revoked(&self, hash: &str) {
+        let mut tick = tokio::time::interval(TOKEN_RECHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if matches!(self.find_token(hash).await, Ok(None)) {
+                return;
+            }
+        }
+    }
+}
+
 /// A fresh bearer secret: 32 random bytes, hex, with a recognisable prefix.
 pub fn new_secret() -> String {
     let mut bytes = [0u8; 32];

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
-use crate::domain::work::{AgentId, CheckFilter, Refusal};
+use crate::domain::work::{AgentId, CheckFilter, Refusal, ReviewerId};
 use crate::domain::{Decision, Role};
 
 pub use sqlite::SOURCE_CHUNK;
@@ -176,16 +176,17 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_review(
         &self,
         quest_id: Uuid,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         seconds: u32,
     ) -> Result<QuestRow, StoreError>;
     /// Gives a reviewer's claim back (a skip), so that others can take the quest at once.
-    async fn release_review(&self, quest_id: Uuid, reviewer: &str) -> Result<(), StoreError>;
+    async fn release_review(&self, quest_id: Uuid, reviewer: &ReviewerId)
+    -> Result<(), StoreError>;
     /// Approves (→ PASS) or rejects (→ DONE) a quest in REVIEW.
     async fn decide_review(
         &self,
         quest_id: Uuid,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError>;

@@ -8,7 +8,7 @@ use uuid::Uuid;
 use crate::domain::session::SessionConfig;
 use crate::domain::table::Row;
 use crate::domain::verify::{Answer, FlagOn, L2JobStatus, VerifierRequest};
-use crate::domain::work::AgentId;
+use crate::domain::work::{AgentId, ReviewerId};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict, Verdict};
 
 /// A session and its counts, as stored.
@@ -61,7 +61,8 @@ pub struct QuestRow {
     pub submission_id: Option<Uuid>,
     pub receipt: Option<String>,
     pub decided_by: Option<String>,
-    pub review_claimed_by: Option<String>,
+    /// The reviewer (token and name) holding the review claim.
+    pub review_claimed_by: Option<ReviewerId>,
     pub review_claim_expires_at: Option<DateTime<Utc>>,
     /// The last two FAILs carried the same facts (a doom loop the prompt names).
     pub repeated_failure: bool,
@@ -310,6 +311,8 @@ pub struct SessionStatus {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReviewDecisionRow {
     pub reviewer: String,
+    /// The token that decided; `None` for decisions recorded before tokens were kept.
+    pub reviewer_token: Option<Uuid>,
     pub decision: Decision,
     pub note: String,
     pub created_at: DateTime<Utc>,

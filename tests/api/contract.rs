@@ -7,7 +7,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use quest::domain::session::SessionConfig;
 use quest::domain::table::Row;
-use quest::domain::work::{AgentId, CheckFilter};
+use quest::domain::work::{AgentId, CheckFilter, ReviewerId};
 use quest::domain::{Decision, EventKind, Fact, QuestEvent, Role, State, SystemClock, Verdict};
 use quest::store::{
     GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError,
@@ -364,21 +364,21 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
             "{}",
             b.name
         );
-        store.claim_review(quest, "ana", 60).await.unwrap();
+        let (ana, bo) = (
+            ReviewerId::new(Uuid::now_v7(), "ana"),
+            ReviewerId::new(Uuid::now_v7(), "bo"),
+        );
+        store.claim_review(quest, &ana, 60).await.unwrap();
         assert_eq!(
-            code(store.claim_review(quest, "bo", 60).await),
+            code(store.claim_review(quest, &bo, 60).await),
             "review_claimed"
         );
         assert_eq!(
-            code(
-                store
-                    .decide_review(quest, "bo", Decision::Approve, "")
-                    .await
-            ),
+            code(store.decide_review(quest, &bo, Decision::Approve, "").await),
             "review_claimed"
         );
         let q = store
-            .decide_review(quest, "ana", Decision::Approve, "checked")
+            .decide_review(quest, &ana, Decision::Approve, "checked")
             .await
             .unwrap();
         assert_eq!(
@@ -394,7 +394,7 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
         assert_eq!(
             code(
                 store
-                    .decide_review(quest, "ana", Decision::Reject, "no")
+                    .decide_review(quest, &ana, Decision::Reject, "no")
                     .await
             ),
             "not_in_review"

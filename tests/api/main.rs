@@ -20,6 +20,7 @@ mod openapi;
 mod operations;
 mod ratchet;
 mod restart;
+mod revocation;
 mod schemathesis;
 mod sessions;
 mod store;

@@ -359,11 +359,12 @@ pub struct QuestView {
 }
 
 impl QuestView {
-    /// Shapes a quest for its page; `me` is the signed-in token's name.
-    pub fn new(q: api::Quest, now: DateTime<Utc>, me: &str) -> QuestView {
+    /// Shapes a quest for its page; `me` is the signed-in token: a claim is
+    /// its own when that token holds it, whatever the holder's name.
+    pub fn new(q: api::Quest, now: DateTime<Utc>, me: Uuid) -> QuestView {
         let claim = match (&q.review_claimed_by, q.review_claim_expires_at) {
             (Some(by), Some(until)) if until > now && q.state == State::Review => Some(Claim {
-                mine: by == me,
+                mine: q.review_claimed_by_token == Some(me),
                 by: by.clone(),
                 until,
             }),

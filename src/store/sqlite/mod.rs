@@ -362,18 +362,22 @@ impl Store for SqliteStore {
     async fn claim_review(
         &self,
         quest_id: Uuid,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         seconds: u32,
     ) -> Result<QuestRow, StoreError> {
-        let reviewer = reviewer.to_owned();
+        let reviewer = reviewer.clone();
         single!(self, |ctx| verify::claim_review(
             ctx, quest_id, reviewer, seconds
         )
         .await)
     }
 
-    async fn release_review(&self, quest_id: Uuid, reviewer: &str) -> Result<(), StoreError> {
-        let reviewer = reviewer.to_owned();
+    async fn release_review(
+        &self,
+        quest_id: Uuid,
+        reviewer: &ReviewerId,
+    ) -> Result<(), StoreError> {
+        let reviewer = reviewer.clone();
         single!(self, |ctx| verify::release_review(ctx, quest_id, reviewer)
             .await)
     }
@@ -381,11 +385,11 @@ impl Store for SqliteStore {
     async fn decide_review(
         &self,
         quest_id: Uuid,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError> {
-        let (reviewer, note) = (reviewer.to_owned(), note.to_owned());
+        let (reviewer, note) = (reviewer.clone(), note.to_owned());
         single!(self, |ctx| verify::decide_review(
             ctx, quest_id, reviewer, decision, note
         )
