@@ -13,4 +13,5 @@ mod browser;
 mod browsing;
 mod console;
 mod pages;
+mod reviewer_tokens;
 mod shots;
