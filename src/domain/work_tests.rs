@@ -11,11 +11,11 @@ fn status(state: State, phase: Option<Phase>, tries: u32) -> QuestStatus {
     }
 }
 
-fn lease(token: Uuid, expires_in: i64, ended: Option<LeaseEnd>) -> (LeaseFacts, DateTime<Utc>) {
+fn lease(token: TokenId, expires_in: i64, ended: Option<LeaseEnd>) -> (LeaseFacts, DateTime<Utc>) {
     let now = Utc::now();
     let facts = LeaseFacts {
-        id: Uuid::now_v7(),
-        quest_id: Uuid::now_v7(),
+        id: LeaseId::new(),
+        quest_id: QuestId::new(),
         agent: AgentId::new(token, "bot"),
         expires_at: now + chrono::Duration::seconds(expires_in),
         ended,
@@ -25,7 +25,7 @@ fn lease(token: Uuid, expires_in: i64, ended: Option<LeaseEnd>) -> (LeaseFacts, 
 
 #[test]
 fn only_the_holders_token_passes_the_hold_check_and_each_refusal_has_its_code() {
-    let token = Uuid::now_v7();
+    let token = TokenId::new();
     let (l, now) = lease(token, 60, None);
     let leased = status(State::Todo, Some(Phase::Leased), 0);
     assert_eq!(
@@ -39,7 +39,7 @@ fn only_the_holders_token_passes_the_hold_check_and_each_refusal_has_its_code() 
             Some(l.id),
             Some(&l),
             l.id,
-            Uuid::now_v7(),
+            TokenId::new(),
             now
         )),
         "lease_lost"
@@ -47,7 +47,7 @@ fn only_the_holders_token_passes_the_hold_check_and_each_refusal_has_its_code() 
     assert_eq!(
         code(check_hold(
             leased,
-            Some(Uuid::now_v7()),
+            Some(LeaseId::new()),
             Some(&l),
             l.id,
             token,
@@ -220,8 +220,8 @@ fn the_last_lapse_ends_the_quest_with_a_fact_saying_so() {
 fn reviews_need_the_review_state_and_respect_a_live_claim() {
     let now = Utc::now();
     let later = now + chrono::Duration::seconds(60);
-    let ana = ReviewerId::new(Uuid::now_v7(), "ana");
-    let bo = ReviewerId::new(Uuid::now_v7(), "bo");
+    let ana = ReviewerId::new(TokenId::new(), "ana");
+    let bo = ReviewerId::new(TokenId::new(), "bo");
     assert_eq!(
         check_reviewable(State::Review, None, None, &ana, now),
         Ok(())
@@ -256,11 +256,34 @@ fn reviews_need_the_review_state_and_respect_a_live_claim() {
 }
 
 #[test]
+fn an_agent_id_round_trips_through_its_text_and_wait_times_are_bounded() {
+    let agent = AgentId::new(TokenId::new(), "bot/1");
+    assert_eq!(agent.to_string().parse::<AgentId>().unwrap(), agent);
+    assert!("no-slash".parse::<AgentId>().is_err());
+    let now = Utc::now();
+    assert_eq!(wait_seconds(None, now), 5);
+    assert_eq!(
+        wait_seconds(Some(now + chrono::Duration::seconds(500)), now),
+        30
+    );
+    assert_eq!(
+        wait_seconds(Some(now - chrono::Duration::seconds(5)), now),
+        1
+    );
+    assert_eq!(
+        on_verified(status(State::Todo, Some(Phase::Verifying), 0), false)
+            .unwrap()
+            .1,
+        Some(DecidedBy::Gate)
+    );
+}
+
+#[test]
 fn a_claim_belongs_to_its_token_not_to_the_name_it_bore() {
     let now = Utc::now();
     let later = now + chrono::Duration::seconds(60);
-    let revoked_ana = ReviewerId::new(Uuid::now_v7(), "ana");
-    let new_ana = ReviewerId::new(Uuid::now_v7(), "ana");
+    let revoked_ana = ReviewerId::new(TokenId::new(), "ana");
+    let new_ana = ReviewerId::new(TokenId::new(), "ana");
     let refused = check_reviewable(
         State::Review,
         Some(&revoked_ana),
@@ -288,29 +311,6 @@ fn a_claim_belongs_to_its_token_not_to_the_name_it_bore() {
             now
         ),
         Ok(())
-    );
-}
-
-#[test]
-fn an_agent_id_round_trips_through_its_text_and_wait_times_are_bounded() {
-    let agent = AgentId::new(Uuid::now_v7(), "bot/1");
-    assert_eq!(agent.to_string().parse::<AgentId>().unwrap(), agent);
-    assert!("no-slash".parse::<AgentId>().is_err());
-    let now = Utc::now();
-    assert_eq!(wait_seconds(None, now), 5);
-    assert_eq!(
-        wait_seconds(Some(now + chrono::Duration::seconds(500)), now),
-        30
-    );
-    assert_eq!(
-        wait_seconds(Some(now - chrono::Duration::seconds(5)), now),
-        1
-    );
-    assert_eq!(
-        on_verified(status(State::Todo, Some(Phase::Verifying), 0), false)
-            .unwrap()
-            .1,
-        Some(DecidedBy::Gate)
     );
 }
 

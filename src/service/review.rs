@@ -1,6 +1,7 @@
 //! The human review queue's use cases: list, claim, skip, decide.
 
 use super::*;
+use crate::domain::ids::{QuestId, SessionId};
 use crate::domain::work::ReviewerId;
 
 impl Service {
@@ -8,7 +9,7 @@ impl Service {
     /// optionally only those a given check raised a doubt about.
     pub async fn review_queue(
         &self,
-        session: Option<Uuid>,
+        session: Option<SessionId>,
         check: Option<&str>,
         limit: u32,
     ) -> Result<Vec<api::Quest>, ServiceError> {
@@ -31,7 +32,7 @@ impl Service {
     pub async fn claim_review(
         &self,
         reviewer: &ReviewerId,
-        quest_id: Uuid,
+        quest_id: QuestId,
     ) -> Result<api::ReviewClaim, ServiceError> {
         let quest = self
             .store
@@ -51,7 +52,7 @@ impl Service {
     pub async fn release_review(
         &self,
         reviewer: &ReviewerId,
-        quest_id: Uuid,
+        quest_id: QuestId,
     ) -> Result<(), ServiceError> {
         Ok(self.store.release_review(quest_id, reviewer).await?)
     }
@@ -60,7 +61,7 @@ impl Service {
     pub async fn decide_review(
         &self,
         reviewer: &ReviewerId,
-        quest_id: Uuid,
+        quest_id: QuestId,
         decision: Decision,
         note: &str,
     ) -> Result<api::Quest, ServiceError> {

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
+use quest::domain::ids::{SessionId, TokenId};
 use quest::domain::session::SessionConfig;
 use quest::domain::table::Row;
 use quest::domain::work::{AgentId, ENDED_LEASES_KEPT};
 use quest::domain::{Role, SystemClock};
 use quest::store::{LeaseOutcome, NewSession, SqliteStore, Store, StoreError};
 use serde_json::json;
-use uuid::Uuid;
 
 use crate::helpers::{assigned, companies, contact_config, spawn_app};
 
@@ -191,7 +191,7 @@ async fn a_next_release_loop_keeps_a_quests_lease_rows_bounded_and_counts_every_
 }
 
 /// A store with one session of `n` quests and an agent token capped at `cap`.
-async fn store_with(n: usize, cap: u32) -> (tempfile::TempDir, SqliteStore, Uuid, Uuid) {
+async fn store_with(n: usize, cap: u32) -> (tempfile::TempDir, SqliteStore, TokenId, SessionId) {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(
         &dir.path().join("q.db"),
@@ -215,7 +215,7 @@ async fn store_with(n: usize, cap: u32) -> (tempfile::TempDir, SqliteStore, Uuid
         .collect();
     let session = store
         .create_session(NewSession {
-            id: Uuid::now_v7(),
+            id: SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),
             config: SessionConfig::parse(contact_config(3)).unwrap(),
@@ -237,8 +237,8 @@ async fn store_with(n: usize, cap: u32) -> (tempfile::TempDir, SqliteStore, Uuid
 /// request is sent before the first answer is awaited): one batch, one group.
 async fn many_nexts(
     store: &SqliteStore,
-    session: Uuid,
-    token: Uuid,
+    session: SessionId,
+    token: TokenId,
     n: usize,
 ) -> Vec<Result<LeaseOutcome, StoreError>> {
     let agents: Vec<AgentId> = (0..n)

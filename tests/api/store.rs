@@ -1,22 +1,24 @@
 //! The store's contract, driven directly: the conflicts that need a submission
 //! to stay PENDING, which no gate on a live server holds still for.
 
+use quest::domain::ids::{LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use std::sync::Arc;
 
 use quest::domain::session::SessionConfig;
 use quest::domain::table::Row;
 use quest::domain::work::AgentId;
 use quest::domain::{Phase, SystemClock, Verdict};
+use quest::store::sqlite::{Tuning, WalPolicy};
 use quest::store::{
     GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError,
     SubmitOutcome,
 };
 use serde_json::{Map, Value, json};
-use uuid::Uuid;
 
 use crate::helpers::contact_config;
 
-async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, Uuid, Uuid, Uuid) {
+async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, TokenId, QuestId, LeaseId)
+{
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(
         &dir.path().join("q.db"),
@@ -32,7 +34,7 @@ async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, Uuid,
     let input: Map<String, Value> = json!({"company": "Acme"}).as_object().unwrap().clone();
     let session = store
         .create_session(NewSession {
-            id: Uuid::now_v7(),
+            id: SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),
             config: SessionConfig::parse(contact_config(3)).unwrap(),
@@ -133,7 +135,9 @@ async fn a_token_other_than_the_holders_cannot_use_the_lease() {
 }
 
 /// A store with one session of the named companies, and an agent token.
-async fn store_with_session(companies: &[&str]) -> (tempfile::TempDir, SqliteStore, Uuid, Uuid) {
+async fn store_with_session(
+    companies: &[&str],
+) -> (tempfile::TempDir, SqliteStore, TokenId, SessionId) {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(
         &dir.path().join("q.db"),
@@ -150,7 +154,7 @@ async fn store_with_session(companies: &[&str]) -> (tempfile::TempDir, SqliteSto
     (dir, store, token.id, session)
 }
 
-async fn add_session(store: &SqliteStore, companies: &[&str]) -> Uuid {
+async fn add_session(store: &SqliteStore, companies: &[&str]) -> SessionId {
     let rows = companies
         .iter()
         .map(|c| {
@@ -160,7 +164,7 @@ async fn add_session(store: &SqliteStore, companies: &[&str]) -> Uuid {
         .collect();
     store
         .create_session(NewSession {
-            id: Uuid::now_v7(),
+            id: SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),
             config: SessionConfig::parse(contact_config(3)).unwrap(),
@@ -180,11 +184,11 @@ async fn add_session(store: &SqliteStore, companies: &[&str]) -> Uuid {
 /// returns the quest and the PENDING submission.
 async fn submit_email(
     store: &SqliteStore,
-    token: Uuid,
-    session: Uuid,
+    token: TokenId,
+    session: SessionId,
     agent: &str,
     email: &str,
-) -> (Uuid, Uuid) {
+) -> (QuestId, SubmissionId) {
     let LeaseOutcome::Assigned { quest, lease, .. } = store
         .lease_next(session, &AgentId::new(token, agent))
         .await
@@ -212,7 +216,7 @@ async fn submit_email(
     (quest.id, view.submission.id)
 }
 
-async fn decide(store: &SqliteStore, submission: Uuid, verdict: Verdict) {
+async fn decide(store: &SqliteStore, submission: SubmissionId, verdict: Verdict) {
     store
         .apply_verdict(
             submission,
@@ -234,7 +238,7 @@ async fn decide(store: &SqliteStore, submission: Uuid, verdict: Verdict) {
 async fn the_holders_of_a_result_value_are_the_other_quests_that_keep_it() {
     let (_dir, store, token, session) =
         store_with_session(&["Acme", "Beta", "Gamma", "Delta"]).await;
-    let holders = |except: Uuid, value: &'static str| {
+    let holders = |except: QuestId, value: &'static str| {
         let store = &store;
         async move {
             store
@@ -244,7 +248,7 @@ async fn the_holders_of_a_result_value_are_the_other_quests_that_keep_it() {
         }
     };
     let (acme, acme_sub) = submit_email(&store, token, session, "a", "info@acme.test").await;
-    let stranger = Uuid::now_v7();
+    let stranger = QuestId::new();
     assert_eq!(
         holders(stranger, "INFO@Acme.test").await,
         ["Acme"],
@@ -355,7 +359,10 @@ async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
         &path,
         Arc::new(SystemClock),
         tokio::sync::broadcast::channel(8).0,
-        |o| o.pragma("max_page_count", (pages + 25).to_string()),
+        Tuning {
+            connect: Box::new(move |o| o.pragma("max_page_count", (pages + 25).to_string())),
+            ..Tuning::default()
+        },
     )
     .await
     .unwrap();
@@ -410,4 +417,83 @@ async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
     );
     // The writer opened its connection anew and still serves what fits.
     assert!(store.get_quest(leased[0].0).await.is_ok());
+}
+
+/// The size of a file, 0 when it does not exist.
+fn file_size(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn the_wal_stays_bounded_under_readers_that_never_pause() {
+    const RESTART_PAST_PAGES: i64 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let wal_path = dir.path().join("q.db-wal");
+    let store = Arc::new(
+        SqliteStore::open_tuned(
+            &path,
+            Arc::new(SystemClock),
+            tokio::sync::broadcast::channel(8).0,
+            Tuning {
+                wal: WalPolicy {
+                    every_commits: 4,
+                    restart_past_pages: RESTART_PAST_PAGES,
+                },
+                ..Tuning::default()
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let companies: Vec<String> = (0..1000).map(|i| format!("company {i:04}")).collect();
+    let names: Vec<&str> = companies.iter().map(String::as_str).collect();
+    let read_session = add_session(&store, &names).await;
+
+    // Readers that never pause: six loops of whole-page reads, overlapping so
+    // that some read transaction is open at almost every moment.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reads = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let readers: Vec<_> = (0..6)
+        .map(|_| {
+            let (store, stop, reads) = (store.clone(), stop.clone(), reads.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let page = store.export_page(read_session, None, 1000).await.unwrap();
+                    assert_eq!(page.len(), 1000);
+                    reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+
+    // Meanwhile the writer commits far more than the WAL limit, session after session.
+    let long: Vec<String> = (0..100)
+        .map(|i| format!("{i:03}{}", "w".repeat(1000)))
+        .collect();
+    let long: Vec<&str> = long.iter().map(String::as_str).collect();
+    let mut largest_wal = 0;
+    for _ in 0..150 {
+        add_session(&store, &long).await;
+        largest_wal = largest_wal.max(file_size(&wal_path));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        reader.await.unwrap();
+    }
+
+    let written = file_size(&path);
+    let bound = 16 * RESTART_PAST_PAGES as u64 * 4096;
+    assert!(
+        reads.load(std::sync::atomic::Ordering::Relaxed) > 150,
+        "the readers kept reading throughout"
+    );
+    assert!(
+        written > 4 * bound,
+        "the database grew by {written} bytes: far more than the WAL may hold"
+    );
+    assert!(
+        largest_wal <= bound,
+        "the WAL reached {largest_wal} bytes under constant reads; the bound is {bound}"
+    );
 }

@@ -10,9 +10,9 @@ use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use serde::Serialize;
-use uuid::Uuid;
 
 use super::PageError;
+use crate::domain::ids::TokenId;
 use crate::domain::work::ReviewerId;
 use crate::domain::{Permission, Role};
 use crate::http::AppState;
@@ -26,7 +26,7 @@ pub const COOKIE: &str = "quest_console";
 #[derive(Debug, Clone, Serialize)]
 pub struct Me {
     /// The signed-in token: claims and decisions belong to it, not to its name.
-    pub token_id: Uuid,
+    pub token_id: TokenId,
     pub name: String,
     pub role: Role,
     /// Whether the role may decide REVIEW quests.

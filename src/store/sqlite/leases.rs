@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
+use crate::domain::ids::{LeaseId, QuestId, SessionId, TokenId};
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use super::codec::*;
 use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
@@ -14,15 +14,15 @@ use crate::store::{LeaseOutcome, LeaseRow, QuestRow, StoreError};
 
 /// `next`: the agent's held quest, or the first open one in upload order.
 pub struct Lease {
-    pub session: Uuid,
+    pub session: SessionId,
     pub agent: AgentId,
 }
 
 /// A request on a held lease (heartbeat, release).
 pub struct Hold {
-    pub quest: Uuid,
-    pub lease: Uuid,
-    pub token: Uuid,
+    pub quest: QuestId,
+    pub lease: LeaseId,
+    pub token: TokenId,
 }
 
 /// Extends a live lease by the session's lease time.
@@ -42,7 +42,7 @@ impl Ranked for Lease {
 
 impl Kind for Lease {
     type Out = LeaseOutcome;
-    type Key = (Uuid, AgentId);
+    type Key = (SessionId, AgentId);
     fn key(&self) -> Self::Key {
         (self.session, self.agent.clone())
     }
@@ -72,7 +72,7 @@ impl Kind for Lease {
                 lease: lease_of(&lease),
             }));
         }
-        let mut sessions: Vec<Uuid> = Vec::new();
+        let mut sessions: Vec<SessionId> = Vec::new();
         for (i, r) in reqs.iter().enumerate() {
             if out[i].is_none() && !sessions.contains(&r.session) {
                 sessions.push(r.session);
@@ -89,7 +89,7 @@ impl Kind for Lease {
             // The cap holds across the whole group, as if its requests ran one
             // by one: each admitted request counts against its token.
             let (mut admitted, mut capped) = (Vec::new(), Vec::new());
-            let mut asked: HashMap<Uuid, u32> = HashMap::new();
+            let mut asked: HashMap<TokenId, u32> = HashMap::new();
             for &i in &idle {
                 let token = reqs[i].agent.token;
                 let cap = caps.get(&token).copied().unwrap_or_default();
@@ -109,7 +109,7 @@ impl Kind for Lease {
             };
             // A token some of whose admitted requests found nothing open holds
             // fewer than its cap: run alone, its capped ones would hear the same.
-            let mut unmet: HashMap<Uuid, LeaseOutcome> = HashMap::new();
+            let mut unmet: HashMap<TokenId, LeaseOutcome> = HashMap::new();
             for (i, outcome) in claimed {
                 let token = reqs[i].agent.token;
                 match &outcome {
@@ -148,8 +148,8 @@ struct Cap {
 /// without a cap is not counted).
 async fn lease_caps(
     ctx: &mut WriteCtx,
-    tokens: impl Iterator<Item = Uuid>,
-) -> Result<HashMap<Uuid, Cap>, GroupError> {
+    tokens: impl Iterator<Item = TokenId>,
+) -> Result<HashMap<TokenId, Cap>, GroupError> {
     let mut wanted: Vec<String> = tokens.map(|t| t.to_string()).collect();
     wanted.sort();
     wanted.dedup();
@@ -188,7 +188,7 @@ async fn lease_caps(
 /// session is finished.
 async fn claim(
     ctx: &mut WriteCtx,
-    session: Uuid,
+    session: SessionId,
     idle: &[usize],
     reqs: &[Lease],
 ) -> Result<Vec<(usize, Result<LeaseOutcome, StoreError>)>, GroupError> {
@@ -204,7 +204,7 @@ async fn claim(
     };
     let leased = work::step(QuestStatus::new(), Transition::Lease)
         .map_err(|e| GroupError::Refused(StoreError::Corrupt(e.to_string())))?;
-    let ids: Vec<Uuid> = idle.iter().map(|_| Uuid::now_v7()).collect();
+    let ids: Vec<LeaseId> = idle.iter().map(|_| LeaseId::new()).collect();
     let wanted: Vec<Value> = ids.iter().map(|id| json!({"l": id.to_string()})).collect();
     let claimed = ctx
         .rows(
@@ -376,8 +376,8 @@ async fn held<'r>(
 
 impl Kind for Heartbeat {
     type Out = LeaseRow;
-    type Key = Uuid;
-    fn key(&self) -> Uuid {
+    type Key = QuestId;
+    fn key(&self) -> QuestId {
         self.0.quest
     }
     async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<LeaseRow> {
@@ -405,8 +405,8 @@ impl Kind for Heartbeat {
 
 impl Kind for Release {
     type Out = ();
-    type Key = Uuid;
-    fn key(&self) -> Uuid {
+    type Key = QuestId;
+    fn key(&self) -> QuestId {
         self.0.quest
     }
     async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<()> {
@@ -501,7 +501,10 @@ pub async fn save_quests(ctx: &mut WriteCtx, quests: &[QuestRow]) -> Result<(), 
 }
 
 /// Ends live leases, each for its reason.
-pub async fn end_leases(ctx: &mut WriteCtx, leases: &[(Uuid, LeaseEnd)]) -> Result<(), GroupError> {
+pub async fn end_leases(
+    ctx: &mut WriteCtx,
+    leases: &[(LeaseId, LeaseEnd)],
+) -> Result<(), GroupError> {
     if leases.is_empty() {
         return Ok(());
     }
@@ -525,7 +528,7 @@ pub async fn end_leases(ctx: &mut WriteCtx, leases: &[(Uuid, LeaseEnd)]) -> Resu
 /// Moves the expiry of live leases.
 pub async fn renew_leases(
     ctx: &mut WriteCtx,
-    leases: &[(Uuid, chrono::DateTime<chrono::Utc>)],
+    leases: &[(LeaseId, chrono::DateTime<chrono::Utc>)],
 ) -> Result<(), GroupError> {
     if leases.is_empty() {
         return Ok(());

@@ -18,6 +18,7 @@
 //! caller hears "unavailable", nothing of it is committed, and the connection
 //! is opened anew.
 
+use crate::domain::ids::SessionId;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::hash::Hash;
@@ -29,7 +30,6 @@ use futures_util::future::BoxFuture;
 use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteRow};
 use sqlx::{ConnectOptions, Connection, Sqlite, SqliteConnection};
 use tokio::sync::{broadcast, mpsc, oneshot};
-use uuid::Uuid;
 
 use super::codec::SESSION_COLUMNS;
 use super::codec::session_row;
@@ -45,7 +45,7 @@ pub const MAX_BATCH: usize = 256;
 pub type Query = sqlx::query::Query<'static, Sqlite, SqliteArguments>;
 
 /// The live counts of every session, kept from committed writes.
-pub type Counters = RwLock<HashMap<Uuid, Counts>>;
+pub type Counters = RwLock<HashMap<SessionId, Counts>>;
 
 /// What the requests of a batch work on: the connection inside the open
 /// transaction, the batch's "now", and what to publish after commit.
@@ -53,9 +53,9 @@ pub struct WriteCtx {
     conn: SqliteConnection,
     pub now: DateTime<Utc>,
     events: Vec<QuestEvent>,
-    moves: Vec<(Uuid, Bucket, i64)>,
+    moves: Vec<(SessionId, Bucket, i64)>,
     /// Sessions never change after the scan: read once per writer.
-    sessions: HashMap<Uuid, Arc<SessionRow>>,
+    sessions: HashMap<SessionId, Arc<SessionRow>>,
     trips: u64,
 }
 
@@ -87,7 +87,7 @@ impl WriteCtx {
     }
 
     /// The session, read once.
-    pub async fn session(&mut self, id: Uuid) -> Result<Arc<SessionRow>, StoreError> {
+    pub async fn session(&mut self, id: SessionId) -> Result<Arc<SessionRow>, StoreError> {
         if let Some(s) = self.sessions.get(&id) {
             return Ok(s.clone());
         }
@@ -136,12 +136,12 @@ impl WriteCtx {
     }
 
     /// Counts a new submission of `session`.
-    pub fn submitted(&mut self, session: Uuid) {
+    pub fn submitted(&mut self, session: SessionId) {
         self.moves.push((session, Bucket::Submissions, 1));
     }
 
     /// A new session with `total` open quests.
-    pub fn session_created(&mut self, session: Uuid, total: u64) {
+    pub fn session_created(&mut self, session: SessionId, total: u64) {
         self.moves.push((
             session,
             Bucket::Quest(State::Todo, Some(Phase::Open)),
@@ -274,7 +274,7 @@ pub trait Kind: Sized + Send + Sync + 'static {
         reqs: &'a [Self],
     ) -> impl Future<Output = GroupResult<Self::Out>> + Send + 'a;
     /// Completes an answer once the batch is committed, from the counts then.
-    fn finish(_out: &mut Self::Out, _counts: &HashMap<Uuid, Counts>) {}
+    fn finish(_out: &mut Self::Out, _counts: &HashMap<SessionId, Counts>) {}
 }
 
 /// A write that is not worth grouping: runs alone inside its own savepoint.
@@ -284,7 +284,7 @@ pub type Single = Box<
 
 /// Answers a caller once the batch's fate is known: `Some(counts)` after
 /// commit, `None` when the batch failed.
-pub type Finish = Box<dyn FnOnce(Option<&HashMap<Uuid, Counts>>) + Send>;
+pub type Finish = Box<dyn FnOnce(Option<&HashMap<SessionId, Counts>>) + Send>;
 
 /// A queued request.
 pub enum Op {
@@ -328,17 +328,33 @@ pub struct Writer {
     pub counters: Arc<Counters>,
     /// Runs the grouped requests of one rank; set by the store for each kind.
     pub runners: Vec<(u8, Runner)>,
+    /// How the WAL is kept bounded.
+    pub wal: WalPolicy,
     /// Commits since the WAL was last looked at.
     pub since_checkpoint: u32,
 }
 
-/// How many commits pass between two looks at the WAL's size.
-const CHECKPOINT_EVERY: u32 = 256;
-/// The WAL length (in pages) past which the writer waits for readers to let
-/// it restart the log. SQLite's own checkpoints after each commit are passive:
-/// with readers that never pause, they never get to reset the WAL, which then
-/// grows without bound.
-const WAL_PAGES_LIMIT: i64 = 8192;
+/// How the writer keeps the WAL file bounded. SQLite's own checkpoints after
+/// each commit are passive: with readers that never pause, they never get to
+/// reset the WAL, which then grows without bound.
+#[derive(Debug, Clone, Copy)]
+pub struct WalPolicy {
+    /// How many commits pass between two looks at the WAL's length.
+    pub every_commits: u32,
+    /// The WAL length (in pages) past which the writer waits for the readers
+    /// of the moment to let it restart the log.
+    pub restart_past_pages: i64,
+}
+
+impl Default for WalPolicy {
+    /// Every 256 commits; a restart past 8,192 pages (32 MiB of 4 KiB pages).
+    fn default() -> WalPolicy {
+        WalPolicy {
+            every_commits: 256,
+            restart_past_pages: 8192,
+        }
+    }
+}
 
 /// Runs every request of one kind in a batch.
 pub type Runner = for<'a> fn(
@@ -566,7 +582,7 @@ impl Writer {
             }
         }
         self.since_checkpoint += 1;
-        if self.since_checkpoint >= CHECKPOINT_EVERY {
+        if self.since_checkpoint >= self.wal.every_commits {
             self.since_checkpoint = 0;
             self.checkpoint().await;
         }
@@ -580,7 +596,7 @@ impl Writer {
             .fetch_one(&mut self.ctx.conn)
             .await;
         let Ok((_, log, _)) = passive else { return };
-        if log >= WAL_PAGES_LIMIT {
+        if log >= self.wal.restart_past_pages {
             match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)")
                 .fetch_one(&mut self.ctx.conn)
                 .await
