@@ -287,3 +287,105 @@ async fn in_one_batch_requests_under_the_cap_that_find_nothing_open_are_told_to_
         "one lease is held, below the cap of 3: run one by one, every other request waits: {outcomes:?}"
     );
 }
+
+#[tokio::test]
+async fn a_database_from_before_the_caps_gets_them_its_history_bounded_and_claims_by_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(&path)
+        .create_if_missing(true)
+        .foreign_keys(true);
+    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+    let mut before = sqlx::migrate!("./migrations/sqlite");
+    let all = before.migrations.len();
+    before.migrations = before.migrations[..7].to_vec().into();
+    before.run(&pool).await.unwrap();
+    let (token, ana, session, quest) = (
+        TokenId::new().to_string(),
+        TokenId::new().to_string(),
+        SessionId::new().to_string(),
+        uuid::Uuid::now_v7().to_string(),
+    );
+    let at = "2026-01-02T03:04:05.000000Z";
+    sqlx::query(
+        "INSERT INTO tokens (id, name, role, hash, created_at) VALUES (?1, 'bot', 'agent', 'h1', ?3), (?2, 'ana', 'reviewer', 'h2', ?3)",
+    )
+    .bind(&token)
+    .bind(&ana)
+    .bind(at)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO sessions (id, name, key_column, gate_kind, config, columns, source_name, source_type, total,
+         max_tries, max_lapses, lease_seconds, created_by, created_at)
+         VALUES (?1, 's', 'company', 'schema', ?2, '[\"company\"]', 's.jsonl', 'application/x-ndjson', 1, 3, 3, 300, 'admin', ?3)",
+    )
+    .bind(&session)
+    .bind(serde_json::to_string(&contact_config(3)).unwrap())
+    .bind(at)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
+         VALUES (?1, ?2, 0, 'C0', '{\"company\":\"C0\"}', 'TODO', 'open', ?3)",
+    )
+    .bind(&quest)
+    .bind(&session)
+    .bind(at)
+    .execute(&pool)
+    .await
+    .unwrap();
+    for _ in 0..20 {
+        sqlx::query(
+            "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at, ended_at, end_reason)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5, ?5, 'released')",
+        )
+        .bind(uuid::Uuid::now_v7().to_string())
+        .bind(&quest)
+        .bind(&session)
+        .bind(format!("{token}/bot"))
+        .bind(at)
+        .execute(&pool)
+        .await
+        .unwrap();
+    }
+    sqlx::query(
+        "UPDATE quests SET review_claimed_by = 'ana', review_claim_expires_at = ?2 WHERE id = ?1",
+    )
+    .bind(&quest)
+    .bind(at)
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    assert!(all > 7, "the migrations under test exist");
+
+    let store = SqliteStore::open(
+        &path,
+        Arc::new(SystemClock),
+        tokio::sync::broadcast::channel(8).0,
+    )
+    .await
+    .unwrap();
+    let tokens = store.list_tokens().await.unwrap();
+    let cap = |name: &str| tokens.iter().find(|t| t.name == name).unwrap().max_leases;
+    assert_eq!((cap("bot"), cap("ana")), (Some(64), None));
+    let row = store.get_quest(quest.parse().unwrap()).await.unwrap();
+    assert_eq!(row.leases, 20, "the count keeps the leases pruned");
+    let by = row
+        .review_claimed_by
+        .expect("the claim names its live token");
+    assert_eq!((by.token.to_string(), by.name.as_str()), (ana, "ana"));
+    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", path.display()))
+        .await
+        .unwrap();
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM leases WHERE quest_id = ?")
+        .bind(&quest)
+        .fetch_one(&db)
+        .await
+        .unwrap();
+    assert_eq!(rows, i64::from(ENDED_LEASES_KEPT));
+}
