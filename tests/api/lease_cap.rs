@@ -188,6 +188,18 @@ async fn a_next_release_loop_keeps_a_quests_lease_rows_bounded_and_counts_every_
         .await
         .unwrap();
     assert_eq!(submitted, 1);
+    let agents: Vec<String> =
+        sqlx::query_scalar("SELECT agent FROM console_agent_stats WHERE session_id = ?")
+            .bind(&session)
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    assert_eq!(
+        agents.len(),
+        1,
+        "only the agent that submitted keeps a row in the agents table: {agents:?}"
+    );
+    assert!(agents[0].ends_with("/bot-0"));
 }
 
 /// A store with one session of `n` quests and an agent token capped at `cap`.

@@ -411,7 +411,7 @@ impl Kind for Release {
     }
     async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<()> {
         let mut out = Vec::with_capacity(reqs.len());
-        let (mut quests, mut ended) = (Vec::new(), Vec::new());
+        let (mut quests, mut ended, mut idle) = (Vec::new(), Vec::new(), Vec::new());
         for found in held(ctx, reqs.iter().map(|r| &r.0)).await? {
             let released = found.and_then(|(mut quest, lease)| {
                 let before = status_of(&quest);
@@ -419,13 +419,16 @@ impl Kind for Release {
                 set_status(&mut quest, next);
                 quest.lease_id = None;
                 quest.updated_at = ctx.now;
-                Ok((quest, before, lease.id))
+                Ok((quest, before, lease))
             });
             out.push(match released {
                 Ok((quest, before, lease)) => {
                     ctx.moved(EventKind::Released, &quest, before, None);
+                    idle.push(
+                        json!({"s": quest.session_id.to_string(), "a": lease.agent.to_string()}),
+                    );
                     quests.push(quest);
-                    ended.push((lease, LeaseEnd::Released));
+                    ended.push((lease.id, LeaseEnd::Released));
                     Ok(())
                 }
                 Err(e) => Err(e),
@@ -433,8 +436,32 @@ impl Kind for Release {
         }
         save_quests(ctx, &quests).await?;
         end_leases(ctx, &ended).await?;
+        forget_idle_agents(ctx, &idle).await?;
         Ok(out)
     }
+}
+
+/// Drops the console's figures of agents that, after a release, hold nothing
+/// and never submitted or let a lease lapse: a `next`/`release` loop under
+/// invented agent names leaves no row behind, so the agents table grows only
+/// with work done (submissions and lapses, which tries and `max_lapses` bound).
+async fn forget_idle_agents(ctx: &mut WriteCtx, agents: &[Value]) -> Result<(), GroupError> {
+    if agents.is_empty() {
+        return Ok(());
+    }
+    ctx.exec(
+        sqlx::query(
+            "DELETE FROM console_agent_stats
+             WHERE (session_id, agent) IN (SELECT j.value->>'s', j.value->>'a' FROM json_each(?1) j)
+               AND submissions = 0 AND lapses = 0
+               AND NOT EXISTS (SELECT 1 FROM leases l INDEXED BY leases_live_by_agent
+                               WHERE l.session_id = console_agent_stats.session_id
+                                 AND l.agent = console_agent_stats.agent AND l.ended_at IS NULL)",
+        )
+        .bind(json(&agents)),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Returns every expired lease to `open`, or ends its quest in DONE after
