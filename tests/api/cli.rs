@@ -562,3 +562,50 @@ async fn a_skipped_review_is_released_and_a_rejection_needs_a_note() {
         .await;
     exits(&rejected, 75);
 }
+
+#[tokio::test]
+async fn token_create_sets_the_lease_cap_and_token_list_shows_it() {
+    let app = spawn_app().await;
+    let admin = Shell::new(&app, &app.admin, None, "ops");
+    let created = admin
+        .run(&[
+            "token",
+            "create",
+            "--role",
+            "agent",
+            "--name",
+            "capped",
+            "--max-leases",
+            "3",
+            "--json",
+        ])
+        .await;
+    exits(&created, 0);
+    assert_eq!(created.json()["max_leases"], 3, "{}", created.stdout);
+    let refused = admin
+        .run(&[
+            "token",
+            "create",
+            "--role",
+            "viewer",
+            "--name",
+            "eve",
+            "--max-leases",
+            "3",
+        ])
+        .await;
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("max_leases"), "{}", refused.stderr);
+    let list = admin.run(&["token", "list"]).await;
+    exits(&list, 0);
+    let line = list
+        .stdout
+        .lines()
+        .find(|l| l.contains("capped"))
+        .unwrap_or_default();
+    assert!(
+        list.stdout.contains("MAX LEASES") && line.split_whitespace().any(|w| w == "3"),
+        "{}",
+        list.stdout
+    );
+}
