@@ -6,12 +6,10 @@
 -- which named the reviewer only.
 ALTER TABLE review_decisions ADD COLUMN reviewer_token TEXT;
 
--- A claim names its token as `<token id>/<name>`, like a lease's agent. A claim
--- made before names a live token by its name (names are unique among live
--- tokens); a claim whose token is gone is given up.
-UPDATE quests SET review_claimed_by = (
-    SELECT t.id || '/' || t.name FROM tokens t
-    WHERE t.name = quests.review_claimed_by AND t.revoked_at IS NULL)
-WHERE review_claimed_by IS NOT NULL;
-UPDATE quests SET review_claim_expires_at = NULL
-WHERE review_claimed_by IS NULL AND review_claim_expires_at IS NOT NULL;
+-- A claim names its token as `<token id>/<name>`, like a lease's agent. A
+-- claim made before named a reviewer only, and a name may have been worn by a
+-- revoked token and then by its live replacement: no claim can be given to a
+-- token for sure, so every one is given up (they last 15 minutes; the
+-- reviewer claims again).
+UPDATE quests SET review_claimed_by = NULL, review_claim_expires_at = NULL
+WHERE review_claimed_by IS NOT NULL OR review_claim_expires_at IS NOT NULL;

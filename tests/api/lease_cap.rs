@@ -313,18 +313,27 @@ async fn a_database_from_before_the_caps_gets_them_its_history_bounded_and_claim
     let all = before.migrations.len();
     before.migrations = before.migrations[..7].to_vec().into();
     before.run(&pool).await.unwrap();
-    let (token, ana, session, quest) = (
+    let (token, ana, old_bo, bo, session, quest, decided) = (
+        TokenId::new().to_string(),
+        TokenId::new().to_string(),
         TokenId::new().to_string(),
         TokenId::new().to_string(),
         SessionId::new().to_string(),
         uuid::Uuid::now_v7().to_string(),
+        uuid::Uuid::now_v7().to_string(),
     );
     let at = "2026-01-02T03:04:05.000000Z";
+    // `bo` was revoked and a new token took its name: a claim made by the old
+    // `bo` names `bo` only, and must not pass to the new one.
     sqlx::query(
-        "INSERT INTO tokens (id, name, role, hash, created_at) VALUES (?1, 'bot', 'agent', 'h1', ?3), (?2, 'ana', 'reviewer', 'h2', ?3)",
+        "INSERT INTO tokens (id, name, role, hash, created_at, revoked_at) VALUES
+         (?1, 'bot', 'agent', 'h1', ?5, NULL), (?2, 'ana', 'reviewer', 'h2', ?5, NULL),
+         (?3, 'bo', 'reviewer', 'h3', ?5, ?5), (?4, 'bo', 'reviewer', 'h4', ?5, NULL)",
     )
     .bind(&token)
     .bind(&ana)
+    .bind(&old_bo)
+    .bind(&bo)
     .bind(at)
     .execute(&pool)
     .await
@@ -332,7 +341,7 @@ async fn a_database_from_before_the_caps_gets_them_its_history_bounded_and_claim
     sqlx::query(
         "INSERT INTO sessions (id, name, key_column, gate_kind, config, columns, source_name, source_type, total,
          max_tries, max_lapses, lease_seconds, created_by, created_at)
-         VALUES (?1, 's', 'company', 'schema', ?2, '[\"company\"]', 's.jsonl', 'application/x-ndjson', 1, 3, 3, 300, 'admin', ?3)",
+         VALUES (?1, 's', 'company', 'schema', ?2, '[\"company\"]', 's.jsonl', 'application/x-ndjson', 2, 3, 3, 300, 'admin', ?3)",
     )
     .bind(&session)
     .bind(serde_json::to_string(&contact_config(3)).unwrap())
@@ -342,14 +351,88 @@ async fn a_database_from_before_the_caps_gets_them_its_history_bounded_and_claim
     .unwrap();
     sqlx::query(
         "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
-         VALUES (?1, ?2, 0, 'C0', '{\"company\":\"C0\"}', 'TODO', 'open', ?3)",
+         VALUES (?1, ?2, 0, 'C0', '{\"company\":\"C0\"}', 'TODO', 'open', ?4),
+                (?3, ?2, 1, 'C1', '{\"company\":\"C1\"}', 'TODO', 'open', ?4)",
     )
     .bind(&quest)
     .bind(&session)
+    .bind(&decided)
     .bind(at)
     .execute(&pool)
     .await
     .unwrap();
+    // `decided`: a quest decided PASS under its first lease after a FAIL
+    // under an earlier one, with 12 released leases between them.
+    let lease = |quest: &str, ended: bool| {
+        let id = uuid::Uuid::now_v7().to_string();
+        let query = sqlx::query(
+            "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at, ended_at, end_reason)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?5, CASE WHEN ?6 THEN ?5 END, CASE WHEN ?6 THEN 'released' END)",
+        )
+        .bind(id.clone())
+        .bind(quest.to_owned())
+        .bind(session.clone())
+        .bind(format!("{token}/bot"))
+        .bind(at)
+        .bind(ended);
+        (id, query)
+    };
+    let submit = |lease: &str, verdict: &str, state: &str, tries: i64| {
+        let id = uuid::Uuid::now_v7().to_string();
+        let query = sqlx::query(
+            "INSERT INTO submissions (id, quest_id, session_id, lease_id, agent, result, result_hash, verdict,
+             state_after, tries_after, created_at, decided_at)
+             VALUES (?1, ?2, ?3, ?4, ?5, '{}', 'h', ?6, ?7, ?8, ?9, ?9)",
+        )
+        .bind(id.clone())
+        .bind(decided.clone())
+        .bind(session.clone())
+        .bind(lease.to_owned())
+        .bind(format!("{token}/bot"))
+        .bind(verdict.to_owned())
+        .bind(state.to_owned())
+        .bind(tries)
+        .bind(at);
+        (id, query)
+    };
+    let (failed_lease, q) = lease(&decided, false);
+    q.execute(&pool).await.unwrap();
+    let (_, q) = submit(&failed_lease, "FAIL", "TODO", 1);
+    q.execute(&pool).await.unwrap();
+    sqlx::query("UPDATE leases SET ended_at = ?2, end_reason = 'decided' WHERE id = ?1")
+        .bind(&failed_lease)
+        .bind(at)
+        .execute(&pool)
+        .await
+        .unwrap();
+    for _ in 0..12 {
+        lease(&decided, true).1.execute(&pool).await.unwrap();
+    }
+    let (passed_lease, q) = lease(&decided, false);
+    q.execute(&pool).await.unwrap();
+    sqlx::query("UPDATE quests SET phase = 'leased', lease_id = ?2 WHERE id = ?1")
+        .bind(&decided)
+        .bind(&passed_lease)
+        .execute(&pool)
+        .await
+        .unwrap();
+    let (passed, q) = submit(&passed_lease, "PASS", "PASS", 1);
+    q.execute(&pool).await.unwrap();
+    sqlx::query(
+        "UPDATE quests SET state = 'PASS', phase = NULL, lease_id = NULL, tries = 1, result = '{}',
+         submission_id = ?2, decided_by = 'gate' WHERE id = ?1",
+    )
+    .bind(&decided)
+    .bind(&passed)
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE leases SET ended_at = ?2, end_reason = 'decided' WHERE id = ?1")
+        .bind(&passed_lease)
+        .bind(at)
+        .execute(&pool)
+        .await
+        .unwrap();
     for _ in 0..20 {
         sqlx::query(
             "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at, ended_at, end_reason)
@@ -364,11 +447,13 @@ async fn a_database_from_before_the_caps_gets_them_its_history_bounded_and_claim
         .await
         .unwrap();
     }
+    let later = "2026-01-02T03:19:05.000000Z";
     sqlx::query(
-        "UPDATE quests SET review_claimed_by = 'ana', review_claim_expires_at = ?2 WHERE id = ?1",
+        "UPDATE quests SET review_claimed_by = CASE id WHEN ?1 THEN 'ana' ELSE 'bo' END,
+         review_claim_expires_at = ?2",
     )
     .bind(&quest)
-    .bind(at)
+    .bind(later)
     .execute(&pool)
     .await
     .unwrap();
@@ -387,10 +472,30 @@ async fn a_database_from_before_the_caps_gets_them_its_history_bounded_and_claim
     assert_eq!((cap("bot"), cap("ana")), (Some(64), None));
     let row = store.get_quest(quest.parse().unwrap()).await.unwrap();
     assert_eq!(row.leases, 20, "the count keeps the leases pruned");
-    let by = row
-        .review_claimed_by
-        .expect("the claim names its live token");
-    assert_eq!((by.token.to_string(), by.name.as_str()), (ana, "ana"));
+    // A claim of before named a reviewer only, and `bo` was worn by two
+    // tokens: no claim can be given to a token for sure, so none survives.
+    for id in [&quest, &decided] {
+        let row = store.get_quest(id.parse().unwrap()).await.unwrap();
+        assert_eq!(
+            (row.review_claimed_by, row.review_claim_expires_at),
+            (None, None),
+            "the claim of before is given up"
+        );
+    }
+    let row = store.get_quest(decided.parse().unwrap()).await.unwrap();
+    assert_eq!(
+        row.leases, 14,
+        "every lease of the decided quest is counted"
+    );
+    assert_eq!(
+        (
+            row.state.as_str(),
+            row.tries,
+            row.submission_id.map(|s| s.to_string())
+        ),
+        ("PASS", 1, Some(passed.clone())),
+        "the decided quest stays decided"
+    );
     let db = sqlx::SqlitePool::connect(&format!("sqlite://{}?mode=ro", path.display()))
         .await
         .unwrap();
@@ -400,4 +505,33 @@ async fn a_database_from_before_the_caps_gets_them_its_history_bounded_and_claim
         .await
         .unwrap();
     assert_eq!(rows, i64::from(ENDED_LEASES_KEPT));
+    let kept: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM leases WHERE quest_id = ? ORDER BY id")
+            .bind(&decided)
+            .fetch_all(&db)
+            .await
+            .unwrap();
+    assert_eq!(
+        kept.len(),
+        usize::try_from(ENDED_LEASES_KEPT).unwrap() + 2,
+        "the last {ENDED_LEASES_KEPT} released leases and the two with a submission: {kept:?}"
+    );
+    assert_eq!(kept[0], failed_lease, "the lease of the FAIL is kept");
+    assert_eq!(kept.last(), Some(&passed_lease));
+    let submissions: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM submissions WHERE quest_id = ?")
+            .bind(&decided)
+            .fetch_one(&db)
+            .await
+            .unwrap();
+    assert_eq!(submissions, 2);
+    let mut named: Vec<_> = tokens
+        .iter()
+        .filter(|t| t.name != "bot")
+        .map(|t| (t.id.to_string(), t.revoked_at.is_some()))
+        .collect();
+    named.sort();
+    let mut expected = vec![(ana, false), (old_bo, true), (bo, false)];
+    expected.sort();
+    assert_eq!(named, expected, "the tokens are as they were");
 }
