@@ -13,3 +13,15 @@ ALTER TABLE review_decisions ADD COLUMN reviewer_token TEXT;
 -- reviewer claims again).
 UPDATE quests SET review_claimed_by = NULL, review_claim_expires_at = NULL
 WHERE review_claimed_by IS NOT NULL OR review_claim_expires_at IS NOT NULL;
+
+-- Revoking a token gives up its review claims at once: otherwise they would
+-- keep every other reviewer, its replacement too, out for up to 15 minutes.
+-- Claims are held on quests in REVIEW only, and name `<token id>/<name>`.
+CREATE TRIGGER review_claims_end_with_their_token
+AFTER UPDATE OF revoked_at ON tokens
+WHEN NEW.revoked_at IS NOT NULL AND OLD.revoked_at IS NULL
+BEGIN
+    UPDATE quests SET review_claimed_by = NULL, review_claim_expires_at = NULL
+    WHERE state = 'REVIEW'
+      AND review_claimed_by >= NEW.id || '/' AND review_claimed_by < NEW.id || '0';
+END;

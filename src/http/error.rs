@@ -90,6 +90,9 @@ impl From<StoreError> for ApiError {
             StoreError::Conflict { code, message } => {
                 ApiError::new(StatusCode::CONFLICT, code, message)
             }
+            StoreError::Unauthorized(message) => {
+                ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+            }
             StoreError::Unavailable => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "unavailable",

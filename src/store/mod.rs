@@ -32,6 +32,9 @@ pub enum StoreError {
     /// The request conflicts with the current state; nothing was changed.
     #[error("{message}")]
     Conflict { code: &'static str, message: String },
+    /// The caller's token was revoked while the request ran; nothing was changed.
+    #[error("{0}")]
+    Unauthorized(&'static str),
     /// The database failed.
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),

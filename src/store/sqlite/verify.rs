@@ -242,6 +242,7 @@ pub async fn claim_review(
     reviewer: ReviewerId,
     seconds: u32,
 ) -> Result<QuestRow, StoreError> {
+    live_token(ctx, &reviewer).await?;
     let mut quest = fetch_quest(ctx, quest_id).await?;
     reviewable(ctx, &quest, &reviewer)?;
     quest.review_claimed_by = Some(reviewer);
@@ -270,6 +271,20 @@ pub async fn release_review(
     Ok(())
 }
 
+/// Refuses a reviewer whose token was revoked after its request was let in:
+/// a console bulk decision stops deciding at the revocation.
+async fn live_token(ctx: &mut WriteCtx, reviewer: &ReviewerId) -> Result<(), StoreError> {
+    ctx.row(
+        sqlx::query("SELECT 1 FROM tokens WHERE id = ? AND revoked_at IS NULL")
+            .bind(reviewer.token.to_string()),
+    )
+    .await?
+    .map(drop)
+    .ok_or(StoreError::Unauthorized(
+        "the token was revoked; ask an admin for a valid one",
+    ))
+}
+
 fn reviewable(ctx: &WriteCtx, quest: &QuestRow, reviewer: &ReviewerId) -> Result<(), StoreError> {
     Ok(work::check_reviewable(
         quest.state,
@@ -289,6 +304,7 @@ pub async fn decide_review(
     decision: Decision,
     note: String,
 ) -> Result<QuestRow, StoreError> {
+    live_token(ctx, &reviewer).await?;
     let mut quest = fetch_quest(ctx, quest_id).await?;
     reviewable(ctx, &quest, &reviewer)?;
     let before = status_of(&quest);
