@@ -176,9 +176,10 @@ impl fmt::Display for Refusal {
             Refusal::NotVerifying => f.write_str("the quest is not being verified for this job"),
             Refusal::LeaseCap { cap } => write!(
                 f,
-                "this token already holds {cap} leases, its cap (max_leases = {cap}); release a quest you hold \
+                "this token already holds {cap} {}, its cap (max_leases = {cap}); release a quest you hold \
                  or finish it (submit until it leaves TODO) before leasing another, or ask an admin for a token \
-                 with a larger cap (`quest token create --max-leases N`)"
+                 with a larger cap (`quest token create --max-leases N`)",
+                if *cap == 1 { "lease" } else { "leases" }
             ),
             Refusal::Illegal(what) => f.write_str(what),
         }

@@ -82,6 +82,51 @@ async fn a_token_past_its_lease_cap_is_refused_with_the_cap_named_until_it_gives
 }
 
 #[tokio::test]
+async fn a_token_at_its_cap_hears_wait_or_finished_when_nothing_is_open_and_a_cap_of_one_is_one_lease()
+ {
+    let app = spawn_app().await;
+    let session = app.scan(contact_config(3), companies(1)).await;
+    let created = create_token(
+        &app,
+        json!({"name": "bot", "role": "agent", "max_leases": 1}),
+    )
+    .await
+    .expect(201);
+    let token = created["secret"].as_str().unwrap().to_owned();
+    let (quest, lease) = assigned(&app.next(&token, &session, "a").await);
+
+    // At the cap, with the one quest leased: nothing would be assigned anyway.
+    let wait = app.next(&token, &session, "b").await;
+    assert_eq!(wait["status"], "wait", "{wait}");
+    // Another session with an open quest: there the cap does refuse.
+    let other = app.scan(contact_config(3), companies(2)).await;
+    let refused = app
+        .post(
+            &format!("/v1/sessions/{other}/next"),
+            &token,
+            json!({"agent": "b"}),
+        )
+        .await;
+    refused.refused(409, "lease_cap");
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("holds 1 lease,") && !message.contains("1 leases"),
+        "{message}"
+    );
+
+    // The first session ends; at its cap again (a lease in the other
+    // session), the token hears `finished` there, on which agents stop.
+    let passed = app
+        .submit(&token, &quest, &lease, json!({"email": "info@acme.test"}))
+        .await
+        .expect(200);
+    assert_eq!(passed["state"], "PASS");
+    assigned(&app.next(&token, &other, "c").await);
+    let finished = app.next(&token, &session, "d").await;
+    assert_eq!(finished, json!({"status": "finished"}));
+}
+
+#[tokio::test]
 async fn agent_tokens_get_a_cap_of_64_admins_none_and_a_cap_is_refused_where_it_means_nothing() {
     let app = spawn_app().await;
     let agent = create_token(&app, json!({"name": "bot", "role": "agent"}))

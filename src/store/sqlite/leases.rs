@@ -107,26 +107,28 @@ impl Kind for Lease {
             } else {
                 claim(ctx, session, &admitted, reqs).await?
             };
-            // A token some of whose admitted requests found nothing open holds
-            // fewer than its cap: run alone, its capped ones would hear the same.
-            let mut unmet: HashMap<TokenId, LeaseOutcome> = HashMap::new();
             for (i, outcome) in claimed {
-                let token = reqs[i].agent.token;
-                match &outcome {
-                    Ok(LeaseOutcome::Assigned { .. }) => {
-                        caps.entry(token).or_default().held += 1;
-                    }
-                    Ok(other) => {
-                        unmet.entry(token).or_insert_with(|| other.clone());
-                    }
-                    Err(_) => {}
+                if let Ok(LeaseOutcome::Assigned { .. }) = &outcome {
+                    caps.entry(reqs[i].agent.token).or_default().held += 1;
                 }
                 out[i] = Some(outcome);
             }
+            if capped.is_empty() {
+                continue;
+            }
+            // The cap refuses only a lease it would stop: with nothing open,
+            // a capped request hears `finished` or `wait` like any other
+            // (agents stop on `finished`).
+            let unleased = match ctx.session(session).await {
+                Ok(_) => unleased(ctx, session).await?.map(Ok),
+                Err(StoreError::NotFound(what)) => Some(Err(what)),
+                Err(e) => return Err(e.into()),
+            };
             for (i, refusal) in capped {
-                out[i] = Some(match unmet.get(&reqs[i].agent.token) {
-                    Some(outcome) => Ok(outcome.clone()),
+                out[i] = Some(match &unleased {
                     None => Err(refusal.into()),
+                    Some(Ok(outcome)) => Ok(outcome.clone()),
+                    Some(Err(what)) => Err(StoreError::NotFound(what)),
                 });
             }
         }
@@ -267,29 +269,47 @@ async fn claim(
     }
     prune_leases(ctx, &long_history).await?;
     if out.len() < idle.len() {
-        let row = ctx
-            .row(
-                sqlx::query(
-                    "SELECT (SELECT MIN(expires_at) FROM leases WHERE session_id = ?1 AND ended_at IS NULL) AS next_expiry,
-                            EXISTS (SELECT 1 FROM quests WHERE session_id = ?1 AND state = 'TODO') AS todo",
-                )
-                .bind(session.to_string()),
-            )
+        // The claim took every open quest: the rest wait or are done.
+        let outcome = unleased(ctx, session)
             .await?
             .ok_or_else(|| corrupt("wait"))?;
-        let next_expiry = opt(row.opt_str("next_expiry")?, parse_ts)?;
-        let outcome = if row.int("todo")? == 0 {
-            LeaseOutcome::Finished
-        } else {
-            LeaseOutcome::Wait {
-                retry_after_seconds: work::wait_seconds(next_expiry, ctx.now),
-            }
-        };
         for &i in &idle[out.len()..] {
             out.push((i, Ok(outcome.clone())));
         }
     }
     Ok(out)
+}
+
+/// What a `next` in `session` hears when no quest is open: `finished` when
+/// none is left in TODO, else `wait` until the next lease runs out. `None`:
+/// a quest is open, a `next` would be assigned one.
+async fn unleased(
+    ctx: &mut WriteCtx,
+    session: SessionId,
+) -> Result<Option<LeaseOutcome>, GroupError> {
+    let row = ctx
+        .row(
+            sqlx::query(
+                "SELECT (SELECT MIN(expires_at) FROM leases WHERE session_id = ?1 AND ended_at IS NULL) AS next_expiry,
+                        EXISTS (SELECT 1 FROM quests WHERE session_id = ?1 AND state = 'TODO') AS todo,
+                        EXISTS (SELECT 1 FROM quests INDEXED BY quests_open
+                                WHERE session_id = ?1 AND phase = 'open') AS open",
+            )
+            .bind(session.to_string()),
+        )
+        .await?
+        .ok_or_else(|| corrupt("wait"))?;
+    if row.int("open")? != 0 {
+        return Ok(None);
+    }
+    let next_expiry = opt(row.opt_str("next_expiry")?, parse_ts)?;
+    Ok(Some(if row.int("todo")? == 0 {
+        LeaseOutcome::Finished
+    } else {
+        LeaseOutcome::Wait {
+            retry_after_seconds: work::wait_seconds(next_expiry, ctx.now),
+        }
+    }))
 }
 
 /// Keeps the lease history of these quests bounded, so that a `next`/`release`
