@@ -99,9 +99,14 @@ async fn pump(
             _ = service.shutdown().cancelled() => return,
             _ = tx.closed() => return,
             _ = recheck.tick() => {
-                if !matches!(service.browser_session(&cookie).await, Ok(Some(_))) {
-                    let _ = tx.send(Event::default().event("signed_out").data("{}")).await;
-                    return;
+                match service.browser_session(&cookie).await {
+                    Ok(Some(_)) => {}
+                    Ok(None) => {
+                        let _ = tx.send(Event::default().event("signed_out").data("{}")).await;
+                        return;
+                    }
+                    // A store that fails for a moment signs no one out: check again next time.
+                    Err(e) => tracing::warn!(error = %e, "a console stream could not check its browser session"),
                 }
             }
             _ = sleep_until(flush_at) => {
