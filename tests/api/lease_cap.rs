@@ -233,18 +233,29 @@ async fn a_next_release_loop_keeps_a_quests_lease_rows_bounded_and_counts_every_
         .await
         .unwrap();
     assert_eq!(submitted, 1);
-    let agents: Vec<String> =
-        sqlx::query_scalar("SELECT agent FROM console_agent_stats WHERE session_id = ?")
-            .bind(&session)
-            .fetch_all(&db)
-            .await
-            .unwrap();
+    let agents: Vec<(String, i64, String)> = sqlx::query_as(
+        "SELECT agent, leased, last_seen FROM console_agent_stats WHERE session_id = ? ORDER BY agent",
+    )
+    .bind(&session)
+    .fetch_all(&db)
+    .await
+    .unwrap();
+    let names: Vec<&str> = agents
+        .iter()
+        .map(|(a, _, _)| a.rsplit('/').next().unwrap())
+        .collect();
     assert_eq!(
-        agents.len(),
-        1,
-        "only the agent that submitted keeps a row in the agents table: {agents:?}"
+        names,
+        ["*", "bot-0"],
+        "the agent that submitted keeps its row, the idle ones are folded into one: {agents:?}"
     );
-    assert!(agents[0].ends_with("/bot-0"));
+    let token_of = |agent: &str| agent.split('/').next().unwrap().to_owned();
+    assert_eq!(token_of(&agents[0].0), token_of(&agents[1].0), "one token");
+    assert_eq!(
+        (agents[0].1, agents[1].1),
+        (i64::from(rounds) - 1, 1),
+        "no lease is lost from the figures: {agents:?}"
+    );
 }
 
 /// A store with one session of `n` quests and an agent token capped at `cap`.

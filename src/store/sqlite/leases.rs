@@ -461,24 +461,47 @@ impl Kind for Release {
     }
 }
 
-/// Drops the console's figures of agents that, after a release, hold nothing
-/// and never submitted or let a lease lapse: a `next`/`release` loop under
-/// invented agent names leaves no row behind, so the agents table grows only
-/// with work done (submissions and lapses, which tries and `max_lapses` bound).
+/// The agent name under which [`forget_idle_agents`] keeps a token's figures
+/// of agents it folded away.
+const FOLDED_AGENTS: &str = "*";
+
+/// Folds the console's figures of agents that, after a release, hold nothing
+/// and never submitted or let a lease lapse into one row per token and
+/// session (agent `<token id>/*`: their leases summed, the latest last seen):
+/// a `next`/`release` loop under invented agent names adds no row, so the
+/// agents table grows only with work done (submissions and lapses, which
+/// tries and `max_lapses` bound), and no figure is lost.
 async fn forget_idle_agents(ctx: &mut WriteCtx, agents: &[Value]) -> Result<(), GroupError> {
     if agents.is_empty() {
         return Ok(());
     }
-    ctx.exec(
-        sqlx::query(
-            "DELETE FROM console_agent_stats
+    let idle = "SELECT session_id, agent FROM console_agent_stats
              WHERE (session_id, agent) IN (SELECT j.value->>'s', j.value->>'a' FROM json_each(?1) j)
+               AND substr(agent, instr(agent, '/') + 1) <> ?2
                AND submissions = 0 AND lapses = 0
                AND NOT EXISTS (SELECT 1 FROM leases l INDEXED BY leases_live_by_agent
                                WHERE l.session_id = console_agent_stats.session_id
-                                 AND l.agent = console_agent_stats.agent AND l.ended_at IS NULL)",
-        )
-        .bind(json(&agents)),
+                                 AND l.agent = console_agent_stats.agent AND l.ended_at IS NULL)";
+    // Only `leased` and `last_seen` can be other than their defaults in such a row.
+    let fold = format!(
+        "INSERT INTO console_agent_stats (session_id, agent, leased, last_seen)
+         SELECT session_id, substr(agent, 1, instr(agent, '/')) || ?2, SUM(leased), MAX(last_seen)
+         FROM console_agent_stats WHERE (session_id, agent) IN ({idle})
+         GROUP BY 1, 2
+         ON CONFLICT (session_id, agent) DO UPDATE
+         SET leased = leased + excluded.leased, last_seen = MAX(last_seen, excluded.last_seen)"
+    );
+    ctx.exec(
+        sqlx::query(sqlx::AssertSqlSafe(fold))
+            .bind(json(&agents))
+            .bind(FOLDED_AGENTS),
+    )
+    .await?;
+    let forget = format!("DELETE FROM console_agent_stats WHERE (session_id, agent) IN ({idle})");
+    ctx.exec(
+        sqlx::query(sqlx::AssertSqlSafe(forget))
+            .bind(json(&agents))
+            .bind(FOLDED_AGENTS),
     )
     .await?;
     Ok(())
