@@ -571,6 +571,7 @@ pub struct Token {
     /// The most leases it may hold at once; `null`: no cap. Past it, `next`
     /// is refused with 409 `lease_cap`.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 1000000)]
     pub max_leases: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,

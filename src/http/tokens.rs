@@ -12,7 +12,10 @@ use crate::api::{CreateTokenRequest, CreatedToken, ErrorBody, Token};
 /// Creates a token with a role.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", operation_id = "create_token", request_body = CreateTokenRequest,
     responses((status = 201, body = CreatedToken), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 409, body = ErrorBody),
+        (status = 422, description = "`invalid_max_leases`: `max_leases` is outside 1 to 1000000, or given for a \
+            reviewer or viewer token (which lease nothing); `invalid_body`: the body is not a token request", body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn create_token(
     State(state): State<AppState>,
     _caller: Caller<Administer>,

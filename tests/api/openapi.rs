@@ -31,3 +31,24 @@ fn every_operation_has_an_id_and_lists_its_refusals() {
         }
     }
 }
+
+#[test]
+fn a_tokens_cap_is_documented_as_creation_checks_it() {
+    let doc = serde_json::to_value(quest::http::openapi()).unwrap();
+    let schemas = &doc["components"]["schemas"];
+    for schema in ["Token", "CreateTokenRequest"] {
+        let cap = &schemas[schema]["properties"]["max_leases"];
+        assert_eq!(
+            (cap["minimum"].as_u64(), cap["maximum"].as_u64()),
+            (Some(1), Some(1_000_000)),
+            "{schema}.max_leases: {cap}"
+        );
+    }
+    let refusal = &doc["paths"]["/v1/tokens"]["post"]["responses"]["422"]["description"];
+    assert!(
+        refusal
+            .as_str()
+            .is_some_and(|d| d.contains("invalid_max_leases")),
+        "POST /v1/tokens documents its 422 invalid_max_leases: {refusal}"
+    );
+}
