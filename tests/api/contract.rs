@@ -364,10 +364,17 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
             "{}",
             b.name
         );
-        let (ana, bo) = (
-            ReviewerId::new(TokenId::new(), "ana"),
-            ReviewerId::new(TokenId::new(), "bo"),
-        );
+        // Reviewers of live tokens: the store refuses a claim or decision of
+        // a token that is revoked or unknown.
+        let mut reviewers = Vec::new();
+        for name in ["ana", "bo"] {
+            let t = store
+                .create_token(name, Role::Reviewer, &format!("hash-{name}"), None)
+                .await
+                .unwrap();
+            reviewers.push(ReviewerId::new(t.id, name));
+        }
+        let [ana, bo] = <[ReviewerId; 2]>::try_from(reviewers).unwrap();
         store.claim_review(quest, &ana, 60).await.unwrap();
         assert_eq!(
             code(store.claim_review(quest, &bo, 60).await),

@@ -271,8 +271,8 @@ pub async fn release_review(
     Ok(())
 }
 
-/// Refuses a reviewer whose token was revoked after its request was let in:
-/// a console bulk decision stops deciding at the revocation.
+/// Refuses a reviewer whose token was revoked after its request was let in
+/// (or is unknown): a console bulk decision stops deciding at the revocation.
 async fn live_token(ctx: &mut WriteCtx, reviewer: &ReviewerId) -> Result<(), StoreError> {
     ctx.row(
         sqlx::query("SELECT 1 FROM tokens WHERE id = ? AND revoked_at IS NULL")
@@ -281,7 +281,7 @@ async fn live_token(ctx: &mut WriteCtx, reviewer: &ReviewerId) -> Result<(), Sto
     .await?
     .map(drop)
     .ok_or(StoreError::Unauthorized(
-        "the token was revoked; ask an admin for a valid one",
+        "the token is revoked or unknown; ask an admin for a valid one",
     ))
 }
 
