@@ -8,6 +8,8 @@
 //!
 //! [`Clock`]: crate::domain::Clock
 
+mod common;
+pub mod postgres;
 mod rows;
 pub mod sqlite;
 
