@@ -1,6 +1,7 @@
 //! The store's contract, written once against `Arc<dyn Store>`: what every
 //! backend must do, driven directly (no HTTP). Each test runs on every
-//! backend [`backends`] opens; SQLite today.
+//! backend [`backends`] opens: SQLite, and PostgreSQL when a local server
+//! answers (each test its own database; see [`crate::postgres`]).
 
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use quest::domain::session::SessionConfig;
 use quest::domain::table::Row;
 use quest::domain::work::{AgentId, CheckFilter};
 use quest::domain::{Decision, EventKind, Fact, QuestEvent, Role, State, SystemClock, Verdict};
+use quest::store::postgres::{PgStore, TimeSource};
 use quest::store::{
     GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError,
     SubmitOutcome,
@@ -18,6 +20,7 @@ use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use crate::helpers::contact_config;
+use crate::postgres::TestDatabase;
 
 /// A fresh store of one backend, its events, and what keeps it alive.
 struct Backend {
@@ -25,20 +28,39 @@ struct Backend {
     store: Arc<dyn Store>,
     events: broadcast::Receiver<QuestEvent>,
     _dir: tempfile::TempDir,
+    /// Dropped after the store (fields drop in order), which ends its connections.
+    _db: Option<TestDatabase>,
 }
 
-async fn backends() -> Vec<Backend> {
+/// A fresh store of every backend available: SQLite always, PostgreSQL when
+/// the local server answers (else the test says it skipped that backend).
+async fn backends(test: &str) -> Vec<Backend> {
     let dir = tempfile::tempdir().unwrap();
     let (tx, events) = broadcast::channel(65_536);
     let store = SqliteStore::open(&dir.path().join("q.db"), Arc::new(SystemClock), tx)
         .await
         .unwrap();
-    vec![Backend {
+    let mut all = vec![Backend {
         name: "sqlite",
         store: Arc::new(store),
         events,
         _dir: dir,
-    }]
+        _db: None,
+    }];
+    if let Some(db) = TestDatabase::create_or_skip(test).await {
+        let (tx, events) = broadcast::channel(65_536);
+        let store = PgStore::open(&db.url, TimeSource::Clock(Arc::new(SystemClock)), tx)
+            .await
+            .unwrap();
+        all.push(Backend {
+            name: "postgres",
+            store: Arc::new(store),
+            events,
+            _dir: tempfile::tempdir().unwrap(),
+            _db: Some(db),
+        });
+    }
+    all
 }
 
 async fn session(store: &dyn Store, n: usize) -> Uuid {
@@ -131,7 +153,9 @@ async fn lease_all(
 
 #[tokio::test]
 async fn concurrent_claims_give_each_agent_its_own_quest_and_one_lease_per_session() {
-    for b in backends().await {
+    for b in
+        backends("concurrent_claims_give_each_agent_its_own_quest_and_one_lease_per_session").await
+    {
         let store = b.store.as_ref();
         let s = session(store, 100).await;
         let token = Uuid::now_v7();
@@ -163,7 +187,7 @@ async fn concurrent_claims_give_each_agent_its_own_quest_and_one_lease_per_sessi
 
 #[tokio::test]
 async fn a_stale_lease_among_many_good_submits_is_refused_alone() {
-    for b in backends().await {
+    for b in backends("a_stale_lease_among_many_good_submits_is_refused_alone").await {
         let store = b.store.as_ref();
         let s = session(store, 30).await;
         let token = Uuid::now_v7();
@@ -260,8 +284,71 @@ async fn a_write_the_database_refuses_fails_only_its_own_request() {
 }
 
 #[tokio::test]
+async fn on_postgres_a_write_the_database_refuses_fails_only_its_own_request() {
+    let test = "on_postgres_a_write_the_database_refuses_fails_only_its_own_request";
+    let Some(db) = TestDatabase::create_or_skip(test).await else {
+        return;
+    };
+    let store = PgStore::open(
+        &db.url,
+        TimeSource::Clock(Arc::new(SystemClock)),
+        broadcast::channel(8).0,
+    )
+    .await
+    .unwrap();
+    let s = session(&store, 20).await;
+    let token = Uuid::now_v7();
+    let held = lease_all(&store, s, token, 12).await;
+    let (guilty, _) = held[5];
+    // A rule only the database knows: the write that touches this quest is
+    // refused, and must not take the concurrent others down with it.
+    for sql in [
+        format!(
+            "CREATE FUNCTION test_refuses_one() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN IF NEW.id = '{guilty}' AND NEW.state <> OLD.state THEN
+                 RAISE EXCEPTION 'test: this quest may not be decided' USING ERRCODE = '23000';
+             END IF; RETURN NEW; END $$"
+        ),
+        "CREATE TRIGGER test_refuses_one BEFORE UPDATE ON quests
+         FOR EACH ROW EXECUTE FUNCTION test_refuses_one()"
+            .to_owned(),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(store.pool())
+            .await
+            .unwrap();
+    }
+    let answers = join_all(held.iter().map(|(q, l)| {
+        store.submit(
+            result(*q, *l, token, "a@b.test"),
+            Some(decision(Verdict::Pass)),
+        )
+    }))
+    .await;
+    for (i, answer) in answers.into_iter().enumerate() {
+        if i == 5 {
+            assert_eq!(code(answer), "illegal_transition");
+        } else {
+            assert!(matches!(answer.unwrap(), SubmitOutcome::Recorded { .. }));
+        }
+    }
+    let q = store.get_quest(guilty).await.unwrap();
+    assert_eq!(
+        (q.state, q.submission_id),
+        (State::Todo, None),
+        "nothing of it half-applied"
+    );
+    let (subs, _) = store.quest_history(guilty).await.unwrap();
+    assert!(subs.is_empty(), "its submission was rolled back with it");
+    let c = store.session_status(s).await.unwrap().counts;
+    assert_eq!((c.pass, c.leased, c.submissions), (11, 1, 11));
+}
+
+#[tokio::test]
 async fn a_fail_keeps_the_lease_a_pass_locks_and_events_follow_every_commit() {
-    for mut b in backends().await {
+    for mut b in
+        backends("a_fail_keeps_the_lease_a_pass_locks_and_events_follow_every_commit").await
+    {
         let store = b.store.as_ref();
         let s = session(store, 2).await;
         let token = Uuid::now_v7();
@@ -340,7 +427,7 @@ async fn a_fail_keeps_the_lease_a_pass_locks_and_events_follow_every_commit() {
 
 #[tokio::test]
 async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
-    for b in backends().await {
+    for b in backends("reviews_are_claimed_by_one_reviewer_and_decided_once").await {
         let store = b.store.as_ref();
         let s = session(store, 1).await;
         let token = Uuid::now_v7();
@@ -406,7 +493,7 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
 
 #[tokio::test]
 async fn tokens_are_found_by_digest_until_revoked() {
-    for b in backends().await {
+    for b in backends("tokens_are_found_by_digest_until_revoked").await {
         let store = b.store.as_ref();
         let t = store
             .create_token("bot", Role::Agent, "digest-1")
