@@ -29,8 +29,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
@@ -91,25 +91,25 @@ impl PgStore {
         events: broadcast::Sender<QuestEvent>,
     ) -> Result<PgStore, StoreError> {
         let options = PgConnectOptions::from_str(url)?;
+        // One connection first: an unreachable server or a refusal is its
+        // error at once, not a pool's timeout after retrying in silence.
+        let mut conn = PgConnection::connect_with(&options).await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut conn)
+            .await?;
+        let migrated = sqlx::migrate!("./migrations/postgres").run(&mut conn).await;
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut conn)
+            .await?;
+        migrated?;
+        let _ = conn.close().await;
         let pool = PgPoolOptions::new()
             .max_connections(16)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        let mut conn = pool.acquire().await?;
-        sqlx::query("SELECT pg_advisory_lock($1)")
-            .bind(MIGRATION_LOCK)
-            .execute(&mut *conn)
-            .await?;
-        let migrated = sqlx::migrate!("./migrations/postgres")
-            .run(&mut *conn)
-            .await;
-        sqlx::query("SELECT pg_advisory_unlock($1)")
-            .bind(MIGRATION_LOCK)
-            .execute(&mut *conn)
-            .await?;
-        migrated?;
-        drop(conn);
         Ok(PgStore { pool, time, events })
     }
 
