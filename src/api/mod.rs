@@ -1,11 +1,11 @@
 //! Wire types of the HTTP/JSON API (v1), shared by the server, clients and the
 //! OpenAPI document. Conversions from store rows live here too, so handlers stay thin.
 
+use crate::domain::ids::{LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
-use uuid::Uuid;
 
 use crate::domain::session::SessionConfig;
 use crate::domain::verify::{Answer, FlagOn};
@@ -43,7 +43,7 @@ pub struct CreateSessionRequest {
 /// A session with its progress.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Session {
-    pub id: Uuid,
+    pub id: SessionId,
     pub name: String,
     pub key_column: String,
     /// The original column names, in order.
@@ -58,7 +58,7 @@ pub struct Session {
 /// Counts and progress of one session. `pass + review + done + remaining = total`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Status {
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     pub total: u64,
     /// Quests still TODO, in any phase. Never rises.
     pub remaining: u64,
@@ -152,7 +152,7 @@ impl From<&PairStats> for VerifierAgreement {
 
 impl Status {
     /// Builds the wire status from a store snapshot.
-    pub fn new(session_id: Uuid, s: &SessionStatus) -> Status {
+    pub fn new(session_id: SessionId, s: &SessionStatus) -> Status {
         let Counts {
             total,
             open,
@@ -239,8 +239,8 @@ pub enum NextResponse {
 /// The quest part of an assignment.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct LeasedQuest {
-    pub id: Uuid,
-    pub session_id: Uuid,
+    pub id: QuestId,
+    pub session_id: SessionId,
     pub key: String,
     #[schema(value_type = Object)]
     pub input: Value,
@@ -253,7 +253,7 @@ pub struct LeasedQuest {
 /// A lease: the id that fences every later write, and when it ends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Lease {
-    pub id: Uuid,
+    pub id: LeaseId,
     pub expires_at: DateTime<Utc>,
 }
 
@@ -269,7 +269,7 @@ pub struct SubmitHint {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitRequest {
-    pub lease_id: Uuid,
+    pub lease_id: LeaseId,
     /// The result: a JSON object.
     #[schema(value_type = Object)]
     pub result: Map<String, Value>,
@@ -286,7 +286,7 @@ pub struct SubmitQuery {
 /// The answer to `submit`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct SubmitResponse {
-    pub submission_id: Uuid,
+    pub submission_id: SubmissionId,
     pub verdict: SubmissionVerdict,
     pub state: State,
     pub phase: Option<Phase>,
@@ -308,15 +308,15 @@ pub struct SubmitResponse {
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeaseRequest {
-    pub lease_id: Uuid,
+    pub lease_id: LeaseId,
 }
 
 /// One submission and its verdict.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Submission {
-    pub id: Uuid,
-    pub quest_id: Uuid,
-    pub session_id: Uuid,
+    pub id: SubmissionId,
+    pub quest_id: QuestId,
+    pub session_id: SessionId,
     pub agent: String,
     #[schema(value_type = Object)]
     pub result: Value,
@@ -396,8 +396,8 @@ impl From<ReviewDecisionRow> for ReviewDecision {
 /// A quest with its full history.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Quest {
-    pub id: Uuid,
-    pub session_id: Uuid,
+    pub id: QuestId,
+    pub session_id: SessionId,
     /// 0-based position of the row in the upload.
     pub row: u64,
     pub key: String,
@@ -428,7 +428,7 @@ pub struct Quest {
 /// One AI verifier's answer to one question about an accepted submission.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct L2Answer {
-    pub submission_id: Uuid,
+    pub submission_id: SubmissionId,
     pub verifier: String,
     pub model: String,
     /// 0-based position of the question in the session's `verify.questions`.
@@ -506,7 +506,7 @@ impl Quest {
 #[serde(deny_unknown_fields)]
 pub struct ReviewQuery {
     /// Only quests of this session.
-    pub session: Option<Uuid>,
+    pub session: Option<SessionId>,
     /// Only quests with a fact of this check among their last facts, i.e. the
     /// check that raised the doubt: `l2:alpha` (an AI verifier that flagged the
     /// result or gave no answer; its clear answers do not count), `l2` (no
@@ -529,7 +529,7 @@ pub struct ReviewRequest {
 /// A review claim.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ReviewClaim {
-    pub quest_id: Uuid,
+    pub quest_id: QuestId,
     pub claimed_by: String,
     pub expires_at: DateTime<Utc>,
 }
@@ -545,7 +545,7 @@ pub struct CreateTokenRequest {
 /// A token's public part.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Token {
-    pub id: Uuid,
+    pub id: TokenId,
     pub name: String,
     pub role: Role,
     pub created_at: DateTime<Utc>,
@@ -599,7 +599,7 @@ pub struct AgentLeaseQuery {
 /// What one agent of the caller's token holds in a session, read without side effects.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct AgentLease {
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     /// The agent name asked about, as `next` records it.
     pub agent: String,
     /// The live lease, or null when the agent holds none.
@@ -609,8 +609,8 @@ pub struct AgentLease {
 /// A live lease and the quest it holds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct HeldLease {
-    pub id: Uuid,
-    pub quest_id: Uuid,
+    pub id: LeaseId,
+    pub quest_id: QuestId,
     pub key: String,
     /// `leased`, or `checking` while the gate runs on a submission.
     pub phase: Phase,

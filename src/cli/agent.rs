@@ -4,10 +4,10 @@
 //! and there is one implementation of leasing and submitting. Nothing here
 //! prints; [`verdict_text`] words an answer for whichever surface shows it.
 
+use crate::domain::ids::{LeaseId, QuestId, SubmissionId};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
 use super::Ctx;
 use super::client::CliError;
@@ -104,7 +104,7 @@ pub async fn lease(ctx: &Ctx) -> Result<NextResponse, CliError> {
     Ok(answer)
 }
 
-async fn renew(ctx: &Ctx, quest: Uuid, lease: Uuid) -> Result<Lease, CliError> {
+async fn renew(ctx: &Ctx, quest: QuestId, lease: LeaseId) -> Result<Lease, CliError> {
     let (_, renewed): (_, Lease) = ctx
         .client
         .post(
@@ -117,7 +117,7 @@ async fn renew(ctx: &Ctx, quest: Uuid, lease: Uuid) -> Result<Lease, CliError> {
 }
 
 /// The quest and lease this agent remembers holding.
-pub fn held_lease(held: &Held) -> Result<(Uuid, Uuid), CliError> {
+pub fn held_lease(held: &Held) -> Result<(QuestId, LeaseId), CliError> {
     match (held.quest_id, held.lease_id) {
         (Some(quest), Some(lease)) => Ok((quest, lease)),
         _ => Err(CliError::Usage(
@@ -164,7 +164,11 @@ pub async fn submit(
 }
 
 /// Follows a submission until it has a verdict or `timeout` passes.
-pub async fn follow(ctx: &Ctx, id: Uuid, timeout: Duration) -> Result<SubmissionDetail, CliError> {
+pub async fn follow(
+    ctx: &Ctx,
+    id: SubmissionId,
+    timeout: Duration,
+) -> Result<SubmissionDetail, CliError> {
     let deadline = tokio::time::Instant::now() + timeout;
     let detail: SubmissionDetail = loop {
         let d: SubmissionDetail = ctx.client.get(&format!("/v1/submissions/{id}")).await?;

@@ -7,6 +7,7 @@
 //! with the status table, the review queue, an export file, and a check that
 //! every quest is decided and that no invented email was accepted.
 
+use crate::domain::ids::SessionId;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,7 +15,6 @@ use std::sync::Arc;
 
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
-use uuid::Uuid;
 
 use super::client::{CliError, Client};
 use super::{review, status_table};
@@ -288,7 +288,7 @@ struct Tally {
 
 async fn run_agent(
     client: Client,
-    session: Uuid,
+    session: SessionId,
     style: Style,
     world: Arc<HashMap<String, Company>>,
     bar: ProgressBar,

@@ -11,12 +11,12 @@
 //! server or its input fails it fails open unless `--fail-closed` is given.
 //! [`decide`] is the whole rule, pure; the rest gathers facts and prints.
 
+use crate::domain::ids::SubmissionId;
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
-use uuid::Uuid;
 
 use super::agent;
 use super::client::CliError;
@@ -119,7 +119,7 @@ pub struct Seen {
     /// The agent held a quest of this session at some point (now or in its state file).
     pub took_quest: bool,
     /// The agent's last submission, from its state file.
-    pub submission: Option<Uuid>,
+    pub submission: Option<SubmissionId>,
 }
 
 /// The guard's answer.
@@ -422,8 +422,8 @@ mod tests {
 
     fn lease(phase: Phase) -> HeldLease {
         HeldLease {
-            id: Uuid::nil(),
-            quest_id: Uuid::nil(),
+            id: crate::domain::ids::LeaseId::new(),
+            quest_id: crate::domain::ids::QuestId::new(),
             key: "Acme".into(),
             phase,
             expires_at: chrono::Utc::now(),
@@ -576,7 +576,7 @@ mod tests {
         );
 
         let submitted = Seen {
-            submission: Some(Uuid::nil()),
+            submission: Some(SubmissionId::new()),
             ..open.clone()
         };
         assert_eq!(

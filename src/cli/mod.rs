@@ -15,12 +15,12 @@ pub mod review;
 pub mod state;
 pub mod text;
 
+use crate::domain::ids::{SessionId, SubmissionId, TokenId};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
 use self::agent::Surface;
 use self::client::{CliError, Client, print_json};
@@ -71,7 +71,7 @@ pub struct ClientArgs {
     pub token: Option<String>,
     /// Session id. Defaults to the most recent session.
     #[arg(long, env = "QUEST_SESSION", global = true)]
-    pub session: Option<Uuid>,
+    pub session: Option<SessionId>,
     /// This agent's name, so that many agents can share one token.
     #[arg(long, env = "QUEST_AGENT", global = true)]
     pub agent: Option<String>,
@@ -140,7 +140,7 @@ pub struct SubmitArgs {
 #[derive(Debug, clap::Args)]
 pub struct WaitArgs {
     /// The submission to follow (default: this agent's last one).
-    pub submission: Option<Uuid>,
+    pub submission: Option<SubmissionId>,
     /// Give up after this many seconds (exit 4).
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
@@ -197,7 +197,7 @@ pub enum TokenVerb {
     /// List tokens.
     List,
     /// Revoke a token.
-    Revoke { id: Uuid },
+    Revoke { id: TokenId },
 }
 
 impl clap::ValueEnum for Role {
@@ -255,7 +255,7 @@ impl Ctx {
     }
 
     /// The session to work on: `--session`, else the most recent (said on stderr).
-    pub async fn session(&self) -> Result<Uuid, CliError> {
+    pub async fn session(&self) -> Result<SessionId, CliError> {
         if let Some(id) = self.args.session {
             return Ok(id);
         }
@@ -731,7 +731,7 @@ async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
 }
 
 /// The instruction for an agent, for one session.
-pub fn agent_instruction(url: &str, session: Uuid) -> String {
+pub fn agent_instruction(url: &str, session: SessionId) -> String {
     format!(
         "You work through the quests of a quest session. Set up once:\n\
          \n  export QUEST_URL={url} QUEST_SESSION={session} QUEST_TOKEN=<your agent token> QUEST_AGENT=<a name for you>\n\
@@ -804,7 +804,7 @@ mod tests {
     #[test]
     fn bars_show_each_terminal_state() {
         let s = Status {
-            session_id: Uuid::nil(),
+            session_id: SessionId::new(),
             total: 10,
             remaining: 4,
             open: 4,

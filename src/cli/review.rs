@@ -1,9 +1,9 @@
 //! `quest review`: the human review queue, interactive or one decision at a time.
 
+use crate::domain::ids::QuestId;
 use std::io::{BufRead, Write};
 
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use super::client::{CliError, print_json};
 use super::text::{say, say_err};
@@ -25,13 +25,13 @@ pub enum ReviewVerb {
     List,
     /// Approve a quest (→ PASS).
     Approve {
-        id: Uuid,
+        id: QuestId,
         #[arg(long, default_value = "")]
         note: String,
     },
     /// Reject a quest (→ DONE).
     Reject {
-        id: Uuid,
+        id: QuestId,
         #[arg(long)]
         note: String,
     },
@@ -66,7 +66,7 @@ async fn queue(ctx: &Ctx) -> Result<Vec<Quest>, CliError> {
         .await
 }
 
-async fn decide(ctx: &Ctx, id: Uuid, decision: Decision, note: String) -> Result<u8, CliError> {
+async fn decide(ctx: &Ctx, id: QuestId, decision: Decision, note: String) -> Result<u8, CliError> {
     let (_, quest): (_, Quest) = ctx
         .client
         .post(
@@ -127,7 +127,7 @@ fn ask(prompt: &str) -> Option<String> {
 }
 
 /// Gives a review claim back; a failure only means it expires on its own.
-async fn release(ctx: &Ctx, quest: Uuid) {
+async fn release(ctx: &Ctx, quest: QuestId) {
     if let Err(e) = ctx
         .client
         .delete_empty(&format!("/v1/review/{quest}/claim"))

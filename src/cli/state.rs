@@ -4,21 +4,21 @@
 //! own file, so that a guard running while the agent works never overwrites a
 //! lease the agent just took).
 
+use crate::domain::ids::{LeaseId, QuestId, SessionId, SubmissionId};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use uuid::Uuid;
 
 /// What an agent holds on one server.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Held {
-    pub session_id: Option<Uuid>,
-    pub quest_id: Option<Uuid>,
-    pub lease_id: Option<Uuid>,
+    pub session_id: Option<SessionId>,
+    pub quest_id: Option<QuestId>,
+    pub lease_id: Option<LeaseId>,
     pub key: Option<String>,
     /// The last submission, for `quest wait`.
-    pub submission_id: Option<Uuid>,
+    pub submission_id: Option<SubmissionId>,
 }
 
 /// The state file of one agent on one server.
@@ -96,7 +96,7 @@ pub struct GuardMark {
     /// `remaining` at the refusals; a change is progress.
     pub remaining: Option<u64>,
     /// The agent's last submission at the refusals; a new one is progress.
-    pub submission: Option<Uuid>,
+    pub submission: Option<SubmissionId>,
 }
 
 /// The guard's marks, newest last, a few harness sessions at most.
@@ -137,7 +137,7 @@ mod tests {
         assert_ne!(a.path(), b.path());
         assert_eq!(a.load(), Held::default());
         let held = Held {
-            quest_id: Some(Uuid::nil()),
+            quest_id: Some(QuestId::new()),
             key: Some("Acme".into()),
             ..Held::default()
         };
@@ -151,7 +151,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let file = StateFile::new(dir.path(), "http://x", "bot-1");
         let held = Held {
-            lease_id: Some(Uuid::nil()),
+            lease_id: Some(LeaseId::new()),
             ..Held::default()
         };
         file.save(&held).unwrap();

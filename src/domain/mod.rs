@@ -4,12 +4,12 @@
 //!
 //! Nothing here performs I/O or knows about HTTP, SQL or gates' outside world.
 
+use crate::domain::ids::{QuestId, SessionId, SubmissionId};
 use std::fmt;
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-use uuid::Uuid;
 
 /// Implements `as_str`, `Display` and `FromStr` for a closed enum stored as
 /// text. Defined before the submodules, which use it too.
@@ -38,6 +38,7 @@ macro_rules! text_enum {
     };
 }
 
+pub mod ids;
 pub mod prompt;
 pub mod receipt;
 pub mod session;
@@ -367,9 +368,9 @@ pub enum EventKind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct QuestEvent {
     pub kind: EventKind,
-    pub session_id: Uuid,
-    pub quest_id: Option<Uuid>,
-    pub submission_id: Option<Uuid>,
+    pub session_id: SessionId,
+    pub quest_id: Option<QuestId>,
+    pub submission_id: Option<SubmissionId>,
     pub state: Option<State>,
     pub phase: Option<Phase>,
     pub verdict: Option<Verdict>,

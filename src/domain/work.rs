@@ -5,11 +5,11 @@
 //! A store reads the rows involved, calls one of these functions and writes
 //! what it returns; no store decides anything itself.
 
+use crate::domain::ids::{LeaseId, QuestId, TokenId};
 use std::fmt;
 use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use super::{DecidedBy, Decision, Fact, Phase, QuestStatus, State, Transition, Verdict};
 
@@ -17,13 +17,13 @@ use super::{DecidedBy, Decision, Fact, Phase, QuestStatus, State, Transition, Ve
 /// Many agents may share one token; a lease belongs to exactly one of them.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct AgentId {
-    pub token: Uuid,
+    pub token: TokenId,
     pub name: String,
 }
 
 impl AgentId {
     /// The agent `name` of `token`.
-    pub fn new(token: Uuid, name: impl Into<String>) -> AgentId {
+    pub fn new(token: TokenId, name: impl Into<String>) -> AgentId {
         AgentId {
             token,
             name: name.into(),
@@ -31,7 +31,7 @@ impl AgentId {
     }
 
     /// Whether this agent acts under `token`.
-    pub fn belongs_to(&self, token: Uuid) -> bool {
+    pub fn belongs_to(&self, token: TokenId) -> bool {
         self.token == token
     }
 }
@@ -52,7 +52,7 @@ impl FromStr for AgentId {
         };
         let (token, name) = s.split_once('/').ok_or_else(bad)?;
         Ok(AgentId {
-            token: Uuid::parse_str(token).map_err(|_| bad())?,
+            token: token.parse::<TokenId>().map_err(|_| bad())?,
             name: name.to_owned(),
         })
     }
@@ -73,8 +73,8 @@ text_enum!(LeaseEnd { Released => "released", Expired => "expired", Decided => "
 /// A lease as the hold rules see it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseFacts {
-    pub id: Uuid,
-    pub quest_id: Uuid,
+    pub id: LeaseId,
+    pub quest_id: QuestId,
     pub agent: AgentId,
     pub expires_at: DateTime<Utc>,
     pub ended: Option<LeaseEnd>,
@@ -167,10 +167,10 @@ pub fn step(status: QuestStatus, t: Transition) -> Result<QuestStatus, Refusal> 
 /// that id on this quest, if there is one.
 pub fn check_hold(
     status: QuestStatus,
-    quest_lease: Option<Uuid>,
+    quest_lease: Option<LeaseId>,
     lease: Option<&LeaseFacts>,
-    lease_id: Uuid,
-    token: Uuid,
+    lease_id: LeaseId,
+    token: TokenId,
     now: DateTime<Utc>,
 ) -> Result<(), Refusal> {
     if status.state.is_terminal() {
@@ -421,11 +421,15 @@ mod tests {
         }
     }
 
-    fn lease(token: Uuid, expires_in: i64, ended: Option<LeaseEnd>) -> (LeaseFacts, DateTime<Utc>) {
+    fn lease(
+        token: TokenId,
+        expires_in: i64,
+        ended: Option<LeaseEnd>,
+    ) -> (LeaseFacts, DateTime<Utc>) {
         let now = Utc::now();
         let facts = LeaseFacts {
-            id: Uuid::now_v7(),
-            quest_id: Uuid::now_v7(),
+            id: LeaseId::new(),
+            quest_id: QuestId::new(),
             agent: AgentId::new(token, "bot"),
             expires_at: now + chrono::Duration::seconds(expires_in),
             ended,
@@ -435,7 +439,7 @@ mod tests {
 
     #[test]
     fn only_the_holders_token_passes_the_hold_check_and_each_refusal_has_its_code() {
-        let token = Uuid::now_v7();
+        let token = TokenId::new();
         let (l, now) = lease(token, 60, None);
         let leased = status(State::Todo, Some(Phase::Leased), 0);
         assert_eq!(
@@ -449,7 +453,7 @@ mod tests {
                 Some(l.id),
                 Some(&l),
                 l.id,
-                Uuid::now_v7(),
+                TokenId::new(),
                 now
             )),
             "lease_lost"
@@ -457,7 +461,7 @@ mod tests {
         assert_eq!(
             code(check_hold(
                 leased,
-                Some(Uuid::now_v7()),
+                Some(LeaseId::new()),
                 Some(&l),
                 l.id,
                 token,
@@ -665,7 +669,7 @@ mod tests {
 
     #[test]
     fn an_agent_id_round_trips_through_its_text_and_wait_times_are_bounded() {
-        let agent = AgentId::new(Uuid::now_v7(), "bot/1");
+        let agent = AgentId::new(TokenId::new(), "bot/1");
         assert_eq!(agent.to_string().parse::<AgentId>().unwrap(), agent);
         assert!("no-slash".parse::<AgentId>().is_err());
         let now = Utc::now();

@@ -16,13 +16,13 @@
 
 pub mod xlsx;
 
+use crate::domain::ids::SessionId;
 use std::sync::Arc;
 
 use axum::body::Bytes;
 use futures_util::Stream;
 use serde_json::{Map, Value};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use uuid::Uuid;
 
 use crate::domain::table::cell_as_text;
 use crate::store::{ExportRow, Store, StoreError};
@@ -68,7 +68,7 @@ impl ExportFormat {
 /// The columns of one export.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     pub columns: Vec<String>,
     /// The gate's declared fields, one `result_<field>` column each.
     pub result_fields: Vec<String>,
@@ -83,7 +83,7 @@ impl Plan {
     /// and whether any accepted result holds other keys.
     pub async fn new(
         store: &dyn Store,
-        session_id: Uuid,
+        session_id: SessionId,
         declared: Vec<String>,
     ) -> Result<Plan, StoreError> {
         let session = store.get_session(session_id).await?;
@@ -99,7 +99,7 @@ impl Plan {
 
     /// A plan for these original columns and declared result fields.
     pub fn with_columns(
-        session_id: Uuid,
+        session_id: SessionId,
         columns: Vec<String>,
         result_fields: Vec<String>,
         extra: bool,
@@ -385,7 +385,7 @@ mod tests {
         let columns = ["company", "quest_state", "result_email"]
             .map(String::from)
             .to_vec();
-        let plan = Plan::with_columns(Uuid::nil(), columns, vec!["email".into()], false);
+        let plan = Plan::with_columns(SessionId::new(), columns, vec!["email".into()], false);
         assert_eq!(
             plan.header(),
             [

@@ -1,7 +1,7 @@
 //! What an agent holds, read without side effects (for stop guards and dashboards).
 
+use crate::domain::ids::SessionId;
 use axum::extract::State;
-use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
@@ -16,7 +16,7 @@ use crate::api::{AgentLease, AgentLeaseQuery, ErrorBody};
 pub async fn get_agent_lease(
     State(state): State<AppState>,
     caller: Caller<Work>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<SessionId>,
     Query(query): Query<AgentLeaseQuery>,
 ) -> Result<Json<AgentLease>, ApiError> {
     let agent = caller.agent(query.agent.as_deref());

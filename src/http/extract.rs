@@ -1,10 +1,10 @@
 //! Extractors: axum's own, wrapped so that their refusals use the error body,
 //! and [`Principal`], the authenticated caller.
 
+use crate::domain::ids::TokenId;
 use axum::extract::{FromRequest, FromRequestParts};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
-use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
@@ -37,7 +37,7 @@ pub struct Query<T>(pub T);
 /// The caller, authenticated by its bearer token.
 #[derive(Debug, Clone)]
 pub struct Principal {
-    pub token_id: Uuid,
+    pub token_id: TokenId,
     pub name: String,
     pub role: Role,
 }

@@ -1,10 +1,10 @@
 //! The agent's loop: next, submit, heartbeat, release; and reading quests and submissions.
 
+use crate::domain::ids::{QuestId, SessionId, SubmissionId};
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
@@ -25,7 +25,7 @@ use crate::service::MAX_WAIT_SECONDS;
 pub async fn lease_next(
     State(state): State<AppState>,
     caller: Caller<Work>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<SessionId>,
     OptionalJson(request): OptionalJson<NextRequest>,
 ) -> Result<Json<NextResponse>, ApiError> {
     let agent = caller.agent(request.agent.as_deref());
@@ -44,7 +44,7 @@ pub async fn lease_next(
 pub async fn submit_result(
     State(state): State<AppState>,
     caller: Caller<Work>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<QuestId>,
     Query(query): Query<SubmitQuery>,
     Json(body): Json<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
@@ -81,7 +81,7 @@ pub async fn submit_result(
 pub async fn heartbeat(
     State(state): State<AppState>,
     caller: Caller<Work>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<QuestId>,
     Json(body): Json<LeaseRequest>,
 ) -> Result<Json<Lease>, ApiError> {
     Ok(Json(
@@ -100,7 +100,7 @@ pub async fn heartbeat(
 pub async fn release(
     State(state): State<AppState>,
     caller: Caller<Work>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<QuestId>,
     Json(body): Json<LeaseRequest>,
 ) -> Result<StatusCode, ApiError> {
     state
@@ -117,7 +117,7 @@ pub async fn release(
 pub async fn get_quest(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<QuestId>,
 ) -> Result<Json<Quest>, ApiError> {
     Ok(Json(state.service.quest(id).await?))
 }
@@ -129,7 +129,7 @@ pub async fn get_quest(
 pub async fn get_submission(
     State(state): State<AppState>,
     __caller: Caller<Read>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<SubmissionId>,
 ) -> Result<Json<SubmissionDetail>, ApiError> {
     Ok(Json(state.service.submission(id).await?))
 }

@@ -1,7 +1,7 @@
 //! The human review queue: list, claim, decide.
 
+use crate::domain::ids::QuestId;
 use axum::extract::State;
-use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
@@ -38,7 +38,7 @@ pub async fn list_review_queue(
 pub async fn claim_review(
     State(state): State<AppState>,
     caller: Caller<Review>,
-    Path(quest_id): Path<Uuid>,
+    Path(quest_id): Path<QuestId>,
 ) -> Result<Json<ReviewClaim>, ApiError> {
     Ok(Json(
         state.service.claim_review(&caller.name, quest_id).await?,
@@ -53,7 +53,7 @@ pub async fn claim_review(
 pub async fn release_review(
     State(state): State<AppState>,
     caller: Caller<Review>,
-    Path(quest_id): Path<Uuid>,
+    Path(quest_id): Path<QuestId>,
 ) -> Result<axum::http::StatusCode, ApiError> {
     state.service.release_review(&caller.name, quest_id).await?;
     Ok(axum::http::StatusCode::NO_CONTENT)
@@ -67,7 +67,7 @@ pub async fn release_review(
 pub async fn decide_review(
     State(state): State<AppState>,
     caller: Caller<Review>,
-    Path(quest_id): Path<Uuid>,
+    Path(quest_id): Path<QuestId>,
     Json(body): Json<ReviewRequest>,
 ) -> Result<Json<Quest>, ApiError> {
     Ok(Json(

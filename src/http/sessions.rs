@@ -1,5 +1,6 @@
 //! Sessions: scan, list, read, status, events, export and the uploaded source.
 
+use crate::domain::ids::SessionId;
 use std::convert::Infallible;
 
 use axum::body::Body;
@@ -10,7 +11,6 @@ use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 use tokio_stream::wrappers::BroadcastStream;
-use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
@@ -157,7 +157,7 @@ pub async fn list_sessions(
 pub async fn get_session(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<SessionId>,
 ) -> Result<Json<Session>, ApiError> {
     Ok(Json(state.service.get_session(id).await?))
 }
@@ -169,7 +169,7 @@ pub async fn get_session(
 pub async fn get_status(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<SessionId>,
 ) -> Result<Json<Status>, ApiError> {
     Ok(Json(state.service.status(id).await?))
 }
@@ -187,7 +187,7 @@ pub async fn get_status(
 pub async fn get_source(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<SessionId>,
 ) -> Result<Response, ApiError> {
     let source = state.service.source(id).await?;
     let mut response = attachment(
@@ -227,7 +227,7 @@ pub(super) fn attachment(media_type: &str, file_name: &str, body: Body) -> Respo
 pub async fn stream_events(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<SessionId>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     state.service.get_session(id).await?;
     let stopped = state.service.shutdown().clone().cancelled_owned();
@@ -260,7 +260,7 @@ pub async fn stream_events(
 pub async fn export_session(
     State(state): State<AppState>,
     _caller: Caller<Read>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<SessionId>,
     Query(query): Query<ExportQuery>,
 ) -> Result<Response, ApiError> {
     let requested = query.format.as_deref().unwrap_or("csv");

@@ -1,8 +1,8 @@
 //! API tokens: create (the secret is shown once), list, revoke.
 
+use crate::domain::ids::TokenId;
 use axum::extract::State;
 use axum::http::StatusCode;
-use uuid::Uuid;
 
 use super::AppState;
 use super::error::ApiError;
@@ -42,7 +42,7 @@ pub async fn list_tokens(
 pub async fn revoke_token(
     State(state): State<AppState>,
     _caller: Caller<Administer>,
-    Path(id): Path<Uuid>,
+    Path(id): Path<TokenId>,
 ) -> Result<Json<Token>, ApiError> {
     Ok(Json(state.service.revoke_token(id).await?))
 }

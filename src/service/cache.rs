@@ -1,12 +1,12 @@
 //! What the hot path keeps in memory instead of asking the store: the input
 //! of leased quests (the inline gate needs it at submit) and token lookups.
 
+use crate::domain::ids::{QuestId, SessionId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::domain::State;
 use crate::store::{QuestRow, TokenRow};
@@ -14,7 +14,7 @@ use crate::store::{QuestRow, TokenRow};
 /// What a gate needs of a quest besides the result: it never changes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuestInput {
-    pub session_id: Uuid,
+    pub session_id: SessionId,
     pub key: String,
     pub input: Value,
 }
@@ -34,7 +34,7 @@ impl QuestInput {
 /// read, so when full the cache simply starts again.
 pub struct Inputs {
     capacity: usize,
-    quests: Mutex<HashMap<Uuid, Arc<QuestInput>>>,
+    quests: Mutex<HashMap<QuestId, Arc<QuestInput>>>,
 }
 
 impl Inputs {
@@ -46,7 +46,7 @@ impl Inputs {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, Arc<QuestInput>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<QuestId, Arc<QuestInput>>> {
         self.quests.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -60,12 +60,12 @@ impl Inputs {
     }
 
     /// The input of a quest, if kept.
-    pub fn get(&self, quest: Uuid) -> Option<Arc<QuestInput>> {
+    pub fn get(&self, quest: QuestId) -> Option<Arc<QuestInput>> {
         self.lock().get(&quest).cloned()
     }
 
     /// Drops a quest that no agent will submit for again.
-    pub fn forget(&self, quest: Uuid, state: State) {
+    pub fn forget(&self, quest: QuestId, state: State) {
         if state.is_terminal() {
             self.lock().remove(&quest);
         }
@@ -126,7 +126,7 @@ mod tests {
 
     fn token(hash: &str) -> TokenRow {
         TokenRow {
-            id: Uuid::now_v7(),
+            id: crate::domain::ids::TokenId::new(),
             name: "bot".into(),
             role: Role::Agent,
             hash: hash.into(),
@@ -158,7 +158,7 @@ mod tests {
         let cache = Inputs::new(2);
         let quest = |id| QuestRow {
             id,
-            session_id: Uuid::nil(),
+            session_id: SessionId::new(),
             row_index: 0,
             key: "k".into(),
             input: serde_json::json!({}),
@@ -177,7 +177,7 @@ mod tests {
             repeated_failure: false,
             updated_at: chrono::Utc::now(),
         };
-        let ids = [Uuid::now_v7(), Uuid::now_v7(), Uuid::now_v7()];
+        let ids = [QuestId::new(), QuestId::new(), QuestId::new()];
         for id in ids {
             cache.remember(&quest(id));
         }

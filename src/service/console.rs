@@ -4,9 +4,9 @@
 //! through the same use cases as the API's, so the console cannot decide
 //! anything the API would refuse.
 
+use crate::domain::ids::{QuestId, SessionId, TokenId};
 use futures_util::StreamExt;
 use rand::RngCore;
-use uuid::Uuid;
 
 use super::{Service, ServiceError, check_filter};
 use crate::api;
@@ -29,7 +29,7 @@ const BULK_IN_FLIGHT: usize = 64;
 /// A signed-in browser: who it is, and the token its forms must carry.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BrowserSession {
-    pub token_id: Uuid,
+    pub token_id: TokenId,
     /// The token's name: the reviewer's name on every decision.
     pub name: String,
     pub role: Role,
@@ -71,11 +71,11 @@ pub struct SessionOverview {
 #[derive(Debug, Clone, Default)]
 pub struct BulkOutcome {
     /// Quests decided now: id and key.
-    pub decided: Vec<(Uuid, String)>,
+    pub decided: Vec<(QuestId, String)>,
     /// Quests left alone because another reviewer holds them: id, key, reviewer.
-    pub claimed: Vec<(Uuid, String, String)>,
+    pub claimed: Vec<(QuestId, String, String)>,
     /// Quests no longer in REVIEW (decided meanwhile) or unknown.
-    pub gone: Vec<Uuid>,
+    pub gone: Vec<QuestId>,
 }
 
 /// A random secret of 32 bytes, hex.
@@ -158,7 +158,7 @@ impl Service {
     /// A session with its throughput, agents, failing checks and one page of quests.
     pub async fn session_overview(
         &self,
-        id: Uuid,
+        id: SessionId,
         query: &QuestQuery,
     ) -> Result<SessionOverview, ServiceError> {
         if query.search.as_deref().is_some_and(|s| s.len() > 200) {
@@ -206,7 +206,7 @@ impl Service {
     /// history (the page reads the history of the one it opens).
     pub async fn review_list(
         &self,
-        session: Option<Uuid>,
+        session: Option<SessionId>,
         check: Option<&str>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, ServiceError> {
@@ -226,7 +226,7 @@ impl Service {
     pub async fn bulk_decide(
         &self,
         reviewer: &str,
-        quests: &[Uuid],
+        quests: &[QuestId],
         decision: Decision,
         note: &str,
     ) -> Result<BulkOutcome, ServiceError> {
@@ -276,7 +276,7 @@ impl Service {
     async fn store_decision(
         &self,
         reviewer: &str,
-        quest_id: Uuid,
+        quest_id: QuestId,
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, ServiceError> {

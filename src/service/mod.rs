@@ -3,6 +3,7 @@
 //! of these; these call the store, the gate registry and the gate runner, and
 //! never speak HTTP.
 
+use crate::domain::ids::{LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -10,7 +11,6 @@ use std::time::Duration;
 use rand::RngCore;
 use serde_json::{Map, Value};
 use tokio::sync::broadcast;
-use uuid::Uuid;
 
 use crate::api::{
     self, Lease, LeasedQuest, NextResponse, Session, Status, SubmitHint, SubmitResponse,
@@ -118,7 +118,7 @@ pub struct Service {
     /// Fires when the server stops: waits and event streams end early.
     shutdown: CancellationToken,
     /// Sessions never change after the scan, so they are cached once read.
-    sessions: RwLock<HashMap<Uuid, Arc<SessionRow>>>,
+    sessions: RwLock<HashMap<SessionId, Arc<SessionRow>>>,
     /// The input of leased quests, for the gate that runs in the submit request.
     inputs: Inputs,
     /// Token lookups, trusted for a second.
@@ -178,7 +178,7 @@ impl Service {
     }
 
     /// The uploaded file of a session, read one stored piece at a time.
-    pub async fn source(&self, id: Uuid) -> Result<Source, ServiceError> {
+    pub async fn source(&self, id: SessionId) -> Result<Source, ServiceError> {
         let info = self.store.source_info(id).await?;
         let (store, pieces) = (self.store.clone(), info.pieces);
         let body = futures_util::stream::try_unfold(0u64, move |seq| {
@@ -202,15 +202,18 @@ impl Service {
     /// Gives a leased quest back.
     pub async fn release(
         &self,
-        token_id: Uuid,
-        quest_id: Uuid,
-        lease_id: Uuid,
+        token_id: TokenId,
+        quest_id: QuestId,
+        lease_id: LeaseId,
     ) -> Result<(), ServiceError> {
         Ok(self.store.release(quest_id, lease_id, token_id).await?)
     }
 
     /// A submission with what its submitter needs next (the poll after a 202).
-    pub async fn submission(&self, id: Uuid) -> Result<api::SubmissionDetail, ServiceError> {
+    pub async fn submission(
+        &self,
+        id: SubmissionId,
+    ) -> Result<api::SubmissionDetail, ServiceError> {
         let view = self.store.submission_view(id).await?;
         let response = submit_response(view.clone());
         Ok(api::SubmissionDetail {
@@ -236,7 +239,7 @@ impl Service {
     }
 
     /// Revokes a token. The bootstrap admin token is managed by the server's configuration.
-    pub async fn revoke_token(&self, id: Uuid) -> Result<api::Token, ServiceError> {
+    pub async fn revoke_token(&self, id: TokenId) -> Result<api::Token, ServiceError> {
         let bootstrap = self
             .store
             .list_tokens()
@@ -257,7 +260,11 @@ impl Service {
 
     /// An export of a session in `format`, when an export slot is free. Its
     /// columns are the session's, the quest's, and the gate's declared fields.
-    pub async fn export(&self, id: Uuid, format: ExportFormat) -> Result<Export, ServiceError> {
+    pub async fn export(
+        &self,
+        id: SessionId,
+        format: ExportFormat,
+    ) -> Result<Export, ServiceError> {
         let session = self.session(id).await?;
         let declared = self
             .gates
@@ -304,7 +311,7 @@ impl Service {
         self.events.subscribe()
     }
 
-    async fn session(&self, id: Uuid) -> Result<Arc<SessionRow>, StoreError> {
+    async fn session(&self, id: SessionId) -> Result<Arc<SessionRow>, StoreError> {
         if let Some(s) = self
             .sessions
             .read()
@@ -322,7 +329,7 @@ impl Service {
     }
 
     /// A session with its status.
-    pub async fn get_session(&self, id: Uuid) -> Result<Session, ServiceError> {
+    pub async fn get_session(&self, id: SessionId) -> Result<Session, ServiceError> {
         let row = self.store.get_session(id).await?;
         let status = self.store.session_status(id).await?;
         Ok(Session::new(row, &status))
@@ -339,7 +346,7 @@ impl Service {
     }
 
     /// The progress of a session.
-    pub async fn status(&self, id: Uuid) -> Result<Status, ServiceError> {
+    pub async fn status(&self, id: SessionId) -> Result<Status, ServiceError> {
         Ok(Status::new(id, &self.store.session_status(id).await?))
     }
 
@@ -403,7 +410,7 @@ impl Service {
         let Table { columns, rows, .. } = table;
         let name = config.name.clone().unwrap_or_else(|| source_name.clone());
         let session = NewSession {
-            id: Uuid::now_v7(),
+            id: SessionId::new(),
             name,
             key_column,
             config,
@@ -469,7 +476,7 @@ impl Service {
     /// Leases the agent's next quest and renders its prompt.
     pub async fn next(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         agent: &AgentId,
     ) -> Result<NextResponse, ServiceError> {
         if agent.to_string().len() > MAX_AGENT_LEN {
@@ -566,9 +573,9 @@ impl Service {
     /// waits up to `wait` for its verdict.
     pub async fn submit(
         &self,
-        token_id: Uuid,
-        quest_id: Uuid,
-        lease_id: Uuid,
+        token_id: TokenId,
+        quest_id: QuestId,
+        lease_id: LeaseId,
         result: Map<String, Value>,
         wait: Duration,
     ) -> Result<SubmitResponse, ServiceError> {
@@ -656,9 +663,9 @@ impl Service {
     /// Extends a lease.
     pub async fn heartbeat(
         &self,
-        token_id: Uuid,
-        quest_id: Uuid,
-        lease_id: Uuid,
+        token_id: TokenId,
+        quest_id: QuestId,
+        lease_id: LeaseId,
     ) -> Result<Lease, ServiceError> {
         let lease = self.store.heartbeat(quest_id, lease_id, token_id).await?;
         Ok(Lease {
@@ -668,7 +675,7 @@ impl Service {
     }
 
     /// A quest with its full history.
-    pub async fn quest(&self, id: Uuid) -> Result<api::Quest, ServiceError> {
+    pub async fn quest(&self, id: QuestId) -> Result<api::Quest, ServiceError> {
         let quest = self.store.get_quest(id).await?;
         self.with_history(quest).await
     }
@@ -714,7 +721,7 @@ impl Service {
     /// The live lease an agent holds in a session, read without renewing or sweeping anything.
     pub async fn agent_lease(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         agent: &AgentId,
     ) -> Result<api::AgentLease, ServiceError> {
         if agent.to_string().len() > MAX_AGENT_LEN {

@@ -1,13 +1,14 @@
 //! The human review queue's use cases: list, claim, skip, decide.
 
 use super::*;
+use crate::domain::ids::{QuestId, SessionId};
 
 impl Service {
     /// Quests in REVIEW, oldest first, with their history and L2 answers,
     /// optionally only those a given check raised a doubt about.
     pub async fn review_queue(
         &self,
-        session: Option<Uuid>,
+        session: Option<SessionId>,
         check: Option<&str>,
         limit: u32,
     ) -> Result<Vec<api::Quest>, ServiceError> {
@@ -30,7 +31,7 @@ impl Service {
     pub async fn claim_review(
         &self,
         reviewer: &str,
-        quest_id: Uuid,
+        quest_id: QuestId,
     ) -> Result<api::ReviewClaim, ServiceError> {
         let quest = self
             .store
@@ -44,7 +45,11 @@ impl Service {
     }
 
     /// Gives a reviewer's claim back.
-    pub async fn release_review(&self, reviewer: &str, quest_id: Uuid) -> Result<(), ServiceError> {
+    pub async fn release_review(
+        &self,
+        reviewer: &str,
+        quest_id: QuestId,
+    ) -> Result<(), ServiceError> {
         Ok(self.store.release_review(quest_id, reviewer).await?)
     }
 
@@ -52,7 +57,7 @@ impl Service {
     pub async fn decide_review(
         &self,
         reviewer: &str,
-        quest_id: Uuid,
+        quest_id: QuestId,
         decision: Decision,
         note: &str,
     ) -> Result<api::Quest, ServiceError> {

@@ -15,9 +15,9 @@ pub mod sqlite;
 
 pub use rows::*;
 
+use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use crate::domain::work::{AgentId, CheckFilter, Refusal};
 use crate::domain::{Decision, Role};
@@ -81,32 +81,32 @@ pub trait Store: Send + Sync + 'static {
     async fn create_session(&self, session: NewSession) -> Result<SessionRow, StoreError>;
     /// Every session, newest first.
     async fn list_sessions(&self) -> Result<Vec<SessionRow>, StoreError>;
-    async fn get_session(&self, id: Uuid) -> Result<SessionRow, StoreError>;
+    async fn get_session(&self, id: SessionId) -> Result<SessionRow, StoreError>;
     /// The uploaded file: name, media type, bytes.
-    async fn session_source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), StoreError>;
-    async fn session_status(&self, id: Uuid) -> Result<SessionStatus, StoreError>;
+    async fn session_source(&self, id: SessionId) -> Result<(String, String, Vec<u8>), StoreError>;
+    async fn session_status(&self, id: SessionId) -> Result<SessionStatus, StoreError>;
 
     /// Leases the agent's held quest, or the first open one in upload order.
     /// Expired leases of the session are swept first, inside the same transaction.
     async fn lease_next(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         agent: &AgentId,
     ) -> Result<LeaseOutcome, StoreError>;
     /// Extends a live lease by the session's lease time. The lease's agent must
     /// belong to `token_id` (agents are `<token id>/<name>`).
     async fn heartbeat(
         &self,
-        quest_id: Uuid,
-        lease_id: Uuid,
-        token_id: Uuid,
+        quest_id: QuestId,
+        lease_id: LeaseId,
+        token_id: TokenId,
     ) -> Result<LeaseRow, StoreError>;
     /// Gives a leased quest back without a try or a lapse.
     async fn release(
         &self,
-        quest_id: Uuid,
-        lease_id: Uuid,
-        token_id: Uuid,
+        quest_id: QuestId,
+        lease_id: LeaseId,
+        token_id: TokenId,
     ) -> Result<(), StoreError>;
     /// Returns expired leases to `open` (or DONE after `max_lapses`); the number swept.
     async fn sweep_expired(&self) -> Result<u64, StoreError>;
@@ -123,14 +123,14 @@ pub trait Store: Send + Sync + 'static {
     /// submission changes nothing and returns the record.
     async fn apply_verdict(
         &self,
-        submission_id: Uuid,
+        submission_id: SubmissionId,
         decision: GateDecision,
     ) -> Result<Decided, StoreError>;
     /// Submissions still PENDING, oldest first (re-run after a restart).
-    async fn pending_submissions(&self) -> Result<Vec<Uuid>, StoreError>;
+    async fn pending_submissions(&self) -> Result<Vec<SubmissionId>, StoreError>;
     /// Everything the gate needs to decide a submission.
-    async fn gate_job(&self, submission_id: Uuid) -> Result<GateJob, StoreError>;
-    async fn get_submission(&self, id: Uuid) -> Result<SubmissionRow, StoreError>;
+    async fn gate_job(&self, submission_id: SubmissionId) -> Result<GateJob, StoreError>;
+    async fn get_submission(&self, id: SubmissionId) -> Result<SubmissionRow, StoreError>;
     /// The keys of the session's quests other than `except` whose result holds
     /// `value` at the top-level `field` (ASCII letter case ignored), in upload
     /// order, at most `limit`. A result counts while it is accepted (PASS),
@@ -138,30 +138,30 @@ pub trait Store: Send + Sync + 'static {
     /// checked (PENDING). `field` is a plain name (letters, digits, `_`).
     async fn result_holders(
         &self,
-        session_id: Uuid,
-        except: Uuid,
+        session_id: SessionId,
+        except: QuestId,
         field: &str,
         value: &str,
         limit: u32,
     ) -> Result<Vec<String>, StoreError>;
     /// A submission, its quest, the session's limit, `remaining` and the live lease.
-    async fn submission_view(&self, id: Uuid) -> Result<SubmissionView, StoreError>;
+    async fn submission_view(&self, id: SubmissionId) -> Result<SubmissionView, StoreError>;
 
     /// L2 jobs not answered yet, oldest first (re-run after a restart).
-    async fn pending_l2_jobs(&self) -> Result<Vec<Uuid>, StoreError>;
-    async fn l2_job(&self, id: Uuid) -> Result<L2Job, StoreError>;
+    async fn pending_l2_jobs(&self) -> Result<Vec<L2JobId>, StoreError>;
+    async fn l2_job(&self, id: L2JobId) -> Result<L2Job, StoreError>;
     /// Records a verifier's outcome. When it is the submission's last, applies the
     /// decision (PASS or REVIEW, never tries) in the same transaction. Recording
     /// an already answered job changes nothing and returns its answer.
     async fn record_l2_answer(&self, answer: NewL2Answer) -> Result<L2Recorded, StoreError>;
     /// Every L2 answer about a quest, oldest first.
-    async fn l2_answers(&self, quest_id: Uuid) -> Result<Vec<L2AnswerRow>, StoreError>;
+    async fn l2_answers(&self, quest_id: QuestId) -> Result<Vec<L2AnswerRow>, StoreError>;
 
-    async fn get_quest(&self, id: Uuid) -> Result<QuestRow, StoreError>;
+    async fn get_quest(&self, id: QuestId) -> Result<QuestRow, StoreError>;
     /// A quest's submissions (oldest first) and review decisions.
     async fn quest_history(
         &self,
-        id: Uuid,
+        id: QuestId,
     ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError>;
 
     /// Quests in REVIEW, oldest first, optionally of one session, optionally
@@ -170,34 +170,34 @@ pub trait Store: Send + Sync + 'static {
     /// counts only when that verifier raised a doubt: a flag or no answer.
     async fn review_queue(
         &self,
-        session_id: Option<Uuid>,
+        session_id: Option<SessionId>,
         check: Option<&CheckFilter>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError>;
     /// Gives a reviewer a time-limited claim on a quest in REVIEW.
     async fn claim_review(
         &self,
-        quest_id: Uuid,
+        quest_id: QuestId,
         reviewer: &str,
         seconds: u32,
     ) -> Result<QuestRow, StoreError>;
     /// Gives a reviewer's claim back (a skip), so that others can take the quest at once.
-    async fn release_review(&self, quest_id: Uuid, reviewer: &str) -> Result<(), StoreError>;
+    async fn release_review(&self, quest_id: QuestId, reviewer: &str) -> Result<(), StoreError>;
     /// Approves (→ PASS) or rejects (→ DONE) a quest in REVIEW.
     async fn decide_review(
         &self,
-        quest_id: Uuid,
+        quest_id: QuestId,
         reviewer: &str,
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError>;
 
     /// The result fields of a session's PASS and REVIEW quests, in first-seen order.
-    async fn result_fields(&self, session_id: Uuid) -> Result<Vec<String>, StoreError>;
+    async fn result_fields(&self, session_id: SessionId) -> Result<Vec<String>, StoreError>;
     /// Up to `limit` export rows after `after_row` (exclusive), in upload order.
     async fn export_page(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         after_row: Option<u64>,
         limit: u32,
     ) -> Result<Vec<ExportRow>, StoreError>;
@@ -213,20 +213,20 @@ pub trait Store: Send + Sync + 'static {
     /// with this hash is revived, other live tokens of that name are revoked.
     async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError>;
     async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError>;
-    async fn revoke_token(&self, id: Uuid) -> Result<TokenRow, StoreError>;
+    async fn revoke_token(&self, id: TokenId) -> Result<TokenRow, StoreError>;
     /// The live (not revoked) token with this hash, compared in constant time.
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError>;
 
     /// The uploaded file's name, media type, size and number of pieces.
-    async fn source_info(&self, id: Uuid) -> Result<SourceInfo, StoreError>;
+    async fn source_info(&self, id: SessionId) -> Result<SourceInfo, StoreError>;
     /// Piece `seq` (0-based, [`SOURCE_CHUNK`] bytes) of the uploaded file; `None` past the end.
-    async fn source_chunk(&self, id: Uuid, seq: u64) -> Result<Option<Vec<u8>>, StoreError>;
+    async fn source_chunk(&self, id: SessionId, seq: u64) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// The unexpired lease `agent` (`<token id>/<name>`) holds in a session, read
     /// without changing anything (no sweep, no renewal).
     async fn agent_lease(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         agent: &AgentId,
     ) -> Result<Option<AgentLeaseRow>, StoreError>;
 
@@ -237,7 +237,7 @@ pub trait Store: Send + Sync + 'static {
     async fn create_browser_session(
         &self,
         hash: &str,
-        token_id: Uuid,
+        token_id: TokenId,
         csrf: &str,
         seconds: u32,
     ) -> Result<BrowserSessionRow, StoreError>;
@@ -250,19 +250,23 @@ pub trait Store: Send + Sync + 'static {
     /// Ends a browser session (a sign-out). Ending an ended one changes nothing.
     async fn end_browser_session(&self, hash: &str) -> Result<(), StoreError>;
     /// The running figures of every agent of a session, most recently seen first.
-    async fn agent_stats(&self, session_id: Uuid) -> Result<Vec<AgentStatsRow>, StoreError>;
+    async fn agent_stats(&self, session_id: SessionId) -> Result<Vec<AgentStatsRow>, StoreError>;
     /// The checks whose facts come with most FAIL and REVIEW verdicts, at most `limit`.
     async fn failing_checks(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         limit: u32,
     ) -> Result<Vec<FailingCheckRow>, StoreError>;
     /// Quests decided per minute over the last `minutes` minutes (the current one included).
-    async fn throughput(&self, session_id: Uuid, minutes: u32) -> Result<Throughput, StoreError>;
+    async fn throughput(
+        &self,
+        session_id: SessionId,
+        minutes: u32,
+    ) -> Result<Throughput, StoreError>;
     /// A page of a session's quests matching `query`, in upload order.
     async fn quest_page(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         query: &QuestQuery,
     ) -> Result<QuestPage, StoreError>;
     /// The store's own "now", so that pages judge claims and ages by the same

@@ -1,9 +1,9 @@
 //! The rows and values the [`Store`](super::Store) trait takes and returns:
 //! plain data, the same for every backend.
 
+use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
-use uuid::Uuid;
 
 use crate::domain::session::SessionConfig;
 use crate::domain::table::Row;
@@ -14,7 +14,7 @@ use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict, Verdi
 /// A session and its counts, as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionRow {
-    pub id: Uuid,
+    pub id: SessionId,
     pub name: String,
     pub key_column: String,
     pub config: SessionConfig,
@@ -28,7 +28,7 @@ pub struct SessionRow {
 /// What a scan stores: the session, the uploaded bytes and one quest per row.
 #[derive(Debug, Clone)]
 pub struct NewSession {
-    pub id: Uuid,
+    pub id: SessionId,
     pub name: String,
     pub key_column: String,
     pub config: SessionConfig,
@@ -44,8 +44,8 @@ pub struct NewSession {
 /// One quest, as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct QuestRow {
-    pub id: Uuid,
-    pub session_id: Uuid,
+    pub id: QuestId,
+    pub session_id: SessionId,
     pub row_index: u64,
     pub key: String,
     pub input: Value,
@@ -53,10 +53,10 @@ pub struct QuestRow {
     pub phase: Option<Phase>,
     pub tries: u32,
     pub lapses: u32,
-    pub lease_id: Option<Uuid>,
+    pub lease_id: Option<LeaseId>,
     pub last_facts: Vec<Fact>,
     pub result: Option<Value>,
-    pub submission_id: Option<Uuid>,
+    pub submission_id: Option<SubmissionId>,
     pub receipt: Option<String>,
     pub decided_by: Option<String>,
     pub review_claimed_by: Option<String>,
@@ -69,8 +69,8 @@ pub struct QuestRow {
 /// A live lease.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseRow {
-    pub id: Uuid,
-    pub quest_id: Uuid,
+    pub id: LeaseId,
+    pub quest_id: QuestId,
     pub agent: AgentId,
     pub expires_at: DateTime<Utc>,
 }
@@ -93,10 +93,10 @@ pub enum LeaseOutcome {
 /// One submission, as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubmissionRow {
-    pub id: Uuid,
-    pub quest_id: Uuid,
-    pub session_id: Uuid,
-    pub lease_id: Uuid,
+    pub id: SubmissionId,
+    pub quest_id: QuestId,
+    pub session_id: SessionId,
+    pub lease_id: LeaseId,
     pub agent: AgentId,
     pub result: Value,
     pub verdict: SubmissionVerdict,
@@ -114,10 +114,10 @@ pub struct SubmissionRow {
 /// A result an agent hands in for the quest it holds.
 #[derive(Debug, Clone)]
 pub struct NewSubmission {
-    pub quest_id: Uuid,
-    pub lease_id: Uuid,
+    pub quest_id: QuestId,
+    pub lease_id: LeaseId,
     /// The token of the caller; the lease's agent must belong to it.
-    pub token_id: Uuid,
+    pub token_id: TokenId,
     pub result: Value,
     /// Digest of the canonical result; equal digests on one lease are one retry.
     pub result_hash: String,
@@ -130,7 +130,7 @@ pub enum SubmitOutcome {
     /// with the L2 jobs its PASS created.
     Recorded {
         view: SubmissionView,
-        l2_jobs: Vec<Uuid>,
+        l2_jobs: Vec<L2JobId>,
     },
     /// The identical retry of the quest's latest submission: its record, unchanged.
     Replayed(SubmissionView),
@@ -166,16 +166,16 @@ pub struct Decided {
     pub submission: SubmissionRow,
     pub quest: QuestRow,
     /// L2 jobs written with an L1 PASS that awaits the AI verifiers.
-    pub l2_jobs: Vec<Uuid>,
+    pub l2_jobs: Vec<L2JobId>,
 }
 
 /// One question for one verifier about one accepted submission.
 #[derive(Debug, Clone, PartialEq)]
 pub struct L2Job {
-    pub id: Uuid,
-    pub submission_id: Uuid,
-    pub quest_id: Uuid,
-    pub session_id: Uuid,
+    pub id: L2JobId,
+    pub submission_id: SubmissionId,
+    pub quest_id: QuestId,
+    pub session_id: SessionId,
     pub verifier: String,
     pub question_index: u32,
     pub question: String,
@@ -188,7 +188,7 @@ pub struct L2Job {
 /// A verifier's outcome on one job, ready to be recorded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewL2Answer {
-    pub job_id: Uuid,
+    pub job_id: L2JobId,
     pub model: String,
     /// The reply as received; `None` when there was none.
     pub raw_reply: Option<String>,
@@ -203,9 +203,9 @@ pub struct NewL2Answer {
 /// One recorded L2 answer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct L2AnswerRow {
-    pub job_id: Uuid,
-    pub submission_id: Uuid,
-    pub quest_id: Uuid,
+    pub job_id: L2JobId,
+    pub submission_id: SubmissionId,
+    pub quest_id: QuestId,
     pub verifier: String,
     pub model: String,
     pub question_index: u32,
@@ -316,7 +316,7 @@ pub struct ReviewDecisionRow {
 /// An API token's public part.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenRow {
-    pub id: Uuid,
+    pub id: TokenId,
     pub name: String,
     pub role: Role,
     /// SHA-256 of the secret, hex.
@@ -394,9 +394,9 @@ pub struct FailingCheckRow {
     pub fails: u64,
     pub reviews: u64,
     pub example: Fact,
-    pub quest_id: Uuid,
+    pub quest_id: QuestId,
     pub quest_key: String,
-    pub submission_id: Uuid,
+    pub submission_id: SubmissionId,
 }
 
 /// Quests decided per minute, oldest minute first; the last is the current minute.
@@ -454,8 +454,8 @@ impl Backup {
 /// A live lease with the quest it holds, as [`Store::agent_lease`] reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentLeaseRow {
-    pub lease_id: Uuid,
-    pub quest_id: Uuid,
+    pub lease_id: LeaseId,
+    pub quest_id: QuestId,
     pub key: String,
     pub phase: Phase,
     pub expires_at: DateTime<Utc>,

@@ -9,6 +9,7 @@
 //! (the contract and the gate's artifact); an L1 PASS is stored together with
 //! its L2 jobs, which are then handed to the [`VerifierRunner`].
 
+use crate::domain::ids::{L2JobId, QuestId, SessionId, SubmissionId};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,7 +19,6 @@ use std::panic::AssertUnwindSafe;
 use futures_util::FutureExt;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::domain::prompt;
 use crate::domain::receipt::ReceiptParts;
@@ -31,8 +31,8 @@ use crate::workers::VerifierRunner;
 
 /// One result to check for one quest.
 pub struct Check<'a> {
-    pub session_id: Uuid,
-    pub quest_id: Uuid,
+    pub session_id: SessionId,
+    pub quest_id: QuestId,
     pub key: &'a str,
     pub input: &'a serde_json::Value,
     pub result: &'a serde_json::Value,
@@ -43,7 +43,7 @@ pub struct Check<'a> {
 #[derive(Clone)]
 pub struct GateRunner {
     inner: Arc<Inner>,
-    queue: mpsc::UnboundedSender<Uuid>,
+    queue: mpsc::UnboundedSender<SubmissionId>,
 }
 
 struct Inner {
@@ -66,7 +66,7 @@ const KEPT_GATES: usize = 64;
 struct RecentGates {
     capacity: usize,
     tick: u64,
-    gates: HashMap<Uuid, (u64, Arc<dyn Gate>)>,
+    gates: HashMap<SessionId, (u64, Arc<dyn Gate>)>,
 }
 
 impl RecentGates {
@@ -78,14 +78,14 @@ impl RecentGates {
         }
     }
 
-    fn get(&mut self, session_id: Uuid) -> Option<Arc<dyn Gate>> {
+    fn get(&mut self, session_id: SessionId) -> Option<Arc<dyn Gate>> {
         self.tick += 1;
         let (used, gate) = self.gates.get_mut(&session_id)?;
         *used = self.tick;
         Some(gate.clone())
     }
 
-    fn insert(&mut self, session_id: Uuid, gate: Arc<dyn Gate>) {
+    fn insert(&mut self, session_id: SessionId, gate: Arc<dyn Gate>) {
         if self.gates.len() >= self.capacity && !self.gates.contains_key(&session_id) {
             let oldest = self
                 .gates
@@ -125,7 +125,7 @@ impl GateRunner {
     }
 
     /// Queues a PENDING submission.
-    pub fn enqueue(&self, submission_id: Uuid) {
+    pub fn enqueue(&self, submission_id: SubmissionId) {
         // The receiver lives as long as the runner; after shutdown the submission
         // stays PENDING in the store and is re-run at the next start.
         let _ = self.queue.send(submission_id);
@@ -141,7 +141,11 @@ impl GateRunner {
     }
 
     /// The gate of a session, built once and cached.
-    pub fn gate(&self, session_id: Uuid, config: &GateConfig) -> Result<Arc<dyn Gate>, String> {
+    pub fn gate(
+        &self,
+        session_id: SessionId,
+        config: &GateConfig,
+    ) -> Result<Arc<dyn Gate>, String> {
         self.inner.gate(session_id, config)
     }
 
@@ -162,19 +166,19 @@ impl GateRunner {
     }
 
     /// Queues the L2 jobs a PASS decided in a request created.
-    pub fn enqueue_verifiers(&self, jobs: &[Uuid]) {
+    pub fn enqueue_verifiers(&self, jobs: &[L2JobId]) {
         self.inner.verifiers.enqueue(jobs.iter().copied());
     }
 
     /// Decides one submission: runs its gate and applies the verdict.
-    pub async fn run_once(&self, submission_id: Uuid) -> Result<Decided, StoreError> {
+    pub async fn run_once(&self, submission_id: SubmissionId) -> Result<Decided, StoreError> {
         self.inner.run_once(submission_id).await
     }
 }
 
 async fn run(
     inner: Arc<Inner>,
-    mut rx: mpsc::UnboundedReceiver<Uuid>,
+    mut rx: mpsc::UnboundedReceiver<SubmissionId>,
     workers: usize,
     shutdown: CancellationToken,
 ) {
@@ -202,7 +206,7 @@ impl Inner {
     /// Runs a submission until its decision is stored. A store failure is retried
     /// with back-off (a quest must never stay `checking` for want of a retry);
     /// only shutdown stops it, leaving the submission PENDING for the next start.
-    async fn run_until_decided(&self, id: Uuid, shutdown: &CancellationToken) {
+    async fn run_until_decided(&self, id: SubmissionId, shutdown: &CancellationToken) {
         let mut delay = Duration::from_millis(100);
         loop {
             match self.run_once(id).await {
@@ -223,7 +227,7 @@ impl Inner {
         }
     }
 
-    async fn run_once(&self, submission_id: Uuid) -> Result<Decided, StoreError> {
+    async fn run_once(&self, submission_id: SubmissionId) -> Result<Decided, StoreError> {
         let job = self.store.gate_job(submission_id).await?;
         let gate = self.gate(job.submission.session_id, &job.config.gate);
         let check = Check {
@@ -372,7 +376,7 @@ impl Inner {
         Ok(view)
     }
 
-    fn gate(&self, session_id: Uuid, config: &GateConfig) -> Result<Arc<dyn Gate>, String> {
+    fn gate(&self, session_id: SessionId, config: &GateConfig) -> Result<Arc<dyn Gate>, String> {
         let mut gates = self.gates.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(gate) = gates.get(session_id) {
             return Ok(gate);
@@ -405,7 +409,7 @@ mod tests {
     #[test]
     fn only_the_most_recently_used_gates_are_kept() {
         let mut recent = RecentGates::new(2);
-        let [a, b, c] = [Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4()];
+        let [a, b, c] = [SessionId::new(), SessionId::new(), SessionId::new()];
         recent.insert(a, gate());
         recent.insert(b, gate());
         assert!(

@@ -21,6 +21,7 @@
 //! slow backend never holds up another. (With a very large backlog at start-up
 //! that is many idle tasks; a bounded feeder per backend would cap them.)
 
+use crate::domain::ids::L2JobId;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -29,7 +30,6 @@ use std::time::Duration;
 use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::domain::State;
 use crate::domain::verify::{Answer, L2JobStatus, Question};
@@ -47,7 +47,7 @@ const MAX_STORE_RETRY: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct VerifierRunner {
     inner: Arc<Inner>,
-    queue: mpsc::UnboundedSender<Uuid>,
+    queue: mpsc::UnboundedSender<L2JobId>,
 }
 
 struct Inner {
@@ -56,7 +56,7 @@ struct Inner {
     /// One per declared verifier: its `max_concurrency`.
     permits: HashMap<String, Arc<Semaphore>>,
     /// Jobs queued or running here, so that none runs twice at once.
-    in_flight: Mutex<HashSet<Uuid>>,
+    in_flight: Mutex<HashSet<L2JobId>>,
 }
 
 impl VerifierRunner {
@@ -90,7 +90,7 @@ impl VerifierRunner {
 
     /// Queues jobs that are durable in the store; a job already queued or
     /// running here is skipped.
-    pub fn enqueue(&self, jobs: impl IntoIterator<Item = Uuid>) {
+    pub fn enqueue(&self, jobs: impl IntoIterator<Item = L2JobId>) {
         for id in jobs {
             if self.inner.in_flight().insert(id) {
                 // After shutdown the job stays queued in the store for the next start.
@@ -109,7 +109,7 @@ impl VerifierRunner {
 
     /// Runs one job now, ignoring the concurrency limit: ask, retry, record.
     /// `None` when the job was already answered: nothing is asked then.
-    pub async fn run_once(&self, job_id: Uuid) -> Result<Option<L2Recorded>, StoreError> {
+    pub async fn run_once(&self, job_id: L2JobId) -> Result<Option<L2Recorded>, StoreError> {
         let job = self.inner.store.l2_job(job_id).await?;
         if job.status == L2JobStatus::Answered {
             return Ok(None);
@@ -123,7 +123,7 @@ impl VerifierRunner {
 
 async fn run(
     inner: Arc<Inner>,
-    mut rx: mpsc::UnboundedReceiver<Uuid>,
+    mut rx: mpsc::UnboundedReceiver<L2JobId>,
     shutdown: CancellationToken,
 ) {
     loop {
@@ -144,14 +144,14 @@ async fn run(
 }
 
 impl Inner {
-    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<Uuid>> {
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<L2JobId>> {
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs a job until its answer is stored: reads it, asks its backend within
     /// the backend's concurrency limit, records the outcome. Store failures
     /// are retried; only shutdown (or a job that cannot be recorded) stops it.
-    async fn run_until_recorded(&self, id: Uuid, shutdown: &CancellationToken) {
+    async fn run_until_recorded(&self, id: L2JobId, shutdown: &CancellationToken) {
         let Some(job) = until_stored(id, shutdown, || self.store.l2_job(id)).await else {
             return;
         };
@@ -207,7 +207,11 @@ impl Inner {
 /// that a quest never stays `verifying` for want of a retry; `None` when
 /// shutdown stops it, or when no retry can help: the job or its quest is gone,
 /// or the quest is no longer being verified for this job.
-async fn until_stored<T, F, Fut>(job: Uuid, shutdown: &CancellationToken, mut call: F) -> Option<T>
+async fn until_stored<T, F, Fut>(
+    job: L2JobId,
+    shutdown: &CancellationToken,
+    mut call: F,
+) -> Option<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, StoreError>>,
@@ -392,10 +396,10 @@ mod tests {
             timeout,
         };
         let job = L2Job {
-            id: Uuid::nil(),
-            submission_id: Uuid::nil(),
-            quest_id: Uuid::nil(),
-            session_id: Uuid::nil(),
+            id: L2JobId::new(),
+            submission_id: crate::domain::ids::SubmissionId::new(),
+            quest_id: crate::domain::ids::QuestId::new(),
+            session_id: crate::domain::ids::SessionId::new(),
             verifier: "alpha".into(),
             question_index: 0,
             question: "q?".into(),
@@ -420,7 +424,7 @@ mod tests {
         let calls = std::sync::atomic::AtomicU32::new(0);
         let shutdown = CancellationToken::new();
         let started = Instant::now();
-        let got = until_stored(Uuid::nil(), &shutdown, || {
+        let got = until_stored(L2JobId::new(), &shutdown, || {
             let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             async move {
                 if n < 3 {
@@ -442,7 +446,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn only_shutdown_or_a_job_that_cannot_be_recorded_stops_the_retries() {
         let shutdown = CancellationToken::new();
-        let gone = until_stored(Uuid::nil(), &shutdown, || async {
+        let gone = until_stored(L2JobId::new(), &shutdown, || async {
             Err::<(), _>(StoreError::NotFound("L2 job"))
         });
         assert_eq!(gone.await, None);
@@ -451,7 +455,7 @@ mod tests {
             tokio::time::sleep(Duration::from_secs(600)).await;
             stopper.cancel();
         });
-        let down = until_stored(Uuid::nil(), &shutdown, || async {
+        let down = until_stored(L2JobId::new(), &shutdown, || async {
             Err::<(), _>(StoreError::Unavailable)
         });
         assert_eq!(

@@ -3,6 +3,7 @@
 //! backend [`backends`] opens: SQLite, and PostgreSQL when a local server
 //! answers (each test its own database; see [`crate::postgres`]).
 
+use quest::domain::ids::{LeaseId, QuestId, SessionId, TokenId};
 use std::sync::Arc;
 
 use futures_util::future::join_all;
@@ -17,7 +18,6 @@ use quest::store::{
 };
 use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
-use uuid::Uuid;
 
 use crate::helpers::contact_config;
 use crate::postgres::TestDatabase;
@@ -63,7 +63,7 @@ async fn backends(test: &str) -> Vec<Backend> {
     all
 }
 
-async fn session(store: &dyn Store, n: usize) -> Uuid {
+async fn session(store: &dyn Store, n: usize) -> SessionId {
     let rows = (0..n)
         .map(|i| {
             let input: Map<String, Value> = json!({"company": format!("c{i}")})
@@ -75,7 +75,7 @@ async fn session(store: &dyn Store, n: usize) -> Uuid {
         .collect();
     store
         .create_session(NewSession {
-            id: Uuid::now_v7(),
+            id: SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),
             config: SessionConfig::parse(contact_config(3)).unwrap(),
@@ -113,7 +113,7 @@ fn decision(verdict: Verdict) -> GateDecision {
     }
 }
 
-fn result(quest: Uuid, lease: Uuid, token: Uuid, email: &str) -> NewSubmission {
+fn result(quest: QuestId, lease: LeaseId, token: TokenId, email: &str) -> NewSubmission {
     let result = json!({"email": email});
     NewSubmission {
         quest_id: quest,
@@ -134,10 +134,10 @@ fn code<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str {
 /// Leases for `agents` agents of `token` at once; returns `(quest, lease)` each.
 async fn lease_all(
     store: &dyn Store,
-    session: Uuid,
-    token: Uuid,
+    session: SessionId,
+    token: TokenId,
     agents: usize,
-) -> Vec<(Uuid, Uuid)> {
+) -> Vec<(QuestId, LeaseId)> {
     let ids: Vec<AgentId> = (0..agents)
         .map(|i| AgentId::new(token, format!("a{i}")))
         .collect();
@@ -158,9 +158,9 @@ async fn concurrent_claims_give_each_agent_its_own_quest_and_one_lease_per_sessi
     {
         let store = b.store.as_ref();
         let s = session(store, 100).await;
-        let token = Uuid::now_v7();
+        let token = TokenId::new();
         let first = lease_all(store, s, token, 40).await;
-        let mut quests: Vec<Uuid> = first.iter().map(|(q, _)| *q).collect();
+        let mut quests: Vec<QuestId> = first.iter().map(|(q, _)| *q).collect();
         quests.sort();
         quests.dedup();
         assert_eq!(
@@ -190,7 +190,7 @@ async fn a_stale_lease_among_many_good_submits_is_refused_alone() {
     for b in backends("a_stale_lease_among_many_good_submits_is_refused_alone").await {
         let store = b.store.as_ref();
         let s = session(store, 30).await;
-        let token = Uuid::now_v7();
+        let token = TokenId::new();
         let held = lease_all(store, s, token, 20).await;
         let (stale_quest, stale_lease) = held[7];
         store
@@ -239,7 +239,7 @@ async fn a_write_the_database_refuses_fails_only_its_own_request() {
         .await
         .unwrap();
     let s = session(&store, 20).await;
-    let token = Uuid::now_v7();
+    let token = TokenId::new();
     let held = lease_all(&store, s, token, 12).await;
     let (guilty, _) = held[5];
     // A rule only the database knows: the grouped statement that touches this
@@ -351,7 +351,7 @@ async fn a_fail_keeps_the_lease_a_pass_locks_and_events_follow_every_commit() {
     {
         let store = b.store.as_ref();
         let s = session(store, 2).await;
-        let token = Uuid::now_v7();
+        let token = TokenId::new();
         let [(quest, lease)] = lease_all(store, s, token, 1).await[..] else {
             panic!()
         };
@@ -430,7 +430,7 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
     for b in backends("reviews_are_claimed_by_one_reviewer_and_decided_once").await {
         let store = b.store.as_ref();
         let s = session(store, 1).await;
-        let token = Uuid::now_v7();
+        let token = TokenId::new();
         let [(quest, lease)] = lease_all(store, s, token, 1).await[..] else {
             panic!()
         };

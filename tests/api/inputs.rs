@@ -334,7 +334,7 @@ async fn the_store_keeps_an_upload_in_pieces_read_one_at_a_time() {
     let input = json!({"company": "Acme"}).as_object().unwrap().clone();
     let session = store
         .create_session(NewSession {
-            id: uuid::Uuid::now_v7(),
+            id: quest::domain::ids::SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),
             config: quest::domain::session::SessionConfig::parse(contact_config(3)).unwrap(),

@@ -1,6 +1,7 @@
 //! The store's contract, driven directly: the conflicts that need a submission
 //! to stay PENDING, which no gate on a live server holds still for.
 
+use quest::domain::ids::{LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use std::sync::Arc;
 
 use quest::domain::session::SessionConfig;
@@ -12,11 +13,11 @@ use quest::store::{
     SubmitOutcome,
 };
 use serde_json::{Map, Value, json};
-use uuid::Uuid;
 
 use crate::helpers::contact_config;
 
-async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, Uuid, Uuid, Uuid) {
+async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, TokenId, QuestId, LeaseId)
+{
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(
         &dir.path().join("q.db"),
@@ -32,7 +33,7 @@ async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, Uuid,
     let input: Map<String, Value> = json!({"company": "Acme"}).as_object().unwrap().clone();
     let session = store
         .create_session(NewSession {
-            id: Uuid::now_v7(),
+            id: SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),
             config: SessionConfig::parse(contact_config(3)).unwrap(),
@@ -133,7 +134,9 @@ async fn a_token_other_than_the_holders_cannot_use_the_lease() {
 }
 
 /// A store with one session of the named companies, and an agent token.
-async fn store_with_session(companies: &[&str]) -> (tempfile::TempDir, SqliteStore, Uuid, Uuid) {
+async fn store_with_session(
+    companies: &[&str],
+) -> (tempfile::TempDir, SqliteStore, TokenId, SessionId) {
     let dir = tempfile::tempdir().unwrap();
     let store = SqliteStore::open(
         &dir.path().join("q.db"),
@@ -150,7 +153,7 @@ async fn store_with_session(companies: &[&str]) -> (tempfile::TempDir, SqliteSto
     (dir, store, token.id, session)
 }
 
-async fn add_session(store: &SqliteStore, companies: &[&str]) -> Uuid {
+async fn add_session(store: &SqliteStore, companies: &[&str]) -> SessionId {
     let rows = companies
         .iter()
         .map(|c| {
@@ -160,7 +163,7 @@ async fn add_session(store: &SqliteStore, companies: &[&str]) -> Uuid {
         .collect();
     store
         .create_session(NewSession {
-            id: Uuid::now_v7(),
+            id: SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),
             config: SessionConfig::parse(contact_config(3)).unwrap(),
@@ -180,11 +183,11 @@ async fn add_session(store: &SqliteStore, companies: &[&str]) -> Uuid {
 /// returns the quest and the PENDING submission.
 async fn submit_email(
     store: &SqliteStore,
-    token: Uuid,
-    session: Uuid,
+    token: TokenId,
+    session: SessionId,
     agent: &str,
     email: &str,
-) -> (Uuid, Uuid) {
+) -> (QuestId, SubmissionId) {
     let LeaseOutcome::Assigned { quest, lease, .. } = store
         .lease_next(session, &AgentId::new(token, agent))
         .await
@@ -212,7 +215,7 @@ async fn submit_email(
     (quest.id, view.submission.id)
 }
 
-async fn decide(store: &SqliteStore, submission: Uuid, verdict: Verdict) {
+async fn decide(store: &SqliteStore, submission: SubmissionId, verdict: Verdict) {
     store
         .apply_verdict(
             submission,
@@ -234,7 +237,7 @@ async fn decide(store: &SqliteStore, submission: Uuid, verdict: Verdict) {
 async fn the_holders_of_a_result_value_are_the_other_quests_that_keep_it() {
     let (_dir, store, token, session) =
         store_with_session(&["Acme", "Beta", "Gamma", "Delta"]).await;
-    let holders = |except: Uuid, value: &'static str| {
+    let holders = |except: QuestId, value: &'static str| {
         let store = &store;
         async move {
             store
@@ -244,7 +247,7 @@ async fn the_holders_of_a_result_value_are_the_other_quests_that_keep_it() {
         }
     };
     let (acme, acme_sub) = submit_email(&store, token, session, "a", "info@acme.test").await;
-    let stranger = Uuid::now_v7();
+    let stranger = QuestId::new();
     assert_eq!(
         holders(stranger, "INFO@Acme.test").await,
         ["Acme"],

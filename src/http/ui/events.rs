@@ -5,6 +5,7 @@
 //! when the session changes, at most every [`THROTTLE`], and ends when the
 //! browser session does.
 
+use crate::domain::ids::SessionId;
 use std::collections::HashSet;
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -18,7 +19,6 @@ use tokio::sync::{broadcast, mpsc};
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use uuid::Uuid;
 
 use super::PageError;
 use super::auth::Signed;
@@ -43,7 +43,7 @@ pub async fn stream(
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, PageError> {
     let ids = url::form_urlencoded::parse(uri.query().unwrap_or_default().as_bytes())
         .filter(|(k, _)| k == "session")
-        .map(|(_, v)| Uuid::parse_str(&v))
+        .map(|(_, v)| v.parse::<SessionId>())
         .collect::<Result<HashSet<_>, _>>()
         .map_err(|_| PageError::bad_request("A `session` parameter is not a session id."))?;
     if ids.len() > MAX_SESSIONS {
@@ -68,7 +68,7 @@ pub async fn stream(
 async fn pump(
     service: Arc<Service>,
     cookie: String,
-    watched: Option<HashSet<Uuid>>,
+    watched: Option<HashSet<SessionId>>,
     tx: mpsc::Sender<Event>,
 ) {
     let mut events = service.subscribe();
@@ -83,7 +83,7 @@ async fn pump(
         }
     };
     // The first update goes out at once: the page may have been drawn a while ago.
-    let mut dirty: HashSet<Uuid> = everything().await;
+    let mut dirty: HashSet<SessionId> = everything().await;
     let mut flush_at = Some(Instant::now());
     let mut recheck = tokio::time::interval(RECHECK);
     recheck.tick().await;

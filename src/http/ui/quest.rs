@@ -2,6 +2,7 @@
 //! submission with its verdict, facts, evidence and AI answers, the review
 //! decisions and the receipt.
 
+use crate::domain::ids::QuestId;
 use axum::extract::State;
 use axum::response::Html;
 use serde::Serialize;
@@ -23,7 +24,7 @@ struct QuestPage {
 pub async fn page(
     State(state): State<AppState>,
     signed: Signed<Read>,
-    PagePath(id): PagePath<uuid::Uuid>,
+    PagePath(id): PagePath<QuestId>,
 ) -> Result<Html<String>, PageError> {
     let quest = state.service.quest(id).await?;
     let session = state.service.get_session(quest.session_id).await?;

@@ -3,11 +3,11 @@
 //! note, skip and moving on are plain forms (the script binds them to keys);
 //! a bulk decision lists the quests it will decide and decides exactly those.
 
+use crate::domain::ids::{QuestId, SessionId};
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use super::auth::{Fields, Signed, SignedForm};
 use super::view::{QuestView, query};
@@ -25,13 +25,13 @@ const QUEUE_SHOWN: u32 = 200;
 /// The review page's address: the filter, the quest to open, what just happened.
 #[derive(Debug, Default, Deserialize)]
 pub struct ReviewQuery {
-    session: Option<Uuid>,
+    session: Option<SessionId>,
     check: Option<String>,
-    quest: Option<Uuid>,
+    quest: Option<QuestId>,
     /// A quest just skipped: not reopened by default.
-    skip: Option<Uuid>,
+    skip: Option<QuestId>,
     /// A quest just decided, to confirm it.
-    last: Option<Uuid>,
+    last: Option<QuestId>,
     error: Option<String>,
     decision: Option<String>,
 }
@@ -76,9 +76,9 @@ fn held_by_other(q: &QuestRow, me: &str, now: DateTime<Utc>) -> Option<String> {
 
 #[derive(Serialize)]
 struct QueueItem {
-    id: Uuid,
+    id: QuestId,
     key: String,
-    session_id: Uuid,
+    session_id: SessionId,
     updated_at: DateTime<Utc>,
     held_by: Option<String>,
     current: bool,
@@ -87,7 +87,7 @@ struct QueueItem {
 
 #[derive(Serialize)]
 struct SessionOption {
-    id: Uuid,
+    id: SessionId,
     name: String,
     review: u64,
     selected: bool,
@@ -95,7 +95,7 @@ struct SessionOption {
 
 #[derive(Serialize)]
 struct LastDecision {
-    id: Uuid,
+    id: QuestId,
     key: String,
     state: QuestState,
 }
@@ -107,12 +107,12 @@ struct ReviewPage {
     held_by: Option<String>,
     queue: Vec<QueueItem>,
     more: bool,
-    previous: Option<Uuid>,
-    next: Option<Uuid>,
+    previous: Option<QuestId>,
+    next: Option<QuestId>,
     /// Where a skip goes: the next quest, else the first other one.
-    skip_to: Option<Uuid>,
+    skip_to: Option<QuestId>,
     sessions: Vec<SessionOption>,
-    session: Option<Uuid>,
+    session: Option<SessionId>,
     check: String,
     filter: String,
     last: Option<LastDecision>,
@@ -262,7 +262,7 @@ fn decision(fields: &Fields) -> Result<Decision, PageError> {
 /// Approves or rejects one quest, then opens the next.
 pub async fn decide(
     State(state): State<AppState>,
-    PagePath(id): PagePath<Uuid>,
+    PagePath(id): PagePath<QuestId>,
     form: SignedForm<Review>,
 ) -> Result<Response, PageError> {
     let decision = decision(&form.fields)?;
@@ -287,7 +287,7 @@ pub async fn decide(
 /// Gives the claim back (a skip, or moving to another quest) and opens `to`.
 pub async fn release(
     State(state): State<AppState>,
-    PagePath(id): PagePath<Uuid>,
+    PagePath(id): PagePath<QuestId>,
     form: SignedForm<Review>,
 ) -> Result<Response, PageError> {
     match state.service.release_review(&form.me.name, id).await {
@@ -299,7 +299,7 @@ pub async fn release(
     let to = form
         .fields
         .get("to")
-        .and_then(|t| Uuid::parse_str(t).ok())
+        .and_then(|t| t.parse::<QuestId>().ok())
         .map(|t| t.to_string());
     let skipped = id.to_string();
     let more = match &to {
@@ -311,7 +311,7 @@ pub async fn release(
 
 #[derive(Serialize)]
 struct Listed {
-    id: Uuid,
+    id: QuestId,
     key: String,
     held_by: Option<String>,
 }
@@ -328,7 +328,7 @@ struct BulkPage {
     done: bool,
     decided: Vec<Listed>,
     gone: usize,
-    session: Option<Uuid>,
+    session: Option<SessionId>,
     check: String,
     filter: String,
     error: Option<&'static str>,
@@ -391,7 +391,7 @@ pub async fn bulk_decide(
     let ids = form
         .fields
         .all("quest")
-        .map(Uuid::parse_str)
+        .map(str::parse::<QuestId>)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| PageError::bad_request("A listed quest id is not a UUID."))?;
     let outcome = match state
@@ -412,7 +412,7 @@ pub async fn bulk_decide(
     let session = form
         .fields
         .get("session")
-        .and_then(|s| Uuid::parse_str(s).ok());
+        .and_then(|s| s.parse::<SessionId>().ok());
     let check = form.fields.get("check").unwrap_or_default().to_owned();
     let page = BulkPage {
         decision,

@@ -2,11 +2,11 @@
 //! agents table, the checks that fail most, the quest table (filtered by
 //! state, searched by key, paged by upload order) and the exports.
 
+use crate::domain::ids::{QuestId, SessionId};
 use axum::extract::State;
 use axum::response::{Html, Response};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use uuid::Uuid;
 
 use super::auth::Signed;
 use super::chart::{self, Chart};
@@ -58,14 +58,14 @@ struct FailingView {
     expected: String,
     actual: String,
     hint: String,
-    quest_id: Uuid,
+    quest_id: QuestId,
     quest_key: String,
     quests_url: String,
 }
 
 #[derive(Serialize)]
 struct QuestLine {
-    id: Uuid,
+    id: QuestId,
     row: u64,
     key: String,
     state: QuestState,
@@ -116,7 +116,7 @@ fn parse_state(s: Option<&str>) -> Result<Option<QuestState>, PageError> {
 pub async fn page(
     State(state): State<AppState>,
     signed: Signed<Read>,
-    PagePath(id): PagePath<Uuid>,
+    PagePath(id): PagePath<SessionId>,
     PageQuery(t): PageQuery<TableQuery>,
 ) -> Result<Html<String>, PageError> {
     let quest_state = parse_state(t.state.as_deref())?;
@@ -253,7 +253,7 @@ pub struct ExportQuery {
 pub async fn export(
     State(state): State<AppState>,
     _signed: Signed<Read>,
-    PagePath(id): PagePath<Uuid>,
+    PagePath(id): PagePath<SessionId>,
     PageQuery(q): PageQuery<ExportQuery>,
 ) -> Result<Response, PageError> {
     let requested = q.format.as_deref().unwrap_or("csv");

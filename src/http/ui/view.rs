@@ -3,11 +3,11 @@
 //! and the match inside an evidence snippet marked. Values stay text here;
 //! the templates escape them.
 
+use crate::domain::ids::{QuestId, SessionId, SubmissionId};
 use chrono::{DateTime, Utc};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
 use serde_json::Value;
-use uuid::Uuid;
 
 use crate::api::{self, L2Answer, ReviewDecision, Status};
 use crate::domain::{Fact, Phase, State, SubmissionVerdict};
@@ -99,7 +99,7 @@ pub fn segments(s: &Status) -> Vec<Segment> {
 /// A session as a row of the dashboard or the head of its page.
 #[derive(Debug, Clone, Serialize)]
 pub struct SessionView {
-    pub id: Uuid,
+    pub id: SessionId,
     pub name: String,
     pub gate: String,
     pub source_name: String,
@@ -307,7 +307,7 @@ pub fn agent_name(agent: &str) -> &str {
 /// One submission in a quest's history.
 #[derive(Debug, Clone, Serialize)]
 pub struct SubmissionView {
-    pub id: Uuid,
+    pub id: SubmissionId,
     pub number: usize,
     pub agent: String,
     pub agent_id: String,
@@ -337,8 +337,8 @@ pub struct Claim {
 /// A quest with its whole history.
 #[derive(Debug, Clone, Serialize)]
 pub struct QuestView {
-    pub id: Uuid,
-    pub session_id: Uuid,
+    pub id: QuestId,
+    pub session_id: SessionId,
     pub key: String,
     pub row: u64,
     pub state: State,
@@ -522,7 +522,7 @@ mod tests {
     #[test]
     fn the_bar_is_cut_in_proportion_to_the_counts() {
         let status: Status = serde_json::from_value(json!({
-            "session_id": Uuid::nil(), "total": 4, "remaining": 2, "open": 1, "leased": 1, "checking": 0,
+            "session_id": uuid::Uuid::nil(), "total": 4, "remaining": 2, "open": 1, "leased": 1, "checking": 0,
             "verifying": 0, "pass": 1, "review": 1, "done": 0, "submissions": 2, "agents_active": 1,
             "rate_per_minute": 0.0, "eta_seconds": null
         }))

@@ -3,9 +3,9 @@
 //! not renew, sweep or claim anything. Free functions over the read pool, so
 //! that `impl Store for SqliteStore` calls each in one line.
 
+use crate::domain::ids::SessionId;
 use chrono::{DateTime, Utc};
 use sqlx::{Row, SqlitePool};
-use uuid::Uuid;
 
 use super::codec::{parse_ts, text, ts, uuid};
 use crate::domain::work::AgentId;
@@ -17,7 +17,7 @@ use crate::store::{AgentLeaseRow, StoreError};
 /// carries it: the same three conditions the write path fences on.
 pub async fn agent_lease(
     pool: &SqlitePool,
-    session_id: Uuid,
+    session_id: SessionId,
     agent: &AgentId,
     now: DateTime<Utc>,
 ) -> Result<Option<AgentLeaseRow>, StoreError> {

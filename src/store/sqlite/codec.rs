@@ -39,8 +39,11 @@ pub fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, StoreError> {
     serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("json: {e}")))
 }
 
-pub fn uuid(s: &str) -> Result<Uuid, StoreError> {
-    Uuid::parse_str(s).map_err(|e| StoreError::Corrupt(format!("uuid `{s}`: {e}")))
+/// An id of any kind (`SessionId`, `QuestId`, …, or a bare `Uuid`) from its text.
+pub fn uuid<T: From<Uuid>>(s: &str) -> Result<T, StoreError> {
+    Uuid::parse_str(s)
+        .map(T::from)
+        .map_err(|e| StoreError::Corrupt(format!("uuid `{s}`: {e}")))
 }
 
 pub fn text<T: FromStr>(s: &str) -> Result<T, StoreError>

@@ -3,10 +3,10 @@
 //! figures behind these reads are kept by the triggers of migration 0006, so
 //! each read costs the same however many quests a session holds.
 
+use crate::domain::ids::{SessionId, TokenId};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteRow;
-use uuid::Uuid;
 
 use super::codec::*;
 use super::writer::WriteCtx;
@@ -36,7 +36,7 @@ fn browser_session_row(r: &SqliteRow) -> Result<BrowserSessionRow, StoreError> {
 pub(super) async fn create_browser_session(
     ctx: &mut WriteCtx,
     hash: String,
-    token_id: Uuid,
+    token_id: TokenId,
     csrf: String,
     seconds: u32,
 ) -> Result<BrowserSessionRow, StoreError> {
@@ -124,7 +124,7 @@ const MAX_AGENTS: i64 = 500;
 
 pub(super) async fn agent_stats(
     pool: &SqlitePool,
-    session_id: Uuid,
+    session_id: SessionId,
 ) -> Result<Vec<AgentStatsRow>, StoreError> {
     let rows = sqlx::query(
         "SELECT a.*, t.name AS token_name FROM console_agent_stats a
@@ -158,7 +158,7 @@ pub(super) async fn agent_stats(
 
 pub(super) async fn failing_checks(
     pool: &SqlitePool,
-    session_id: Uuid,
+    session_id: SessionId,
     limit: u32,
 ) -> Result<Vec<FailingCheckRow>, StoreError> {
     let rows = sqlx::query(
@@ -201,7 +201,7 @@ fn minute_key(t: DateTime<Utc>) -> String {
 pub(super) async fn throughput(
     pool: &SqlitePool,
     now: DateTime<Utc>,
-    session_id: Uuid,
+    session_id: SessionId,
     minutes: u32,
 ) -> Result<Throughput, StoreError> {
     let minutes = minutes.max(1);
@@ -233,7 +233,7 @@ pub(super) async fn throughput(
 
 /// The filter of a quest page as SQL, with its values in bind order. Only the
 /// conditions asked for are written, so that the planner can use the state index.
-fn quest_filter(session_id: Uuid, q: &QuestQuery) -> (String, Vec<String>) {
+fn quest_filter(session_id: SessionId, q: &QuestQuery) -> (String, Vec<String>) {
     let mut sql = String::from("q.session_id = ?");
     let mut binds = vec![session_id.to_string()];
     if let Some(state) = q.state {
@@ -295,7 +295,7 @@ async fn quest_rows(
 
 pub(super) async fn quest_page(
     pool: &SqlitePool,
-    session_id: Uuid,
+    session_id: SessionId,
     query: &QuestQuery,
 ) -> Result<QuestPage, StoreError> {
     let filter = quest_filter(session_id, query);

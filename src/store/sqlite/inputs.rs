@@ -2,8 +2,8 @@
 //! its session, read one piece at a time. Free functions that
 //! `impl Store for SqliteStore` calls.
 
+use crate::domain::ids::SessionId;
 use sqlx::{Row, SqlitePool};
-use uuid::Uuid;
 
 use super::writer::WriteCtx;
 use crate::store::{SourceInfo, StoreError};
@@ -14,7 +14,7 @@ pub const SOURCE_CHUNK: usize = 1 << 20;
 /// Stores `bytes` as the session's uploaded file, piece by piece.
 pub(super) async fn insert_source(
     ctx: &mut WriteCtx,
-    session_id: Uuid,
+    session_id: SessionId,
     bytes: &[u8],
 ) -> Result<(), StoreError> {
     // An empty file is one empty piece, so every session has a piece 0.
@@ -36,7 +36,10 @@ pub(super) async fn insert_source(
 }
 
 /// The uploaded file's name, media type and size; `length()` reads no piece.
-pub(super) async fn source_info(pool: &SqlitePool, id: Uuid) -> Result<SourceInfo, StoreError> {
+pub(super) async fn source_info(
+    pool: &SqlitePool,
+    id: SessionId,
+) -> Result<SourceInfo, StoreError> {
     let row = sqlx::query(
         "SELECT s.source_name, s.source_type,
                 (SELECT COALESCE(SUM(length(c.bytes)), 0) FROM session_source_chunks c
@@ -59,7 +62,7 @@ pub(super) async fn source_info(pool: &SqlitePool, id: Uuid) -> Result<SourceInf
 /// Piece `seq` of the uploaded file; `None` past the last one.
 pub(super) async fn source_chunk(
     pool: &SqlitePool,
-    id: Uuid,
+    id: SessionId,
     seq: u64,
 ) -> Result<Option<Vec<u8>>, StoreError> {
     Ok(sqlx::query_scalar(
@@ -74,7 +77,7 @@ pub(super) async fn source_chunk(
 /// The whole uploaded file, its pieces joined.
 pub(super) async fn whole_source(
     pool: &SqlitePool,
-    id: Uuid,
+    id: SessionId,
 ) -> Result<(String, String, Vec<u8>), StoreError> {
     let info = source_info(pool, id).await?;
     let pieces: Vec<Vec<u8>> = sqlx::query_scalar(

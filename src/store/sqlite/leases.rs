@@ -1,8 +1,8 @@
 //! Leases: `next` (claims), heartbeats, releases and lapses, each kind a
 //! group of a few multi-row statements (see [`super::writer`]).
 
+use crate::domain::ids::{LeaseId, QuestId, SessionId, TokenId};
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use super::codec::*;
 use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
@@ -12,15 +12,15 @@ use crate::store::{LeaseOutcome, LeaseRow, QuestRow, StoreError};
 
 /// `next`: the agent's held quest, or the first open one in upload order.
 pub struct Lease {
-    pub session: Uuid,
+    pub session: SessionId,
     pub agent: AgentId,
 }
 
 /// A request on a held lease (heartbeat, release).
 pub struct Hold {
-    pub quest: Uuid,
-    pub lease: Uuid,
-    pub token: Uuid,
+    pub quest: QuestId,
+    pub lease: LeaseId,
+    pub token: TokenId,
 }
 
 /// Extends a live lease by the session's lease time.
@@ -40,7 +40,7 @@ impl Ranked for Lease {
 
 impl Kind for Lease {
     type Out = LeaseOutcome;
-    type Key = (Uuid, AgentId);
+    type Key = (SessionId, AgentId);
     fn key(&self) -> Self::Key {
         (self.session, self.agent.clone())
     }
@@ -70,7 +70,7 @@ impl Kind for Lease {
                 lease: lease_of(&lease),
             }));
         }
-        let mut sessions: Vec<Uuid> = Vec::new();
+        let mut sessions: Vec<SessionId> = Vec::new();
         for (i, r) in reqs.iter().enumerate() {
             if out[i].is_none() && !sessions.contains(&r.session) {
                 sessions.push(r.session);
@@ -96,7 +96,7 @@ impl Kind for Lease {
 /// session is finished.
 async fn claim(
     ctx: &mut WriteCtx,
-    session: Uuid,
+    session: SessionId,
     idle: &[usize],
     reqs: &[Lease],
 ) -> Result<Vec<(usize, Result<LeaseOutcome, StoreError>)>, GroupError> {
@@ -112,7 +112,7 @@ async fn claim(
     };
     let leased = work::step(QuestStatus::new(), Transition::Lease)
         .map_err(|e| GroupError::Refused(StoreError::Corrupt(e.to_string())))?;
-    let ids: Vec<Uuid> = idle.iter().map(|_| Uuid::now_v7()).collect();
+    let ids: Vec<LeaseId> = idle.iter().map(|_| LeaseId::new()).collect();
     let wanted: Vec<Value> = ids.iter().map(|id| json!({"l": id.to_string()})).collect();
     let claimed = ctx
         .rows(
@@ -251,8 +251,8 @@ async fn held<'r>(
 
 impl Kind for Heartbeat {
     type Out = LeaseRow;
-    type Key = Uuid;
-    fn key(&self) -> Uuid {
+    type Key = QuestId;
+    fn key(&self) -> QuestId {
         self.0.quest
     }
     async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<LeaseRow> {
@@ -280,8 +280,8 @@ impl Kind for Heartbeat {
 
 impl Kind for Release {
     type Out = ();
-    type Key = Uuid;
-    fn key(&self) -> Uuid {
+    type Key = QuestId;
+    fn key(&self) -> QuestId {
         self.0.quest
     }
     async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<()> {
@@ -376,7 +376,10 @@ pub async fn save_quests(ctx: &mut WriteCtx, quests: &[QuestRow]) -> Result<(), 
 }
 
 /// Ends live leases, each for its reason.
-pub async fn end_leases(ctx: &mut WriteCtx, leases: &[(Uuid, LeaseEnd)]) -> Result<(), GroupError> {
+pub async fn end_leases(
+    ctx: &mut WriteCtx,
+    leases: &[(LeaseId, LeaseEnd)],
+) -> Result<(), GroupError> {
     if leases.is_empty() {
         return Ok(());
     }
@@ -400,7 +403,7 @@ pub async fn end_leases(ctx: &mut WriteCtx, leases: &[(Uuid, LeaseEnd)]) -> Resu
 /// Moves the expiry of live leases.
 pub async fn renew_leases(
     ctx: &mut WriteCtx,
-    leases: &[(Uuid, chrono::DateTime<chrono::Utc>)],
+    leases: &[(LeaseId, chrono::DateTime<chrono::Utc>)],
 ) -> Result<(), GroupError> {
     if leases.is_empty() {
         return Ok(());

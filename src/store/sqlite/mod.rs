@@ -22,6 +22,7 @@ mod verdicts;
 mod verify;
 mod writer;
 
+use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +33,6 @@ pub use sqlx::sqlite::SqliteConnectOptions;
 use sqlx::sqlite::{SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{ConnectOptions, SqlitePool};
 use tokio::sync::{broadcast, mpsc, oneshot};
-use uuid::Uuid;
 
 use super::*;
 use crate::domain::{Clock, QuestEvent};
@@ -173,7 +173,7 @@ impl SqliteStore {
         answer.await.map_err(|_| StoreError::Unavailable)?
     }
 
-    fn counts(&self, session: Uuid) -> Counts {
+    fn counts(&self, session: SessionId) -> Counts {
         self.counters
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -229,28 +229,32 @@ impl Store for SqliteStore {
         reads::list_sessions(&self.read).await
     }
 
-    async fn get_session(&self, id: Uuid) -> Result<SessionRow, StoreError> {
+    async fn get_session(&self, id: SessionId) -> Result<SessionRow, StoreError> {
         reads::get_session(&self.read, id).await
     }
 
-    async fn session_source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), StoreError> {
+    async fn session_source(&self, id: SessionId) -> Result<(String, String, Vec<u8>), StoreError> {
         inputs::whole_source(&self.read, id).await
     }
 
-    async fn session_status(&self, id: Uuid) -> Result<SessionStatus, StoreError> {
+    async fn session_status(&self, id: SessionId) -> Result<SessionStatus, StoreError> {
         reads::session_status(&self.read, id, self.counts(id), self.clock.now()).await
     }
 
-    async fn lease_next(&self, session: Uuid, agent: &AgentId) -> Result<LeaseOutcome, StoreError> {
+    async fn lease_next(
+        &self,
+        session: SessionId,
+        agent: &AgentId,
+    ) -> Result<LeaseOutcome, StoreError> {
         let agent = agent.clone();
         self.group(Lease { session, agent }).await
     }
 
     async fn heartbeat(
         &self,
-        quest: Uuid,
-        lease: Uuid,
-        token: Uuid,
+        quest: QuestId,
+        lease: LeaseId,
+        token: TokenId,
     ) -> Result<LeaseRow, StoreError> {
         self.group(Heartbeat(Hold {
             quest,
@@ -260,7 +264,12 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn release(&self, quest: Uuid, lease: Uuid, token: Uuid) -> Result<(), StoreError> {
+    async fn release(
+        &self,
+        quest: QuestId,
+        lease: LeaseId,
+        token: TokenId,
+    ) -> Result<(), StoreError> {
         self.group(Release(Hold {
             quest,
             lease,
@@ -286,7 +295,7 @@ impl Store for SqliteStore {
 
     async fn apply_verdict(
         &self,
-        submission: Uuid,
+        submission: SubmissionId,
         decision: GateDecision,
     ) -> Result<Decided, StoreError> {
         self.group(Decide {
@@ -296,22 +305,22 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn pending_submissions(&self) -> Result<Vec<Uuid>, StoreError> {
+    async fn pending_submissions(&self) -> Result<Vec<SubmissionId>, StoreError> {
         reads::pending_submissions(&self.read).await
     }
 
-    async fn gate_job(&self, submission_id: Uuid) -> Result<GateJob, StoreError> {
+    async fn gate_job(&self, submission_id: SubmissionId) -> Result<GateJob, StoreError> {
         reads::gate_job(&self.read, submission_id).await
     }
 
-    async fn get_submission(&self, id: Uuid) -> Result<SubmissionRow, StoreError> {
+    async fn get_submission(&self, id: SubmissionId) -> Result<SubmissionRow, StoreError> {
         reads::get_submission(&self.read, id).await
     }
 
     async fn result_holders(
         &self,
-        session_id: Uuid,
-        except: Uuid,
+        session_id: SessionId,
+        except: QuestId,
         field: &str,
         value: &str,
         limit: u32,
@@ -319,15 +328,15 @@ impl Store for SqliteStore {
         reads::result_holders(&self.read, session_id, except, field, value, limit).await
     }
 
-    async fn submission_view(&self, id: Uuid) -> Result<SubmissionView, StoreError> {
+    async fn submission_view(&self, id: SubmissionId) -> Result<SubmissionView, StoreError> {
         reads::submission_view(&self.read, id, |s| self.counts(s).remaining()).await
     }
 
-    async fn pending_l2_jobs(&self) -> Result<Vec<Uuid>, StoreError> {
+    async fn pending_l2_jobs(&self) -> Result<Vec<L2JobId>, StoreError> {
         reads::pending_l2_jobs(&self.read).await
     }
 
-    async fn l2_job(&self, id: Uuid) -> Result<L2Job, StoreError> {
+    async fn l2_job(&self, id: L2JobId) -> Result<L2Job, StoreError> {
         reads::l2_job(&self.read, id).await
     }
 
@@ -335,24 +344,24 @@ impl Store for SqliteStore {
         single!(self, |ctx| verify::record_l2_answer(ctx, answer).await)
     }
 
-    async fn l2_answers(&self, quest_id: Uuid) -> Result<Vec<L2AnswerRow>, StoreError> {
+    async fn l2_answers(&self, quest_id: QuestId) -> Result<Vec<L2AnswerRow>, StoreError> {
         reads::l2_answers(&self.read, quest_id).await
     }
 
-    async fn get_quest(&self, id: Uuid) -> Result<QuestRow, StoreError> {
+    async fn get_quest(&self, id: QuestId) -> Result<QuestRow, StoreError> {
         reads::get_quest(&self.read, id).await
     }
 
     async fn quest_history(
         &self,
-        id: Uuid,
+        id: QuestId,
     ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError> {
         reads::quest_history(&self.read, id).await
     }
 
     async fn review_queue(
         &self,
-        session_id: Option<Uuid>,
+        session_id: Option<SessionId>,
         check: Option<&CheckFilter>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError> {
@@ -361,7 +370,7 @@ impl Store for SqliteStore {
 
     async fn claim_review(
         &self,
-        quest_id: Uuid,
+        quest_id: QuestId,
         reviewer: &str,
         seconds: u32,
     ) -> Result<QuestRow, StoreError> {
@@ -372,7 +381,7 @@ impl Store for SqliteStore {
         .await)
     }
 
-    async fn release_review(&self, quest_id: Uuid, reviewer: &str) -> Result<(), StoreError> {
+    async fn release_review(&self, quest_id: QuestId, reviewer: &str) -> Result<(), StoreError> {
         let reviewer = reviewer.to_owned();
         single!(self, |ctx| verify::release_review(ctx, quest_id, reviewer)
             .await)
@@ -380,7 +389,7 @@ impl Store for SqliteStore {
 
     async fn decide_review(
         &self,
-        quest_id: Uuid,
+        quest_id: QuestId,
         reviewer: &str,
         decision: Decision,
         note: &str,
@@ -392,13 +401,13 @@ impl Store for SqliteStore {
         .await)
     }
 
-    async fn result_fields(&self, session_id: Uuid) -> Result<Vec<String>, StoreError> {
+    async fn result_fields(&self, session_id: SessionId) -> Result<Vec<String>, StoreError> {
         reads::result_fields(&self.read, session_id).await
     }
 
     async fn export_page(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         after_row: Option<u64>,
         limit: u32,
     ) -> Result<Vec<ExportRow>, StoreError> {
@@ -426,7 +435,7 @@ impl Store for SqliteStore {
         reads::list_tokens(&self.read).await
     }
 
-    async fn revoke_token(&self, id: Uuid) -> Result<TokenRow, StoreError> {
+    async fn revoke_token(&self, id: TokenId) -> Result<TokenRow, StoreError> {
         single!(self, |ctx| sessions::revoke_token(ctx, id).await)
     }
 
@@ -434,17 +443,17 @@ impl Store for SqliteStore {
         reads::find_token(&self.read, hash).await
     }
 
-    async fn source_info(&self, id: Uuid) -> Result<SourceInfo, StoreError> {
+    async fn source_info(&self, id: SessionId) -> Result<SourceInfo, StoreError> {
         inputs::source_info(&self.read, id).await
     }
 
-    async fn source_chunk(&self, id: Uuid, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn source_chunk(&self, id: SessionId, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
         inputs::source_chunk(&self.read, id, seq).await
     }
 
     async fn agent_lease(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         agent: &AgentId,
     ) -> Result<Option<AgentLeaseRow>, StoreError> {
         agents::agent_lease(&self.read, session_id, agent, self.clock.now()).await
@@ -453,7 +462,7 @@ impl Store for SqliteStore {
     async fn create_browser_session(
         &self,
         hash: &str,
-        token_id: Uuid,
+        token_id: TokenId,
         csrf: &str,
         seconds: u32,
     ) -> Result<BrowserSessionRow, StoreError> {
@@ -476,25 +485,29 @@ impl Store for SqliteStore {
         single!(self, |ctx| console::end_browser_session(ctx, hash).await)
     }
 
-    async fn agent_stats(&self, session_id: Uuid) -> Result<Vec<AgentStatsRow>, StoreError> {
+    async fn agent_stats(&self, session_id: SessionId) -> Result<Vec<AgentStatsRow>, StoreError> {
         console::agent_stats(&self.read, session_id).await
     }
 
     async fn failing_checks(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         limit: u32,
     ) -> Result<Vec<FailingCheckRow>, StoreError> {
         console::failing_checks(&self.read, session_id, limit).await
     }
 
-    async fn throughput(&self, session_id: Uuid, minutes: u32) -> Result<Throughput, StoreError> {
+    async fn throughput(
+        &self,
+        session_id: SessionId,
+        minutes: u32,
+    ) -> Result<Throughput, StoreError> {
         console::throughput(&self.read, self.clock.now(), session_id, minutes).await
     }
 
     async fn quest_page(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         query: &QuestQuery,
     ) -> Result<QuestPage, StoreError> {
         console::quest_page(&self.read, session_id, query).await

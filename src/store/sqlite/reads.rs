@@ -1,19 +1,19 @@
 //! Reads, on the pool of read-only connections: each sees one committed
 //! snapshot and never waits for the writer.
 
+use crate::domain::ids::{L2JobId, QuestId, SessionId, SubmissionId};
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use sqlx::{SqliteConnection, SqlitePool};
-use uuid::Uuid;
 
 use super::codec::*;
 use crate::domain::State;
 use crate::domain::work::CheckFilter;
 use crate::store::*;
 
-async fn fetch_quest(conn: &mut SqliteConnection, id: Uuid) -> Result<QuestRow, StoreError> {
+async fn fetch_quest(conn: &mut SqliteConnection, id: QuestId) -> Result<QuestRow, StoreError> {
     let row = sqlx::query("SELECT * FROM quests WHERE id = ?")
         .bind(id.to_string())
         .fetch_optional(conn)
@@ -24,7 +24,7 @@ async fn fetch_quest(conn: &mut SqliteConnection, id: Uuid) -> Result<QuestRow, 
 
 async fn fetch_submission(
     conn: &mut SqliteConnection,
-    id: Uuid,
+    id: SubmissionId,
 ) -> Result<SubmissionRow, StoreError> {
     let row = sqlx::query("SELECT * FROM submissions WHERE id = ?")
         .bind(id.to_string())
@@ -34,7 +34,10 @@ async fn fetch_submission(
     submission_row(&row)
 }
 
-async fn fetch_session(conn: &mut SqliteConnection, id: Uuid) -> Result<SessionRow, StoreError> {
+async fn fetch_session(
+    conn: &mut SqliteConnection,
+    id: SessionId,
+) -> Result<SessionRow, StoreError> {
     let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?");
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(id.to_string())
@@ -46,8 +49,8 @@ async fn fetch_session(conn: &mut SqliteConnection, id: Uuid) -> Result<SessionR
 
 /// The counts of every session, as the triggers keep them in `session_counts`:
 /// read once at start; the writer keeps them from then on.
-pub async fn all_counts(pool: &SqlitePool) -> Result<HashMap<Uuid, Counts>, StoreError> {
-    let mut all: HashMap<Uuid, Counts> = HashMap::new();
+pub async fn all_counts(pool: &SqlitePool) -> Result<HashMap<SessionId, Counts>, StoreError> {
+    let mut all: HashMap<SessionId, Counts> = HashMap::new();
     for row in sqlx::query("SELECT id, total FROM sessions")
         .fetch_all(pool)
         .await?
@@ -72,14 +75,14 @@ pub async fn list_sessions(pool: &SqlitePool) -> Result<Vec<SessionRow>, StoreEr
     rows.iter().map(session_row).collect()
 }
 
-pub async fn get_session(pool: &SqlitePool, id: Uuid) -> Result<SessionRow, StoreError> {
+pub async fn get_session(pool: &SqlitePool, id: SessionId) -> Result<SessionRow, StoreError> {
     fetch_session(&mut *pool.acquire().await?, id).await
 }
 
 /// A session's progress; `counts` come from memory, the rest from one snapshot.
 pub async fn session_status(
     pool: &SqlitePool,
-    id: Uuid,
+    id: SessionId,
     counts: Counts,
     now: DateTime<Utc>,
 ) -> Result<SessionStatus, StoreError> {
@@ -148,7 +151,7 @@ pub async fn session_status(
     })
 }
 
-pub async fn pending_submissions(pool: &SqlitePool) -> Result<Vec<Uuid>, StoreError> {
+pub async fn pending_submissions(pool: &SqlitePool) -> Result<Vec<SubmissionId>, StoreError> {
     let ids: Vec<String> = sqlx::query_scalar(
         "SELECT id FROM submissions WHERE verdict = 'PENDING' ORDER BY created_at",
     )
@@ -157,7 +160,10 @@ pub async fn pending_submissions(pool: &SqlitePool) -> Result<Vec<Uuid>, StoreEr
     ids.iter().map(|s| uuid(s)).collect()
 }
 
-pub async fn gate_job(pool: &SqlitePool, submission_id: Uuid) -> Result<GateJob, StoreError> {
+pub async fn gate_job(
+    pool: &SqlitePool,
+    submission_id: SubmissionId,
+) -> Result<GateJob, StoreError> {
     let mut conn = pool.acquire().await?;
     let submission = fetch_submission(&mut conn, submission_id).await?;
     let quest = fetch_quest(&mut conn, submission.quest_id).await?;
@@ -172,8 +178,8 @@ pub async fn gate_job(pool: &SqlitePool, submission_id: Uuid) -> Result<GateJob,
 
 pub async fn result_holders(
     pool: &SqlitePool,
-    session_id: Uuid,
-    except: Uuid,
+    session_id: SessionId,
+    except: QuestId,
     field: &str,
     value: &str,
     limit: u32,
@@ -207,15 +213,18 @@ pub async fn result_holders(
     Ok(keys)
 }
 
-pub async fn get_submission(pool: &SqlitePool, id: Uuid) -> Result<SubmissionRow, StoreError> {
+pub async fn get_submission(
+    pool: &SqlitePool,
+    id: SubmissionId,
+) -> Result<SubmissionRow, StoreError> {
     fetch_submission(&mut *pool.acquire().await?, id).await
 }
 
 /// A submission and what its submitter needs next; `remaining` of its session.
 pub async fn submission_view(
     pool: &SqlitePool,
-    id: Uuid,
-    remaining: impl Fn(Uuid) -> u64,
+    id: SubmissionId,
+    remaining: impl Fn(SessionId) -> u64,
 ) -> Result<SubmissionView, StoreError> {
     let mut tx = pool.begin().await?;
     let submission = fetch_submission(&mut tx, id).await?;
@@ -247,7 +256,7 @@ pub async fn submission_view(
     })
 }
 
-pub async fn pending_l2_jobs(pool: &SqlitePool) -> Result<Vec<Uuid>, StoreError> {
+pub async fn pending_l2_jobs(pool: &SqlitePool) -> Result<Vec<L2JobId>, StoreError> {
     let ids: Vec<String> = sqlx::query_scalar(
         "SELECT id FROM l2_jobs WHERE status = 'queued' ORDER BY created_at, id",
     )
@@ -256,7 +265,7 @@ pub async fn pending_l2_jobs(pool: &SqlitePool) -> Result<Vec<Uuid>, StoreError>
     ids.iter().map(|s| uuid(s)).collect()
 }
 
-pub async fn l2_job(pool: &SqlitePool, id: Uuid) -> Result<L2Job, StoreError> {
+pub async fn l2_job(pool: &SqlitePool, id: L2JobId) -> Result<L2Job, StoreError> {
     let row = sqlx::query("SELECT * FROM l2_jobs WHERE id = ?")
         .bind(id.to_string())
         .fetch_optional(pool)
@@ -265,7 +274,10 @@ pub async fn l2_job(pool: &SqlitePool, id: Uuid) -> Result<L2Job, StoreError> {
     l2_job_row(&row)
 }
 
-pub async fn l2_answers(pool: &SqlitePool, quest_id: Uuid) -> Result<Vec<L2AnswerRow>, StoreError> {
+pub async fn l2_answers(
+    pool: &SqlitePool,
+    quest_id: QuestId,
+) -> Result<Vec<L2AnswerRow>, StoreError> {
     sqlx::query(
         "SELECT * FROM l2_answers WHERE quest_id = ? ORDER BY created_at, question_index, verifier",
     )
@@ -277,13 +289,13 @@ pub async fn l2_answers(pool: &SqlitePool, quest_id: Uuid) -> Result<Vec<L2Answe
     .collect()
 }
 
-pub async fn get_quest(pool: &SqlitePool, id: Uuid) -> Result<QuestRow, StoreError> {
+pub async fn get_quest(pool: &SqlitePool, id: QuestId) -> Result<QuestRow, StoreError> {
     fetch_quest(&mut *pool.acquire().await?, id).await
 }
 
 pub async fn quest_history(
     pool: &SqlitePool,
-    id: Uuid,
+    id: QuestId,
 ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError> {
     let mut tx = pool.begin().await?;
     fetch_quest(&mut tx, id).await?;
@@ -316,7 +328,7 @@ pub async fn quest_history(
 
 pub async fn review_queue(
     pool: &SqlitePool,
-    session_id: Option<Uuid>,
+    session_id: Option<SessionId>,
     check: Option<&CheckFilter>,
     limit: u32,
 ) -> Result<Vec<QuestRow>, StoreError> {
@@ -350,7 +362,10 @@ pub async fn review_queue(
     rows.iter().map(quest_row).collect()
 }
 
-pub async fn result_fields(pool: &SqlitePool, session_id: Uuid) -> Result<Vec<String>, StoreError> {
+pub async fn result_fields(
+    pool: &SqlitePool,
+    session_id: SessionId,
+) -> Result<Vec<String>, StoreError> {
     // json_each walks each object's keys in their stored order; the first
     // row and key position at which a field appears fixes its column.
     let fields: Vec<String> = sqlx::query_scalar(
@@ -366,7 +381,7 @@ pub async fn result_fields(pool: &SqlitePool, session_id: Uuid) -> Result<Vec<St
 
 pub async fn export_page(
     pool: &SqlitePool,
-    session_id: Uuid,
+    session_id: SessionId,
     after_row: Option<u64>,
     limit: u32,
 ) -> Result<Vec<ExportRow>, StoreError> {

@@ -1,6 +1,7 @@
 //! The rare writes: scans (a session with its quests) and tokens. Each runs
 //! alone inside the writer's batch (see [`super::writer::Single`]).
 
+use crate::domain::ids::{QuestId, SessionId, TokenId};
 use uuid::Uuid;
 
 use super::codec::*;
@@ -12,7 +13,7 @@ use crate::store::{NewSession, StoreError, TokenRow};
 const ROWS_PER_INSERT: usize = 500;
 
 /// Stores a session, its uploaded file and one quest per row, all or nothing.
-pub async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, StoreError> {
+pub async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<SessionId, StoreError> {
     ctx.exec(
         sqlx::query(
             "INSERT INTO sessions (id, name, key_column, gate_kind, config, columns, source_name, source_type,
@@ -47,7 +48,7 @@ pub async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Uuid, S
         let mut insert = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (i, (key, input)) in chunk.iter().enumerate() {
             insert = insert
-                .bind(Uuid::now_v7().to_string())
+                .bind(QuestId::new().to_string())
                 .bind(session_id.clone())
                 .bind((c * ROWS_PER_INSERT + i) as i64)
                 .bind(key.clone())
@@ -67,7 +68,7 @@ pub async fn create_token(
     role: Role,
     hash: String,
 ) -> Result<TokenRow, StoreError> {
-    let id = Uuid::now_v7();
+    let id = TokenId::new();
     let inserted = ctx
         .exec(
             sqlx::query(
@@ -135,7 +136,7 @@ pub async fn ensure_token(
 }
 
 /// Revokes a token (again is a no-op).
-pub async fn revoke_token(ctx: &mut WriteCtx, id: Uuid) -> Result<TokenRow, StoreError> {
+pub async fn revoke_token(ctx: &mut WriteCtx, id: TokenId) -> Result<TokenRow, StoreError> {
     let row = ctx
         .row(
             sqlx::query(

@@ -2,10 +2,10 @@
 //! verdict of a gate that ran in the request), and the gate runner's verdict
 //! decides a PENDING one. Each kind is one group of multi-row statements.
 
+use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId};
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use uuid::Uuid;
 
 use super::codec::*;
 use super::leases::{end_leases, renew_leases, save_quests};
@@ -25,7 +25,7 @@ pub struct Submit {
 
 /// The gate runner's verdict on a PENDING submission.
 pub struct Decide {
-    pub submission: Uuid,
+    pub submission: SubmissionId,
     pub decision: GateDecision,
 }
 
@@ -42,8 +42,8 @@ struct Writes {
     new_submissions: Vec<Value>,
     decided_submissions: Vec<Value>,
     quests: Vec<QuestRow>,
-    ended: Vec<(Uuid, LeaseEnd)>,
-    renewed: Vec<(Uuid, chrono::DateTime<chrono::Utc>)>,
+    ended: Vec<(LeaseId, LeaseEnd)>,
+    renewed: Vec<(LeaseId, chrono::DateTime<chrono::Utc>)>,
     l2_jobs: Vec<Value>,
 }
 
@@ -144,7 +144,7 @@ fn decide(
     submission: &mut SubmissionRow,
     lease: &LeaseFacts,
     d: GateDecision,
-) -> Result<(Option<LeaseRow>, Vec<Uuid>), StoreError> {
+) -> Result<(Option<LeaseRow>, Vec<L2JobId>), StoreError> {
     let before = status_of(quest);
     let verify = session.config.verify.as_ref();
     let effects = work::on_verdict(
@@ -207,7 +207,7 @@ fn decide(
         })?;
         let request = json(&request);
         for (verifier, index, question) in verify.jobs() {
-            let id = Uuid::now_v7();
+            let id = L2JobId::new();
             writes.l2_jobs.push(json!({
                 "id": id.to_string(),
                 "submission_id": submission.id.to_string(),
@@ -228,8 +228,8 @@ fn decide(
 
 impl Kind for Submit {
     type Out = SubmitOutcome;
-    type Key = Uuid;
-    fn key(&self) -> Uuid {
+    type Key = QuestId;
+    fn key(&self) -> QuestId {
         self.new.quest_id
     }
     async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<SubmitOutcome> {
@@ -253,8 +253,8 @@ impl Kind for Submit {
         {
             let latest = match row.opt_str("s_id")? {
                 Some(id) => Some((
-                    uuid(&id)?,
-                    uuid(&row.str("s_lease")?)?,
+                    uuid::<SubmissionId>(&id)?,
+                    uuid::<LeaseId>(&row.str("s_lease")?)?,
                     row.str("s_hash")?,
                     agent_of(&row.str("s_agent")?)?,
                 )),
@@ -287,7 +287,7 @@ impl Kind for Submit {
         Ok(out)
     }
 
-    fn finish(out: &mut SubmitOutcome, counts: &HashMap<Uuid, Counts>) {
+    fn finish(out: &mut SubmitOutcome, counts: &HashMap<SessionId, Counts>) {
         let view = match out {
             SubmitOutcome::Recorded { view, .. } | SubmitOutcome::Replayed(view) => view,
         };
@@ -300,7 +300,7 @@ impl Kind for Submit {
 /// The identical retry of the quest's latest submission: its record as it stands.
 async fn replayed(
     ctx: &mut WriteCtx,
-    id: Uuid,
+    id: SubmissionId,
     quest: QuestRow,
     lease: Option<LeaseFacts>,
 ) -> Result<SubmitOutcome, StoreError> {
@@ -341,7 +341,7 @@ async fn record(
     let before = status_of(&quest);
     let checking = work::check_submit(before)?;
     let mut submission = SubmissionRow {
-        id: Uuid::now_v7(),
+        id: SubmissionId::new(),
         quest_id: quest.id,
         session_id: quest.session_id,
         lease_id: new.lease_id,
@@ -396,8 +396,8 @@ async fn record(
 
 impl Kind for Decide {
     type Out = Decided;
-    type Key = Uuid;
-    fn key(&self) -> Uuid {
+    type Key = SubmissionId;
+    fn key(&self) -> SubmissionId {
         self.submission
     }
     async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<Decided> {
@@ -443,8 +443,8 @@ async fn decide_pending(
     ctx: &mut WriteCtx,
     writes: &mut Writes,
     r: &Decide,
-    submissions: &mut HashMap<Uuid, SubmissionRow>,
-    quests: &mut HashMap<Uuid, (QuestRow, Option<LeaseFacts>)>,
+    submissions: &mut HashMap<SubmissionId, SubmissionRow>,
+    quests: &mut HashMap<QuestId, (QuestRow, Option<LeaseFacts>)>,
 ) -> Result<Decided, StoreError> {
     let mut submission = submissions
         .remove(&r.submission)

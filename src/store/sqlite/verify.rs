@@ -2,6 +2,7 @@
 //! review queue's claims and decisions. Rare writes next to the agents' loop:
 //! each runs alone (see [`super::writer::Single`]).
 
+use crate::domain::ids::{L2JobId, QuestId, SubmissionId};
 use uuid::Uuid;
 
 use super::codec::*;
@@ -12,7 +13,7 @@ use crate::domain::work;
 use crate::domain::{Decision, EventKind, Phase};
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
 
-async fn fetch_quest(ctx: &mut WriteCtx, id: Uuid) -> Result<QuestRow, StoreError> {
+async fn fetch_quest(ctx: &mut WriteCtx, id: QuestId) -> Result<QuestRow, StoreError> {
     let row = ctx
         .row(sqlx::query("SELECT * FROM quests WHERE id = ?").bind(id.to_string()))
         .await?
@@ -20,7 +21,7 @@ async fn fetch_quest(ctx: &mut WriteCtx, id: Uuid) -> Result<QuestRow, StoreErro
     quest_row(&row)
 }
 
-async fn fetch_l2_job(ctx: &mut WriteCtx, id: Uuid) -> Result<L2Job, StoreError> {
+async fn fetch_l2_job(ctx: &mut WriteCtx, id: L2JobId) -> Result<L2Job, StoreError> {
     let row = ctx
         .row(sqlx::query("SELECT * FROM l2_jobs WHERE id = ?").bind(id.to_string()))
         .await?
@@ -28,7 +29,7 @@ async fn fetch_l2_job(ctx: &mut WriteCtx, id: Uuid) -> Result<L2Job, StoreError>
     l2_job_row(&row)
 }
 
-async fn fetch_l2_answer(ctx: &mut WriteCtx, job_id: Uuid) -> Result<L2AnswerRow, StoreError> {
+async fn fetch_l2_answer(ctx: &mut WriteCtx, job_id: L2JobId) -> Result<L2AnswerRow, StoreError> {
     let row = ctx
         .row(sqlx::query("SELECT * FROM l2_answers WHERE job_id = ?").bind(job_id.to_string()))
         .await?
@@ -148,7 +149,7 @@ pub async fn record_l2_answer(
 async fn finish_verification(
     ctx: &mut WriteCtx,
     mut quest: QuestRow,
-    submission_id: Uuid,
+    submission_id: SubmissionId,
 ) -> Result<QuestRow, StoreError> {
     let session = ctx.session(quest.session_id).await?;
     let config =
@@ -237,7 +238,7 @@ async fn finish_verification(
 /// Gives a reviewer a time-limited claim on a quest in REVIEW.
 pub async fn claim_review(
     ctx: &mut WriteCtx,
-    quest_id: Uuid,
+    quest_id: QuestId,
     reviewer: String,
     seconds: u32,
 ) -> Result<QuestRow, StoreError> {
@@ -252,7 +253,7 @@ pub async fn claim_review(
 /// Gives a reviewer's claim back.
 pub async fn release_review(
     ctx: &mut WriteCtx,
-    quest_id: Uuid,
+    quest_id: QuestId,
     reviewer: String,
 ) -> Result<(), StoreError> {
     let mut quest = fetch_quest(ctx, quest_id).await?;
@@ -279,7 +280,7 @@ fn reviewable(ctx: &WriteCtx, quest: &QuestRow, reviewer: &str) -> Result<(), St
 /// first: the database accepts the move out of REVIEW only with it.
 pub async fn decide_review(
     ctx: &mut WriteCtx,
-    quest_id: Uuid,
+    quest_id: QuestId,
     reviewer: String,
     decision: Decision,
     note: String,

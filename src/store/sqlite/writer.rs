@@ -18,6 +18,7 @@
 //! caller hears "unavailable", nothing of it is committed, and the connection
 //! is opened anew.
 
+use crate::domain::ids::SessionId;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::hash::Hash;
@@ -29,7 +30,6 @@ use futures_util::future::BoxFuture;
 use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteRow};
 use sqlx::{ConnectOptions, Connection, Sqlite, SqliteConnection};
 use tokio::sync::{broadcast, mpsc, oneshot};
-use uuid::Uuid;
 
 use super::codec::SESSION_COLUMNS;
 use super::codec::session_row;
@@ -44,7 +44,7 @@ pub const MAX_BATCH: usize = 256;
 pub type Query = sqlx::query::Query<'static, Sqlite, SqliteArguments>;
 
 /// The live counts of every session, kept from committed writes.
-pub type Counters = RwLock<HashMap<Uuid, Counts>>;
+pub type Counters = RwLock<HashMap<SessionId, Counts>>;
 
 /// What the requests of a batch work on: the connection inside the open
 /// transaction, the batch's "now", and what to publish after commit.
@@ -52,9 +52,9 @@ pub struct WriteCtx {
     conn: SqliteConnection,
     pub now: DateTime<Utc>,
     events: Vec<QuestEvent>,
-    moves: Vec<(Uuid, Bucket, i64)>,
+    moves: Vec<(SessionId, Bucket, i64)>,
     /// Sessions never change after the scan: read once per writer.
-    sessions: HashMap<Uuid, Arc<SessionRow>>,
+    sessions: HashMap<SessionId, Arc<SessionRow>>,
     trips: u64,
 }
 
@@ -86,7 +86,7 @@ impl WriteCtx {
     }
 
     /// The session, read once.
-    pub async fn session(&mut self, id: Uuid) -> Result<Arc<SessionRow>, StoreError> {
+    pub async fn session(&mut self, id: SessionId) -> Result<Arc<SessionRow>, StoreError> {
         if let Some(s) = self.sessions.get(&id) {
             return Ok(s.clone());
         }
@@ -122,12 +122,12 @@ impl WriteCtx {
     }
 
     /// Counts a new submission of `session`.
-    pub fn submitted(&mut self, session: Uuid) {
+    pub fn submitted(&mut self, session: SessionId) {
         self.moves.push((session, Bucket::Submissions, 1));
     }
 
     /// A new session with `total` open quests.
-    pub fn session_created(&mut self, session: Uuid, total: u64) {
+    pub fn session_created(&mut self, session: SessionId, total: u64) {
         self.moves.push((
             session,
             Bucket::Quest(State::Todo, Some(Phase::Open)),
@@ -251,7 +251,7 @@ pub trait Kind: Sized + Send + Sync + 'static {
         reqs: &'a [Self],
     ) -> impl Future<Output = GroupResult<Self::Out>> + Send + 'a;
     /// Completes an answer once the batch is committed, from the counts then.
-    fn finish(_out: &mut Self::Out, _counts: &HashMap<Uuid, Counts>) {}
+    fn finish(_out: &mut Self::Out, _counts: &HashMap<SessionId, Counts>) {}
 }
 
 /// A write that is not worth grouping: runs alone inside its own savepoint.
@@ -261,7 +261,7 @@ pub type Single = Box<
 
 /// Answers a caller once the batch's fate is known: `Some(counts)` after
 /// commit, `None` when the batch failed.
-pub type Finish = Box<dyn FnOnce(Option<&HashMap<Uuid, Counts>>) + Send>;
+pub type Finish = Box<dyn FnOnce(Option<&HashMap<SessionId, Counts>>) + Send>;
 
 /// A queued request.
 pub enum Op {
