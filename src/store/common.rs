@@ -2,8 +2,8 @@
 //! quest's status in and out of its row, the event and count buckets of a
 //! move, and the constant-time match of secret digests. Nothing here knows SQL.
 
+use crate::domain::ids::SessionId;
 use chrono::{DateTime, Utc};
-use uuid::Uuid;
 
 use crate::domain::work::LeaseFacts;
 use crate::domain::{EventKind, QuestEvent, QuestStatus, SubmissionVerdict, Verdict};
@@ -60,7 +60,7 @@ pub fn quest_event(
 }
 
 /// The event of a new session.
-pub fn session_event(session: Uuid, at: DateTime<Utc>) -> QuestEvent {
+pub fn session_event(session: SessionId, at: DateTime<Utc>) -> QuestEvent {
     QuestEvent {
         kind: EventKind::SessionCreated,
         session_id: session,

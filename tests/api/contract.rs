@@ -297,7 +297,7 @@ async fn on_postgres_a_write_the_database_refuses_fails_only_its_own_request() {
     .await
     .unwrap();
     let s = session(&store, 20).await;
-    let token = Uuid::now_v7();
+    let token = TokenId::new();
     let held = lease_all(&store, s, token, 12).await;
     let (guilty, _) = held[5];
     // A rule only the database knows: the write that touches this quest is

@@ -6,14 +6,52 @@ use std::str::FromStr;
 
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use sqlx::Postgres;
 use sqlx::Row;
-use sqlx::postgres::PgRow;
+use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgRow, PgTypeInfo, PgValueRef};
+use uuid::Uuid;
+
+use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use sqlx::types::Json;
 
 use crate::domain::work::LeaseFacts;
 use crate::store::{
     L2AnswerRow, L2Job, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow, TokenRow,
 };
+
+/// The record ids are UUIDs in the database: each binds and decodes as one.
+macro_rules! uuid_columns {
+    ($($id:ty),+) => {$(
+        impl sqlx::Type<Postgres> for $id {
+            fn type_info() -> PgTypeInfo {
+                <Uuid as sqlx::Type<Postgres>>::type_info()
+            }
+        }
+
+        impl sqlx::Encode<'_, Postgres> for $id {
+            fn encode_by_ref(
+                &self,
+                buf: &mut PgArgumentBuffer,
+            ) -> Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+                <Uuid as sqlx::Encode<Postgres>>::encode_by_ref(&self.as_uuid(), buf)
+            }
+        }
+
+        impl<'r> sqlx::Decode<'r, Postgres> for $id {
+            fn decode(value: PgValueRef<'r>) -> Result<$id, sqlx::error::BoxDynError> {
+                <Uuid as sqlx::Decode<Postgres>>::decode(value).map(<$id>::from)
+            }
+        }
+
+        impl PgHasArrayType for $id {
+            fn array_type_info() -> PgTypeInfo {
+                <Uuid as PgHasArrayType>::array_type_info()
+            }
+        }
+    )+};
+}
+
+uuid_columns!(SessionId, QuestId, LeaseId, SubmissionId, TokenId, L2JobId);
 
 /// A value of a closed set (a state, a phase, a role...) from its stored text.
 pub fn text<T: FromStr>(s: &str) -> Result<T, StoreError>

@@ -2,10 +2,10 @@
 //! reads of a session's page, over the running figures the triggers of
 //! `migrations/postgres/0003` keep.
 
+use crate::domain::ids::{SessionId, TokenId};
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
-use uuid::Uuid;
 
 use super::codec::*;
 use super::tx::Tx;
@@ -36,7 +36,7 @@ fn browser_session_row(r: &PgRow) -> Result<BrowserSessionRow, StoreError> {
 pub async fn create_browser_session(
     tx: &mut Tx,
     hash: String,
-    token_id: Uuid,
+    token_id: TokenId,
     csrf: String,
     seconds: u32,
 ) -> Result<BrowserSessionRow, StoreError> {
@@ -111,7 +111,7 @@ const MAX_AGENTS: i64 = 500;
 
 pub async fn agent_stats(
     pool: &PgPool,
-    session_id: Uuid,
+    session_id: SessionId,
 ) -> Result<Vec<AgentStatsRow>, StoreError> {
     let rows = sqlx::query(
         "SELECT a.*, t.name AS token_name FROM console_agent_stats a
@@ -144,7 +144,7 @@ pub async fn agent_stats(
 
 pub async fn failing_checks(
     pool: &PgPool,
-    session_id: Uuid,
+    session_id: SessionId,
     limit: u32,
 ) -> Result<Vec<FailingCheckRow>, StoreError> {
     let rows = sqlx::query(
@@ -181,7 +181,7 @@ pub async fn failing_checks(
 pub async fn throughput(
     pool: &PgPool,
     now: DateTime<Utc>,
-    session_id: Uuid,
+    session_id: SessionId,
     minutes: u32,
 ) -> Result<Throughput, StoreError> {
     let minutes = minutes.max(1);
@@ -214,7 +214,7 @@ pub async fn throughput(
 /// The filter of a quest page as SQL with numbered placeholders from `$1`,
 /// and its values in that order. Only the conditions asked for are written,
 /// so that the planner can use the state index.
-fn quest_filter(session_id: Uuid, q: &QuestQuery) -> (String, Uuid, Vec<String>) {
+fn quest_filter(session_id: SessionId, q: &QuestQuery) -> (String, SessionId, Vec<String>) {
     let mut sql = String::from("q.session_id = $1");
     let mut binds = Vec::new();
     let next = |binds: &mut Vec<String>, value: String| {
@@ -246,7 +246,7 @@ fn quest_filter(session_id: Uuid, q: &QuestQuery) -> (String, Uuid, Vec<String>)
 
 async fn quest_rows(
     pool: &PgPool,
-    filter: &(String, Uuid, Vec<String>),
+    filter: &(String, SessionId, Vec<String>),
     cursor: Option<u64>,
     backwards: bool,
     limit: u32,
@@ -280,7 +280,7 @@ async fn quest_rows(
 
 pub async fn quest_page(
     pool: &PgPool,
-    session_id: Uuid,
+    session_id: SessionId,
     query: &QuestQuery,
 ) -> Result<QuestPage, StoreError> {
     let filter = quest_filter(session_id, query);

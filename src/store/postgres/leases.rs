@@ -3,8 +3,8 @@
 //! quest's `UPDATE ... FROM` and the lease's insert), so replicas claiming
 //! at once pass over each other's rows instead of waiting or colliding.
 
+use crate::domain::ids::{LeaseId, QuestId, SessionId, TokenId};
 use sqlx::postgres::PgRow;
-use uuid::Uuid;
 
 use super::codec::*;
 use super::tx::{Tx, expect_rows};
@@ -13,7 +13,7 @@ use crate::domain::{EventKind, QuestStatus, Transition};
 use crate::store::common::{lease_of, set_status, status_of};
 use crate::store::{LeaseOutcome, LeaseRow, QuestRow, SessionRow, StoreError};
 
-pub async fn session(tx: &mut Tx, id: Uuid) -> Result<SessionRow, StoreError> {
+pub async fn session(tx: &mut Tx, id: SessionId) -> Result<SessionRow, StoreError> {
     let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(id)
@@ -35,7 +35,7 @@ fn corrupt(what: &str) -> StoreError {
 /// leases of the session are reclaimed first, in the same transaction.
 pub async fn lease_next(
     tx: &mut Tx,
-    session_id: Uuid,
+    session_id: SessionId,
     agent: AgentId,
 ) -> Result<LeaseOutcome, StoreError> {
     let s = session(tx, session_id).await?;
@@ -58,8 +58,8 @@ pub async fn lease_next(
     }
     let leased = work::step(QuestStatus::new(), Transition::Lease)?;
     let lease = LeaseRow {
-        id: Uuid::now_v7(),
-        quest_id: Uuid::nil(),
+        id: LeaseId::new(),
+        quest_id: QuestId::from(uuid::Uuid::nil()),
         agent,
         expires_at: tx.now + lease_seconds(&s),
     };
@@ -116,8 +116,8 @@ pub async fn lease_next(
 /// row locked until commit.
 pub async fn lock_quest_with_lease(
     tx: &mut Tx,
-    quest: Uuid,
-    lease: Uuid,
+    quest: QuestId,
+    lease: LeaseId,
 ) -> Result<Option<PgRow>, StoreError> {
     let sql = format!(
         "SELECT q.*, {LEASE_PREFIXED} FROM quests q
@@ -134,9 +134,9 @@ pub async fn lock_quest_with_lease(
 /// The quest and lease a request on a held lease names, checked by the domain.
 async fn held(
     tx: &mut Tx,
-    quest: Uuid,
-    lease: Uuid,
-    token: Uuid,
+    quest: QuestId,
+    lease: LeaseId,
+    token: TokenId,
 ) -> Result<(QuestRow, LeaseFacts), StoreError> {
     let row = lock_quest_with_lease(tx, quest, lease)
         .await?
@@ -148,9 +148,9 @@ async fn held(
 
 pub async fn heartbeat(
     tx: &mut Tx,
-    quest: Uuid,
-    lease: Uuid,
-    token: Uuid,
+    quest: QuestId,
+    lease: LeaseId,
+    token: TokenId,
 ) -> Result<LeaseRow, StoreError> {
     let (q, l) = held(tx, quest, lease, token).await?;
     let s = session(tx, q.session_id).await?;
@@ -160,7 +160,12 @@ pub async fn heartbeat(
     Ok(renewed)
 }
 
-pub async fn release(tx: &mut Tx, quest: Uuid, lease: Uuid, token: Uuid) -> Result<(), StoreError> {
+pub async fn release(
+    tx: &mut Tx,
+    quest: QuestId,
+    lease: LeaseId,
+    token: TokenId,
+) -> Result<(), StoreError> {
     let (mut q, l) = held(tx, quest, lease, token).await?;
     let next = work::check_release(status_of(&q))?;
     set_status(&mut q, next);
@@ -175,7 +180,7 @@ pub async fn release(tx: &mut Tx, quest: Uuid, lease: Uuid, token: Uuid) -> Resu
 /// Returns every expired lease (of one session, or of all) to `open`, or ends
 /// its quest in DONE after `max_lapses`; the number swept. Quests another
 /// transaction holds are skipped: their holder is acting on them right now.
-pub async fn sweep(tx: &mut Tx, session_id: Option<Uuid>) -> Result<u64, StoreError> {
+pub async fn sweep(tx: &mut Tx, session_id: Option<SessionId>) -> Result<u64, StoreError> {
     let sql = format!(
         "SELECT q.*, {LEASE_PREFIXED}, s.max_lapses FROM leases l
          JOIN quests q ON q.id = l.quest_id AND q.lease_id = l.id AND q.phase = 'leased'
@@ -209,7 +214,11 @@ pub async fn sweep(tx: &mut Tx, session_id: Option<Uuid>) -> Result<u64, StoreEr
 
 /// Writes every changeable column of a quest, fenced: only while the quest
 /// still carries the lease `fence` (or none, for `None`).
-pub async fn save_quest(tx: &mut Tx, q: &QuestRow, fence: Option<Uuid>) -> Result<(), StoreError> {
+pub async fn save_quest(
+    tx: &mut Tx,
+    q: &QuestRow,
+    fence: Option<LeaseId>,
+) -> Result<(), StoreError> {
     let touched = sqlx::query(
         "UPDATE quests SET state = $3, phase = $4, tries = $5, lapses = $6, lease_id = $7,
            last_facts = $8::json, result = $9::json, submission_id = $10, receipt = $11,
@@ -239,7 +248,7 @@ pub async fn save_quest(tx: &mut Tx, q: &QuestRow, fence: Option<Uuid>) -> Resul
     expect_rows("the quest update", touched, 1)
 }
 
-pub async fn end_lease(tx: &mut Tx, id: Uuid, end: LeaseEnd) -> Result<(), StoreError> {
+pub async fn end_lease(tx: &mut Tx, id: LeaseId, end: LeaseEnd) -> Result<(), StoreError> {
     let touched = sqlx::query(
         "UPDATE leases SET ended_at = $2, end_reason = $3 WHERE id = $1 AND ended_at IS NULL",
     )
@@ -254,7 +263,7 @@ pub async fn end_lease(tx: &mut Tx, id: Uuid, end: LeaseEnd) -> Result<(), Store
 
 pub async fn renew_lease(
     tx: &mut Tx,
-    id: Uuid,
+    id: LeaseId,
     until: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), StoreError> {
     let touched =

@@ -27,12 +27,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::broadcast;
-use uuid::Uuid;
 
 use super::*;
 use crate::domain::{Clock, QuestEvent};
@@ -212,19 +212,23 @@ impl Store for PgStore {
         reads::list_sessions(&self.pool).await
     }
 
-    async fn get_session(&self, id: Uuid) -> Result<SessionRow, StoreError> {
+    async fn get_session(&self, id: SessionId) -> Result<SessionRow, StoreError> {
         reads::get_session(&self.pool, id).await
     }
 
-    async fn session_source(&self, id: Uuid) -> Result<(String, String, Vec<u8>), StoreError> {
+    async fn session_source(&self, id: SessionId) -> Result<(String, String, Vec<u8>), StoreError> {
         reads::whole_source(&self.pool, id).await
     }
 
-    async fn session_status(&self, id: Uuid) -> Result<SessionStatus, StoreError> {
+    async fn session_status(&self, id: SessionId) -> Result<SessionStatus, StoreError> {
         reads::session_status(&self.pool, id, self.read_now().await?).await
     }
 
-    async fn lease_next(&self, session: Uuid, agent: &AgentId) -> Result<LeaseOutcome, StoreError> {
+    async fn lease_next(
+        &self,
+        session: SessionId,
+        agent: &AgentId,
+    ) -> Result<LeaseOutcome, StoreError> {
         self.write((session, agent.clone()), |tx, (s, a)| {
             Box::pin(leases::lease_next(tx, s, a))
         })
@@ -233,9 +237,9 @@ impl Store for PgStore {
 
     async fn heartbeat(
         &self,
-        quest: Uuid,
-        lease: Uuid,
-        token: Uuid,
+        quest: QuestId,
+        lease: LeaseId,
+        token: TokenId,
     ) -> Result<LeaseRow, StoreError> {
         self.write((quest, lease, token), |tx, (q, l, t)| {
             Box::pin(leases::heartbeat(tx, q, l, t))
@@ -243,7 +247,12 @@ impl Store for PgStore {
         .await
     }
 
-    async fn release(&self, quest: Uuid, lease: Uuid, token: Uuid) -> Result<(), StoreError> {
+    async fn release(
+        &self,
+        quest: QuestId,
+        lease: LeaseId,
+        token: TokenId,
+    ) -> Result<(), StoreError> {
         self.write((quest, lease, token), |tx, (q, l, t)| {
             Box::pin(leases::release(tx, q, l, t))
         })
@@ -268,7 +277,7 @@ impl Store for PgStore {
 
     async fn apply_verdict(
         &self,
-        submission: Uuid,
+        submission: SubmissionId,
         decision: GateDecision,
     ) -> Result<Decided, StoreError> {
         self.write(Arc::new((submission, decision)), |tx, a| {
@@ -277,22 +286,22 @@ impl Store for PgStore {
         .await
     }
 
-    async fn pending_submissions(&self) -> Result<Vec<Uuid>, StoreError> {
+    async fn pending_submissions(&self) -> Result<Vec<SubmissionId>, StoreError> {
         reads::pending_submissions(&self.pool).await
     }
 
-    async fn gate_job(&self, submission_id: Uuid) -> Result<GateJob, StoreError> {
+    async fn gate_job(&self, submission_id: SubmissionId) -> Result<GateJob, StoreError> {
         reads::gate_job(&self.pool, submission_id).await
     }
 
-    async fn get_submission(&self, id: Uuid) -> Result<SubmissionRow, StoreError> {
+    async fn get_submission(&self, id: SubmissionId) -> Result<SubmissionRow, StoreError> {
         reads::get_submission(&self.pool, id).await
     }
 
     async fn result_holders(
         &self,
-        session_id: Uuid,
-        except: Uuid,
+        session_id: SessionId,
+        except: QuestId,
         field: &str,
         value: &str,
         limit: u32,
@@ -300,15 +309,15 @@ impl Store for PgStore {
         reads::result_holders(&self.pool, session_id, except, field, value, limit).await
     }
 
-    async fn submission_view(&self, id: Uuid) -> Result<SubmissionView, StoreError> {
+    async fn submission_view(&self, id: SubmissionId) -> Result<SubmissionView, StoreError> {
         reads::submission_view(&self.pool, id).await
     }
 
-    async fn pending_l2_jobs(&self) -> Result<Vec<Uuid>, StoreError> {
+    async fn pending_l2_jobs(&self) -> Result<Vec<L2JobId>, StoreError> {
         reads::pending_l2_jobs(&self.pool).await
     }
 
-    async fn l2_job(&self, id: Uuid) -> Result<L2Job, StoreError> {
+    async fn l2_job(&self, id: L2JobId) -> Result<L2Job, StoreError> {
         reads::l2_job(&self.pool, id).await
     }
 
@@ -319,24 +328,24 @@ impl Store for PgStore {
         .await
     }
 
-    async fn l2_answers(&self, quest_id: Uuid) -> Result<Vec<L2AnswerRow>, StoreError> {
+    async fn l2_answers(&self, quest_id: QuestId) -> Result<Vec<L2AnswerRow>, StoreError> {
         reads::l2_answers(&self.pool, quest_id).await
     }
 
-    async fn get_quest(&self, id: Uuid) -> Result<QuestRow, StoreError> {
+    async fn get_quest(&self, id: QuestId) -> Result<QuestRow, StoreError> {
         reads::get_quest(&self.pool, id).await
     }
 
     async fn quest_history(
         &self,
-        id: Uuid,
+        id: QuestId,
     ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError> {
         reads::quest_history(&self.pool, id).await
     }
 
     async fn review_queue(
         &self,
-        session_id: Option<Uuid>,
+        session_id: Option<SessionId>,
         check: Option<&CheckFilter>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError> {
@@ -345,7 +354,7 @@ impl Store for PgStore {
 
     async fn claim_review(
         &self,
-        quest_id: Uuid,
+        quest_id: QuestId,
         reviewer: &str,
         seconds: u32,
     ) -> Result<QuestRow, StoreError> {
@@ -355,7 +364,7 @@ impl Store for PgStore {
         .await
     }
 
-    async fn release_review(&self, quest_id: Uuid, reviewer: &str) -> Result<(), StoreError> {
+    async fn release_review(&self, quest_id: QuestId, reviewer: &str) -> Result<(), StoreError> {
         self.write((quest_id, reviewer.to_owned()), |tx, (q, r)| {
             Box::pin(verify::release_review(tx, q, r))
         })
@@ -364,7 +373,7 @@ impl Store for PgStore {
 
     async fn decide_review(
         &self,
-        quest_id: Uuid,
+        quest_id: QuestId,
         reviewer: &str,
         decision: Decision,
         note: &str,
@@ -376,13 +385,13 @@ impl Store for PgStore {
         .await
     }
 
-    async fn result_fields(&self, session_id: Uuid) -> Result<Vec<String>, StoreError> {
+    async fn result_fields(&self, session_id: SessionId) -> Result<Vec<String>, StoreError> {
         reads::result_fields(&self.pool, session_id).await
     }
 
     async fn export_page(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         after_row: Option<u64>,
         limit: u32,
     ) -> Result<Vec<ExportRow>, StoreError> {
@@ -412,7 +421,7 @@ impl Store for PgStore {
         reads::list_tokens(&self.pool).await
     }
 
-    async fn revoke_token(&self, id: Uuid) -> Result<TokenRow, StoreError> {
+    async fn revoke_token(&self, id: TokenId) -> Result<TokenRow, StoreError> {
         self.write(id, |tx, id| Box::pin(writes::revoke_token(tx, id)))
             .await
     }
@@ -421,17 +430,17 @@ impl Store for PgStore {
         reads::find_token(&self.pool, hash).await
     }
 
-    async fn source_info(&self, id: Uuid) -> Result<SourceInfo, StoreError> {
+    async fn source_info(&self, id: SessionId) -> Result<SourceInfo, StoreError> {
         reads::source_info(&self.pool, id).await
     }
 
-    async fn source_chunk(&self, id: Uuid, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+    async fn source_chunk(&self, id: SessionId, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
         reads::source_chunk(&self.pool, id, seq).await
     }
 
     async fn agent_lease(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         agent: &AgentId,
     ) -> Result<Option<AgentLeaseRow>, StoreError> {
         reads::agent_lease(&self.pool, session_id, agent, self.read_now().await?).await
@@ -440,7 +449,7 @@ impl Store for PgStore {
     async fn create_browser_session(
         &self,
         hash: &str,
-        token_id: Uuid,
+        token_id: TokenId,
         csrf: &str,
         seconds: u32,
     ) -> Result<BrowserSessionRow, StoreError> {
@@ -465,25 +474,29 @@ impl Store for PgStore {
         .await
     }
 
-    async fn agent_stats(&self, session_id: Uuid) -> Result<Vec<AgentStatsRow>, StoreError> {
+    async fn agent_stats(&self, session_id: SessionId) -> Result<Vec<AgentStatsRow>, StoreError> {
         console::agent_stats(&self.pool, session_id).await
     }
 
     async fn failing_checks(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         limit: u32,
     ) -> Result<Vec<FailingCheckRow>, StoreError> {
         console::failing_checks(&self.pool, session_id, limit).await
     }
 
-    async fn throughput(&self, session_id: Uuid, minutes: u32) -> Result<Throughput, StoreError> {
+    async fn throughput(
+        &self,
+        session_id: SessionId,
+        minutes: u32,
+    ) -> Result<Throughput, StoreError> {
         console::throughput(&self.pool, self.read_now().await?, session_id, minutes).await
     }
 
     async fn quest_page(
         &self,
-        session_id: Uuid,
+        session_id: SessionId,
         query: &QuestQuery,
     ) -> Result<QuestPage, StoreError> {
         console::quest_page(&self.pool, session_id, query).await

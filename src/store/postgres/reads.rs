@@ -1,11 +1,11 @@
 //! Reads, on the pool: each statement sees what every replica had committed
 //! when it began; the few that need one snapshot run in a read-only transaction.
 
+use crate::domain::ids::{L2JobId, QuestId, SessionId, SubmissionId};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, PgPool, Row};
-use uuid::Uuid;
 
 use super::codec::*;
 use crate::domain::State;
@@ -13,7 +13,7 @@ use crate::domain::work::{AgentId, CheckFilter};
 use crate::store::common::{same_digest, set_bucket};
 use crate::store::*;
 
-async fn fetch_quest(conn: &mut PgConnection, id: Uuid) -> Result<QuestRow, StoreError> {
+async fn fetch_quest(conn: &mut PgConnection, id: QuestId) -> Result<QuestRow, StoreError> {
     let row = sqlx::query("SELECT * FROM quests WHERE id = $1")
         .bind(id)
         .fetch_optional(conn)
@@ -22,7 +22,10 @@ async fn fetch_quest(conn: &mut PgConnection, id: Uuid) -> Result<QuestRow, Stor
     quest_row(&row)
 }
 
-async fn fetch_submission(conn: &mut PgConnection, id: Uuid) -> Result<SubmissionRow, StoreError> {
+async fn fetch_submission(
+    conn: &mut PgConnection,
+    id: SubmissionId,
+) -> Result<SubmissionRow, StoreError> {
     let row = sqlx::query("SELECT * FROM submissions WHERE id = $1")
         .bind(id)
         .fetch_optional(conn)
@@ -31,7 +34,7 @@ async fn fetch_submission(conn: &mut PgConnection, id: Uuid) -> Result<Submissio
     submission_row(&row)
 }
 
-async fn fetch_session(conn: &mut PgConnection, id: Uuid) -> Result<SessionRow, StoreError> {
+async fn fetch_session(conn: &mut PgConnection, id: SessionId) -> Result<SessionRow, StoreError> {
     let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(id)
@@ -49,7 +52,7 @@ async fn snapshot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Post
 }
 
 /// A session's counts, as the triggers keep them in `session_counts`.
-async fn counts(conn: &mut PgConnection, id: Uuid, total: u64) -> Result<Counts, StoreError> {
+async fn counts(conn: &mut PgConnection, id: SessionId, total: u64) -> Result<Counts, StoreError> {
     let mut c = Counts {
         total,
         ..Counts::default()
@@ -76,14 +79,14 @@ pub async fn list_sessions(pool: &PgPool) -> Result<Vec<SessionRow>, StoreError>
     rows.iter().map(session_row).collect()
 }
 
-pub async fn get_session(pool: &PgPool, id: Uuid) -> Result<SessionRow, StoreError> {
+pub async fn get_session(pool: &PgPool, id: SessionId) -> Result<SessionRow, StoreError> {
     fetch_session(&mut *pool.acquire().await?, id).await
 }
 
 /// A session's progress, read in one snapshot.
 pub async fn session_status(
     pool: &PgPool,
-    id: Uuid,
+    id: SessionId,
     now: DateTime<Utc>,
 ) -> Result<SessionStatus, StoreError> {
     let mut tx = snapshot(pool).await?;
@@ -152,7 +155,7 @@ pub async fn session_status(
     })
 }
 
-pub async fn pending_submissions(pool: &PgPool) -> Result<Vec<Uuid>, StoreError> {
+pub async fn pending_submissions(pool: &PgPool) -> Result<Vec<SubmissionId>, StoreError> {
     Ok(sqlx::query_scalar(
         "SELECT id FROM submissions WHERE verdict = 'PENDING' ORDER BY created_at, id",
     )
@@ -160,7 +163,7 @@ pub async fn pending_submissions(pool: &PgPool) -> Result<Vec<Uuid>, StoreError>
     .await?)
 }
 
-pub async fn gate_job(pool: &PgPool, submission_id: Uuid) -> Result<GateJob, StoreError> {
+pub async fn gate_job(pool: &PgPool, submission_id: SubmissionId) -> Result<GateJob, StoreError> {
     let mut conn = pool.acquire().await?;
     let submission = fetch_submission(&mut conn, submission_id).await?;
     let quest = fetch_quest(&mut conn, submission.quest_id).await?;
@@ -175,8 +178,8 @@ pub async fn gate_job(pool: &PgPool, submission_id: Uuid) -> Result<GateJob, Sto
 
 pub async fn result_holders(
     pool: &PgPool,
-    session_id: Uuid,
-    except: Uuid,
+    session_id: SessionId,
+    except: QuestId,
     field: &str,
     value: &str,
     limit: u32,
@@ -209,12 +212,15 @@ pub async fn result_holders(
     Ok(keys)
 }
 
-pub async fn get_submission(pool: &PgPool, id: Uuid) -> Result<SubmissionRow, StoreError> {
+pub async fn get_submission(pool: &PgPool, id: SubmissionId) -> Result<SubmissionRow, StoreError> {
     fetch_submission(&mut *pool.acquire().await?, id).await
 }
 
 /// A submission and what its submitter needs next, in one snapshot.
-pub async fn submission_view(pool: &PgPool, id: Uuid) -> Result<SubmissionView, StoreError> {
+pub async fn submission_view(
+    pool: &PgPool,
+    id: SubmissionId,
+) -> Result<SubmissionView, StoreError> {
     let mut tx = snapshot(pool).await?;
     let submission = fetch_submission(&mut tx, id).await?;
     let quest = fetch_quest(&mut tx, submission.quest_id).await?;
@@ -244,7 +250,7 @@ pub async fn submission_view(pool: &PgPool, id: Uuid) -> Result<SubmissionView, 
     })
 }
 
-pub async fn pending_l2_jobs(pool: &PgPool) -> Result<Vec<Uuid>, StoreError> {
+pub async fn pending_l2_jobs(pool: &PgPool) -> Result<Vec<L2JobId>, StoreError> {
     Ok(
         sqlx::query_scalar(
             "SELECT id FROM l2_jobs WHERE status = 'queued' ORDER BY created_at, id",
@@ -254,7 +260,7 @@ pub async fn pending_l2_jobs(pool: &PgPool) -> Result<Vec<Uuid>, StoreError> {
     )
 }
 
-pub async fn l2_job(pool: &PgPool, id: Uuid) -> Result<L2Job, StoreError> {
+pub async fn l2_job(pool: &PgPool, id: L2JobId) -> Result<L2Job, StoreError> {
     let row = sqlx::query("SELECT * FROM l2_jobs WHERE id = $1")
         .bind(id)
         .fetch_optional(pool)
@@ -263,7 +269,7 @@ pub async fn l2_job(pool: &PgPool, id: Uuid) -> Result<L2Job, StoreError> {
     l2_job_row(&row)
 }
 
-pub async fn l2_answers(pool: &PgPool, quest_id: Uuid) -> Result<Vec<L2AnswerRow>, StoreError> {
+pub async fn l2_answers(pool: &PgPool, quest_id: QuestId) -> Result<Vec<L2AnswerRow>, StoreError> {
     sqlx::query(
         "SELECT * FROM l2_answers WHERE quest_id = $1 ORDER BY created_at, question_index, verifier",
     )
@@ -275,13 +281,13 @@ pub async fn l2_answers(pool: &PgPool, quest_id: Uuid) -> Result<Vec<L2AnswerRow
     .collect()
 }
 
-pub async fn get_quest(pool: &PgPool, id: Uuid) -> Result<QuestRow, StoreError> {
+pub async fn get_quest(pool: &PgPool, id: QuestId) -> Result<QuestRow, StoreError> {
     fetch_quest(&mut *pool.acquire().await?, id).await
 }
 
 pub async fn quest_history(
     pool: &PgPool,
-    id: Uuid,
+    id: QuestId,
 ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError> {
     let mut tx = snapshot(pool).await?;
     fetch_quest(&mut tx, id).await?;
@@ -314,7 +320,7 @@ pub async fn quest_history(
 
 pub async fn review_queue(
     pool: &PgPool,
-    session_id: Option<Uuid>,
+    session_id: Option<SessionId>,
     check: Option<&CheckFilter>,
     limit: u32,
 ) -> Result<Vec<QuestRow>, StoreError> {
@@ -347,7 +353,10 @@ pub async fn review_queue(
     rows.iter().map(quest_row).collect()
 }
 
-pub async fn result_fields(pool: &PgPool, session_id: Uuid) -> Result<Vec<String>, StoreError> {
+pub async fn result_fields(
+    pool: &PgPool,
+    session_id: SessionId,
+) -> Result<Vec<String>, StoreError> {
     // A `json` value keeps its keys in the order written; the first row and
     // key position at which a field appears fixes its column.
     Ok(sqlx::query_scalar(
@@ -362,7 +371,7 @@ pub async fn result_fields(pool: &PgPool, session_id: Uuid) -> Result<Vec<String
 
 pub async fn export_page(
     pool: &PgPool,
-    session_id: Uuid,
+    session_id: SessionId,
     after_row: Option<u64>,
     limit: u32,
 ) -> Result<Vec<ExportRow>, StoreError> {
@@ -425,7 +434,7 @@ pub async fn find_token(pool: &PgPool, hash: &str) -> Result<Option<TokenRow>, S
 }
 
 /// The uploaded file's name, media type, size and number of pieces.
-pub async fn source_info(pool: &PgPool, id: Uuid) -> Result<SourceInfo, StoreError> {
+pub async fn source_info(pool: &PgPool, id: SessionId) -> Result<SourceInfo, StoreError> {
     let row = sqlx::query(
         "SELECT s.source_name, s.source_type,
                 (SELECT COALESCE(SUM(length(c.bytes)), 0)::bigint FROM session_source_chunks c
@@ -447,7 +456,7 @@ pub async fn source_info(pool: &PgPool, id: Uuid) -> Result<SourceInfo, StoreErr
 
 pub async fn source_chunk(
     pool: &PgPool,
-    id: Uuid,
+    id: SessionId,
     seq: u64,
 ) -> Result<Option<Vec<u8>>, StoreError> {
     Ok(sqlx::query_scalar(
@@ -461,7 +470,7 @@ pub async fn source_chunk(
 
 pub async fn whole_source(
     pool: &PgPool,
-    id: Uuid,
+    id: SessionId,
 ) -> Result<(String, String, Vec<u8>), StoreError> {
     let info = source_info(pool, id).await?;
     let pieces: Vec<Vec<u8>> = sqlx::query_scalar(
@@ -478,7 +487,7 @@ pub async fn whole_source(
 /// write path fences on: not ended, not expired, and still the quest's.
 pub async fn agent_lease(
     pool: &PgPool,
-    session_id: Uuid,
+    session_id: SessionId,
     agent: &AgentId,
     now: DateTime<Utc>,
 ) -> Result<Option<AgentLeaseRow>, StoreError> {

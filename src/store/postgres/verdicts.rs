@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId};
 use sqlx::Row;
-use uuid::Uuid;
 
 use super::codec::*;
 use super::leases::{end_lease, lock_quest_with_lease, renew_lease, save_quest, session};
@@ -20,7 +20,7 @@ use crate::store::{
 };
 
 /// The count of a session's quests still TODO, as this transaction sees it.
-pub async fn remaining(tx: &mut Tx, session_id: Uuid) -> Result<u64, StoreError> {
+pub async fn remaining(tx: &mut Tx, session_id: SessionId) -> Result<u64, StoreError> {
     let n: i64 = sqlx::query_scalar(
         "SELECT COALESCE(SUM(n), 0)::bigint FROM session_counts WHERE session_id = $1 AND bucket LIKE 'TODO/%'",
     )
@@ -75,7 +75,7 @@ pub async fn submit(
     let s = session(tx, quest.session_id).await?;
     let checking = work::check_submit(status_of(&quest))?;
     let mut submission = SubmissionRow {
-        id: Uuid::now_v7(),
+        id: SubmissionId::new(),
         quest_id: quest.id,
         session_id: quest.session_id,
         lease_id: new.lease_id,
@@ -117,10 +117,10 @@ pub async fn submit(
 
 pub async fn apply_verdict(
     tx: &mut Tx,
-    args: Arc<(Uuid, GateDecision)>,
+    args: Arc<(SubmissionId, GateDecision)>,
 ) -> Result<Decided, StoreError> {
     let (submission_id, decision) = &*args;
-    let quest_id: Uuid = sqlx::query_scalar("SELECT quest_id FROM submissions WHERE id = $1")
+    let quest_id: QuestId = sqlx::query_scalar("SELECT quest_id FROM submissions WHERE id = $1")
         .bind(submission_id)
         .fetch_optional(&mut *tx.conn)
         .await?
@@ -240,8 +240,8 @@ enum LeaseAfterWrite {
 }
 
 struct L2JobWrite {
-    id: Uuid,
-    submission_id: Uuid,
+    id: L2JobId,
+    submission_id: SubmissionId,
     verifier: String,
     index: u32,
     question: String,
@@ -251,7 +251,7 @@ struct L2JobWrite {
 
 impl Writes {
     /// The quest (fenced by the lease it was checked with), the lease, the L2 jobs.
-    async fn apply(self, tx: &mut Tx, quest: &QuestRow, lease: Uuid) -> Result<(), StoreError> {
+    async fn apply(self, tx: &mut Tx, quest: &QuestRow, lease: LeaseId) -> Result<(), StoreError> {
         save_quest(tx, quest, Some(lease)).await?;
         match self.lease {
             Some(LeaseAfterWrite::Renewed(until)) => renew_lease(tx, lease, until).await?,
@@ -292,7 +292,7 @@ fn decide(
     submission: &mut SubmissionRow,
     lease: &LeaseFacts,
     d: GateDecision,
-) -> Result<(Option<LeaseRow>, Vec<Uuid>), StoreError> {
+) -> Result<(Option<LeaseRow>, Vec<L2JobId>), StoreError> {
     let verify = session.config.verify.as_ref();
     let effects = work::on_verdict(
         Before {
@@ -354,7 +354,7 @@ fn decide(
         })?;
         let request = json(&request);
         for (verifier, index, question) in verify.jobs() {
-            let id = Uuid::now_v7();
+            let id = L2JobId::new();
             writes.l2_jobs.push(L2JobWrite {
                 id,
                 submission_id: submission.id,

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
+use crate::domain::ids::{L2JobId, QuestId, SubmissionId};
 use sqlx::Row;
-use uuid::Uuid;
 
 use super::codec::*;
 use super::leases::{save_quest, session};
@@ -17,7 +17,7 @@ use crate::domain::{Decision, EventKind, Phase};
 use crate::store::common::{set_status, status_of};
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
 
-async fn lock_quest(tx: &mut Tx, id: Uuid) -> Result<QuestRow, StoreError> {
+async fn lock_quest(tx: &mut Tx, id: QuestId) -> Result<QuestRow, StoreError> {
     let row = sqlx::query("SELECT * FROM quests WHERE id = $1 FOR UPDATE")
         .bind(id)
         .fetch_optional(&mut *tx.conn)
@@ -26,7 +26,7 @@ async fn lock_quest(tx: &mut Tx, id: Uuid) -> Result<QuestRow, StoreError> {
     quest_row(&row)
 }
 
-async fn fetch_l2_job(tx: &mut Tx, id: Uuid) -> Result<L2Job, StoreError> {
+async fn fetch_l2_job(tx: &mut Tx, id: L2JobId) -> Result<L2Job, StoreError> {
     let row = sqlx::query("SELECT * FROM l2_jobs WHERE id = $1")
         .bind(id)
         .fetch_optional(&mut *tx.conn)
@@ -35,7 +35,7 @@ async fn fetch_l2_job(tx: &mut Tx, id: Uuid) -> Result<L2Job, StoreError> {
     l2_job_row(&row)
 }
 
-async fn fetch_l2_answer(tx: &mut Tx, job_id: Uuid) -> Result<L2AnswerRow, StoreError> {
+async fn fetch_l2_answer(tx: &mut Tx, job_id: L2JobId) -> Result<L2AnswerRow, StoreError> {
     let row = sqlx::query("SELECT * FROM l2_answers WHERE job_id = $1")
         .bind(job_id)
         .fetch_optional(&mut *tx.conn)
@@ -140,7 +140,7 @@ pub async fn record_l2_answer(
 async fn finish_verification(
     tx: &mut Tx,
     mut quest: QuestRow,
-    submission_id: Uuid,
+    submission_id: SubmissionId,
 ) -> Result<QuestRow, StoreError> {
     let s = session(tx, quest.session_id).await?;
     let config = s
@@ -235,7 +235,7 @@ fn reviewable(tx: &Tx, quest: &QuestRow, reviewer: &str) -> Result<(), StoreErro
 /// Gives a reviewer a time-limited claim on a quest in REVIEW.
 pub async fn claim_review(
     tx: &mut Tx,
-    quest_id: Uuid,
+    quest_id: QuestId,
     reviewer: String,
     seconds: u32,
 ) -> Result<QuestRow, StoreError> {
@@ -250,7 +250,7 @@ pub async fn claim_review(
 /// Gives a reviewer's claim back.
 pub async fn release_review(
     tx: &mut Tx,
-    quest_id: Uuid,
+    quest_id: QuestId,
     reviewer: String,
 ) -> Result<(), StoreError> {
     let mut quest = lock_quest(tx, quest_id).await?;
@@ -267,7 +267,7 @@ pub async fn release_review(
 /// first: the database accepts the move out of REVIEW only with it.
 pub async fn decide_review(
     tx: &mut Tx,
-    quest_id: Uuid,
+    quest_id: QuestId,
     reviewer: String,
     decision: Decision,
     note: String,
@@ -290,7 +290,7 @@ pub async fn decide_review(
         "INSERT INTO review_decisions (id, quest_id, reviewer, decision, note, created_at)
          VALUES ($1, $2, $3, $4, $5, $6)",
     )
-    .bind(Uuid::now_v7())
+    .bind(uuid::Uuid::now_v7())
     .bind(quest_id)
     .bind(&reviewer)
     .bind(decision.as_str())

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use uuid::Uuid;
+use crate::domain::ids::{QuestId, SessionId, TokenId};
 
 use super::codec::*;
 use super::tx::Tx;
@@ -15,7 +15,7 @@ use crate::store::{NewSession, SOURCE_CHUNK, StoreError, TokenRow};
 const ROWS_PER_INSERT: usize = 5000;
 
 /// Stores a session, its uploaded file and one quest per row, all or nothing.
-pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<Uuid, StoreError> {
+pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId, StoreError> {
     sqlx::query(
         "INSERT INTO sessions (id, name, key_column, gate_kind, config, columns, source_name, source_type,
          total, max_tries, max_lapses, lease_seconds, created_by, created_at)
@@ -53,7 +53,7 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<Uuid, Sto
         .await?;
     }
     for (c, chunk) in s.rows.chunks(ROWS_PER_INSERT).enumerate() {
-        let ids: Vec<Uuid> = chunk.iter().map(|_| Uuid::now_v7()).collect();
+        let ids: Vec<QuestId> = chunk.iter().map(|_| QuestId::new()).collect();
         let indexes: Vec<i64> = (0..chunk.len())
             .map(|i| (c * ROWS_PER_INSERT + i) as i64)
             .collect();
@@ -84,7 +84,7 @@ pub async fn create_token(
     role: Role,
     hash: String,
 ) -> Result<TokenRow, StoreError> {
-    let id = Uuid::now_v7();
+    let id = TokenId::new();
     // DO NOTHING, not an error: a taken name (or digest) leaves the transaction usable.
     let inserted = sqlx::query(
         "INSERT INTO tokens (id, name, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)
@@ -137,7 +137,7 @@ pub async fn ensure_token(
         "INSERT INTO tokens (id, name, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (hash) DO UPDATE SET name = excluded.name, role = excluded.role, revoked_at = NULL",
     )
-    .bind(Uuid::now_v7())
+    .bind(TokenId::new())
     .bind(name)
     .bind(role.as_str())
     .bind(hash)
@@ -148,7 +148,7 @@ pub async fn ensure_token(
 }
 
 /// Revokes a token (again is a no-op).
-pub async fn revoke_token(tx: &mut Tx, id: Uuid) -> Result<TokenRow, StoreError> {
+pub async fn revoke_token(tx: &mut Tx, id: TokenId) -> Result<TokenRow, StoreError> {
     let row = sqlx::query(
         "UPDATE tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 RETURNING *",
     )
