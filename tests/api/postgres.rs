@@ -23,6 +23,25 @@ impl TestDatabase {
     /// Creates a fresh database, or returns `None` after printing why the
     /// test named `test` is skipped. With `CI=true` no server is a failure.
     pub async fn create_or_skip(test: &str) -> Option<TestDatabase> {
+        let why = match TestDatabase::create().await {
+            Ok(db) => return Some(db),
+            Err(why) => why,
+        };
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{test}: {why}, and CI=true makes that a failure; \
+             start it with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`"
+        );
+        eprintln!(
+            "SKIPPED {test} on PostgreSQL: {why}; \
+             start it with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`. \
+             With CI=true this is a failure"
+        );
+        None
+    }
+
+    /// Creates a fresh database, or says why there is no server to create it on.
+    pub async fn create() -> Result<TestDatabase, String> {
         let mut errors = Vec::new();
         for admin in ADMIN_URLS {
             match PgConnection::connect(admin).await {
@@ -31,10 +50,10 @@ impl TestDatabase {
                     sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
                         .execute(&mut conn)
                         .await
-                        .expect("CREATE DATABASE on the local PostgreSQL");
+                        .map_err(|e| format!("CREATE DATABASE failed: {e}"))?;
                     let _ = conn.close().await;
                     let base = admin.rsplit_once('/').expect("a database in the URL").0;
-                    return Some(TestDatabase {
+                    return Ok(TestDatabase {
                         admin,
                         url: format!("{base}/{name}"),
                         name,
@@ -43,18 +62,10 @@ impl TestDatabase {
                 Err(e) => errors.push(format!("{admin}: {e}")),
             }
         }
-        let why = errors.join("; ");
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "{test}: PostgreSQL does not answer on 127.0.0.1:5432 ({why}), and CI=true makes that a failure; \
-             start it with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`"
-        );
-        eprintln!(
-            "SKIPPED {test} on PostgreSQL: no server on 127.0.0.1:5432 ({why}); \
-             start it with `pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start`. \
-             With CI=true this is a failure"
-        );
-        None
+        Err(format!(
+            "PostgreSQL does not answer on 127.0.0.1:5432 ({})",
+            errors.join("; ")
+        ))
     }
 }
 
