@@ -8,6 +8,7 @@ use quest::domain::session::SessionConfig;
 use quest::domain::table::Row;
 use quest::domain::work::AgentId;
 use quest::domain::{Phase, SystemClock, Verdict};
+use quest::store::sqlite::{Tuning, WalPolicy};
 use quest::store::{
     GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError,
     SubmitOutcome,
@@ -358,7 +359,10 @@ async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
         &path,
         Arc::new(SystemClock),
         tokio::sync::broadcast::channel(8).0,
-        |o| o.pragma("max_page_count", (pages + 25).to_string()),
+        Tuning {
+            connect: Box::new(move |o| o.pragma("max_page_count", (pages + 25).to_string())),
+            ..Tuning::default()
+        },
     )
     .await
     .unwrap();
@@ -413,4 +417,83 @@ async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
     );
     // The writer opened its connection anew and still serves what fits.
     assert!(store.get_quest(leased[0].0).await.is_ok());
+}
+
+/// The size of a file, 0 when it does not exist.
+fn file_size(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn the_wal_stays_bounded_under_readers_that_never_pause() {
+    const RESTART_PAST_PAGES: i64 = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("q.db");
+    let wal_path = dir.path().join("q.db-wal");
+    let store = Arc::new(
+        SqliteStore::open_tuned(
+            &path,
+            Arc::new(SystemClock),
+            tokio::sync::broadcast::channel(8).0,
+            Tuning {
+                wal: WalPolicy {
+                    every_commits: 4,
+                    restart_past_pages: RESTART_PAST_PAGES,
+                },
+                ..Tuning::default()
+            },
+        )
+        .await
+        .unwrap(),
+    );
+    let companies: Vec<String> = (0..1000).map(|i| format!("company {i:04}")).collect();
+    let names: Vec<&str> = companies.iter().map(String::as_str).collect();
+    let read_session = add_session(&store, &names).await;
+
+    // Readers that never pause: six loops of whole-page reads, overlapping so
+    // that some read transaction is open at almost every moment.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reads = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let readers: Vec<_> = (0..6)
+        .map(|_| {
+            let (store, stop, reads) = (store.clone(), stop.clone(), reads.clone());
+            tokio::spawn(async move {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let page = store.export_page(read_session, None, 1000).await.unwrap();
+                    assert_eq!(page.len(), 1000);
+                    reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+
+    // Meanwhile the writer commits far more than the WAL limit, session after session.
+    let long: Vec<String> = (0..100)
+        .map(|i| format!("{i:03}{}", "w".repeat(1000)))
+        .collect();
+    let long: Vec<&str> = long.iter().map(String::as_str).collect();
+    let mut largest_wal = 0;
+    for _ in 0..150 {
+        add_session(&store, &long).await;
+        largest_wal = largest_wal.max(file_size(&wal_path));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for reader in readers {
+        reader.await.unwrap();
+    }
+
+    let written = file_size(&path);
+    let bound = 16 * RESTART_PAST_PAGES as u64 * 4096;
+    assert!(
+        reads.load(std::sync::atomic::Ordering::Relaxed) > 150,
+        "the readers kept reading throughout"
+    );
+    assert!(
+        written > 4 * bound,
+        "the database grew by {written} bytes: far more than the WAL may hold"
+    );
+    assert!(
+        largest_wal <= bound,
+        "the WAL reached {largest_wal} bytes under constant reads; the bound is {bound}"
+    );
 }

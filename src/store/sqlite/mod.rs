@@ -41,7 +41,24 @@ use leases::{Heartbeat, Hold, Lease, Release};
 use verdicts::{Decide, Submit};
 use writer::{Counters, Finish, GroupError, Kind, Op, Ranked, Request, Single, WriteCtx, Writer};
 
-pub use writer::MAX_BATCH;
+pub use writer::{MAX_BATCH, WalPolicy};
+
+/// What may be changed about how the store uses SQLite.
+pub struct Tuning {
+    /// Changes to the connection options.
+    pub connect: Box<dyn FnOnce(SqliteConnectOptions) -> SqliteConnectOptions + Send>,
+    /// How the writer keeps the WAL bounded.
+    pub wal: WalPolicy,
+}
+
+impl Default for Tuning {
+    fn default() -> Tuning {
+        Tuning {
+            connect: Box::new(|o| o),
+            wal: WalPolicy::default(),
+        }
+    }
+}
 
 /// The SQLite implementation of [`Store`].
 #[derive(Clone)]
@@ -67,16 +84,16 @@ impl SqliteStore {
         clock: Arc<dyn Clock>,
         events: broadcast::Sender<QuestEvent>,
     ) -> Result<SqliteStore, StoreError> {
-        SqliteStore::open_tuned(path, clock, events, |o| o).await
+        SqliteStore::open_tuned(path, clock, events, Tuning::default()).await
     }
 
-    /// [`SqliteStore::open`] with the connection options changed by `tune`
-    /// (tests use it to give the database a size limit).
+    /// [`SqliteStore::open`] tuned: tests use it to give the database a size
+    /// limit or to make the WAL policy act on a small log.
     pub async fn open_tuned(
         path: &Path,
         clock: Arc<dyn Clock>,
         events: broadcast::Sender<QuestEvent>,
-        tune: impl FnOnce(SqliteConnectOptions) -> SqliteConnectOptions,
+        tuning: Tuning,
     ) -> Result<SqliteStore, StoreError> {
         let options = SqliteConnectOptions::new()
             .filename(path)
@@ -92,7 +109,7 @@ impl SqliteStore {
             // After the WAL is restarted, its file shrinks back to this size.
             .pragma("journal_size_limit", (64 * 1024 * 1024).to_string())
             .disable_statement_logging();
-        let options = tune(options);
+        let options = (tuning.connect)(options);
         let mut conn = options.connect().await?;
         sqlx::migrate!("./migrations/sqlite").run(&mut conn).await?;
         let read = SqlitePoolOptions::new()
@@ -114,6 +131,7 @@ impl SqliteStore {
                 (Submit::RANK, writer::run_kind::<Submit>),
                 (Lease::RANK, writer::run_kind::<Lease>),
             ],
+            wal: tuning.wal,
             since_checkpoint: 0,
         };
         tokio::spawn(writer::run(writer, rx));

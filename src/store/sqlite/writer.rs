@@ -305,17 +305,33 @@ pub struct Writer {
     pub counters: Arc<Counters>,
     /// Runs the grouped requests of one rank; set by the store for each kind.
     pub runners: Vec<(u8, Runner)>,
+    /// How the WAL is kept bounded.
+    pub wal: WalPolicy,
     /// Commits since the WAL was last looked at.
     pub since_checkpoint: u32,
 }
 
-/// How many commits pass between two looks at the WAL's size.
-const CHECKPOINT_EVERY: u32 = 256;
-/// The WAL length (in pages) past which the writer waits for readers to let
-/// it restart the log. SQLite's own checkpoints after each commit are passive:
-/// with readers that never pause, they never get to reset the WAL, which then
-/// grows without bound.
-const WAL_PAGES_LIMIT: i64 = 8192;
+/// How the writer keeps the WAL file bounded. SQLite's own checkpoints after
+/// each commit are passive: with readers that never pause, they never get to
+/// reset the WAL, which then grows without bound.
+#[derive(Debug, Clone, Copy)]
+pub struct WalPolicy {
+    /// How many commits pass between two looks at the WAL's length.
+    pub every_commits: u32,
+    /// The WAL length (in pages) past which the writer waits for the readers
+    /// of the moment to let it restart the log.
+    pub restart_past_pages: i64,
+}
+
+impl Default for WalPolicy {
+    /// Every 256 commits; a restart past 8,192 pages (32 MiB of 4 KiB pages).
+    fn default() -> WalPolicy {
+        WalPolicy {
+            every_commits: 256,
+            restart_past_pages: 8192,
+        }
+    }
+}
 
 /// Runs every request of one kind in a batch.
 pub type Runner = for<'a> fn(
@@ -543,7 +559,7 @@ impl Writer {
             }
         }
         self.since_checkpoint += 1;
-        if self.since_checkpoint >= CHECKPOINT_EVERY {
+        if self.since_checkpoint >= self.wal.every_commits {
             self.since_checkpoint = 0;
             self.checkpoint().await;
         }
@@ -557,7 +573,7 @@ impl Writer {
             .fetch_one(&mut self.ctx.conn)
             .await;
         let Ok((_, log, _)) = passive else { return };
-        if log >= WAL_PAGES_LIMIT {
+        if log >= self.wal.restart_past_pages {
             match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)")
                 .fetch_one(&mut self.ctx.conn)
                 .await
