@@ -14,6 +14,8 @@ use tempfile::TempDir;
 use tokio::sync::oneshot;
 
 use crate::postgres::TestDatabase;
+use quest::store::SqliteStore;
+use quest::store::postgres::{PgStore, TimeSource};
 
 /// A running server and a client for it.
 pub struct TestApp {
@@ -203,6 +205,31 @@ pub async fn spawn_app_on_postgres(test: &str) -> Option<TestApp> {
         .unwrap_or_else(|e| e.into_inner())
         .push((data_dir.path().to_owned(), db));
     Some(spawn_app_tuned(data_dir, None, move |c| c.database_url = Some(url)).await)
+}
+
+/// The store of a stopped server's data dir, opened the way the server opens
+/// it: its PostgreSQL database when it ran on one, else its SQLite file.
+pub async fn open_store_of(data_dir: &Path) -> Arc<dyn quest::store::Store> {
+    let clock = Arc::new(ManualClock::new());
+    let events = tokio::sync::broadcast::channel(8).0;
+    let url = DATABASES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(dir, _)| dir == data_dir)
+        .map(|(_, db)| db.url.clone());
+    match url {
+        Some(url) => Arc::new(
+            PgStore::open(&url, TimeSource::Clock(clock), events)
+                .await
+                .expect("the server's PostgreSQL database opens"),
+        ),
+        None => Arc::new(
+            SqliteStore::open(&data_dir.join("quest.db"), clock, events)
+                .await
+                .expect("the server's database opens"),
+        ),
+    }
 }
 
 impl Drop for TestApp {
