@@ -522,3 +522,118 @@ async fn tokens_are_found_by_digest_until_revoked() {
         );
     }
 }
+
+/// Two stores on one PostgreSQL database: two replicas.
+async fn two_replicas(test: &str) -> Option<(TestDatabase, PgStore, PgStore)> {
+    let db = TestDatabase::create_or_skip(test).await?;
+    let open = || {
+        PgStore::open(
+            &db.url,
+            TimeSource::Clock(Arc::new(SystemClock)),
+            broadcast::channel(1024).0,
+        )
+    };
+    let (a, b) = (open().await.unwrap(), open().await.unwrap());
+    Some((db, a, b))
+}
+
+/// The next event of `kind` a receiver gets, waiting up to five seconds.
+async fn next_of(events: &mut broadcast::Receiver<QuestEvent>, kind: EventKind) -> QuestEvent {
+    tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            let e = events
+                .recv()
+                .await
+                .expect("the relay keeps the channel open");
+            if e.kind == kind {
+                return e;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no {kind:?} event within five seconds"))
+}
+
+#[tokio::test]
+async fn on_postgres_a_replica_sees_the_events_another_replica_commits() {
+    let test = "on_postgres_a_replica_sees_the_events_another_replica_commits";
+    let Some((_db, a, b)) = two_replicas(test).await else {
+        return;
+    };
+    let mut seen_by_b = b.events_for_tests().subscribe();
+    let s = session(&a, 2).await;
+    let token = TokenId::new();
+    let [(quest, lease)] = lease_all(&a, s, token, 1).await[..] else {
+        panic!()
+    };
+    let SubmitOutcome::Recorded { view, .. } = a
+        .submit(
+            result(quest, lease, token, "a@b.test"),
+            Some(decision(Verdict::Pass)),
+        )
+        .await
+        .unwrap()
+    else {
+        panic!("recorded")
+    };
+    let decided = next_of(&mut seen_by_b, EventKind::Decided).await;
+    assert_eq!(
+        (decided.quest_id, decided.submission_id, decided.verdict),
+        (Some(quest), Some(view.submission.id), Some(Verdict::Pass)),
+        "B relays what A committed"
+    );
+    let mut seen_by_a = a.events_for_tests().subscribe();
+    b.release(quest, lease, token).await.unwrap_err();
+    let [(other, other_lease)] = lease_all(&b, s, token, 1).await[..] else {
+        panic!()
+    };
+    b.release(other, other_lease, token).await.unwrap();
+    let released = next_of(&mut seen_by_a, EventKind::Released).await;
+    assert_eq!(released.quest_id, Some(other), "and A what B committed");
+    let mut again = seen_by_a.resubscribe();
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(1500), async {
+            loop {
+                if again.recv().await.unwrap().kind == EventKind::Released {
+                    return;
+                }
+            }
+        })
+        .await
+        .is_err(),
+        "an event is relayed once, not again on the next read"
+    );
+}
+
+#[tokio::test]
+async fn on_postgres_an_event_committed_after_a_later_numbered_one_is_not_skipped() {
+    let test = "on_postgres_an_event_committed_after_a_later_numbered_one_is_not_skipped";
+    let Some((_db, a, _b)) = two_replicas(test).await else {
+        return;
+    };
+    let mut seen = a.events_for_tests().subscribe();
+    let s = session(&a, 1).await;
+    let event = |kind: &str| {
+        json!({"kind": kind, "session_id": s, "quest_id": null, "submission_id": null,
+               "state": null, "phase": null, "verdict": null, "at": "2026-01-01T00:00:00Z"})
+        .to_string()
+    };
+    let insert =
+        "INSERT INTO events (origin, body) VALUES (gen_random_uuid(), $1::json) RETURNING id";
+    // The slow transaction takes the lower id, the fast one commits first.
+    let mut slow = a.pool().begin().await.unwrap();
+    let slow_id: i64 = sqlx::query_scalar(insert)
+        .bind(event("released"))
+        .fetch_one(&mut *slow)
+        .await
+        .unwrap();
+    let fast_id: i64 = sqlx::query_scalar(insert)
+        .bind(event("lapsed"))
+        .fetch_one(a.pool())
+        .await
+        .unwrap();
+    assert!(slow_id < fast_id);
+    next_of(&mut seen, EventKind::Lapsed).await;
+    slow.commit().await.unwrap();
+    next_of(&mut seen, EventKind::Released).await;
+}

@@ -12,10 +12,12 @@
 //! - [`verify`]: L2 answers and human reviews;
 //! - [`writes`]: scans, tokens and browser sessions;
 //! - [`reads`] and [`console`]: every read;
+//! - [`events`]: the events of every replica's commits, relayed to this one's watchers;
 //! - [`codec`]: how rows are decoded.
 
 mod codec;
 mod console;
+mod events;
 mod leases;
 mod reads;
 mod tx;
@@ -33,6 +35,8 @@ use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{Connection, PgConnection, PgPool};
 use tokio::sync::broadcast;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use uuid::Uuid;
 
 use super::*;
 use crate::domain::{Clock, QuestEvent};
@@ -57,6 +61,10 @@ pub struct PgStore {
     pool: PgPool,
     time: TimeSource,
     events: broadcast::Sender<QuestEvent>,
+    /// This store's id in the `events` table: its own events it publishes at once.
+    origin: Uuid,
+    /// Stops the event relay when the last clone of the store is dropped.
+    _relay: Arc<DropGuard>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -110,7 +118,26 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
-        Ok(PgStore { pool, time, events })
+        let origin = Uuid::new_v4();
+        let stop = CancellationToken::new();
+        tokio::spawn(events::relay(
+            pool.clone(),
+            origin,
+            events.clone(),
+            stop.clone(),
+        ));
+        Ok(PgStore {
+            pool,
+            time,
+            events,
+            origin,
+            _relay: Arc::new(stop.drop_guard()),
+        })
+    }
+
+    /// The channel this store publishes events on (its own and the relayed ones).
+    pub fn events_for_tests(&self) -> &broadcast::Sender<QuestEvent> {
+        &self.events
     }
 
     /// The pool, for tests that reach below the store (raw SQL against the ratchet).
@@ -158,7 +185,10 @@ impl PgStore {
             now,
             events: Vec::new(),
         };
-        let out = op(&mut tx, args).await;
+        let out = match op(&mut tx, args).await {
+            Ok(v) => events::record(&mut tx, self.origin).await.map(|()| v),
+            Err(e) => Err(e),
+        };
         match out {
             Ok(v) => {
                 tx.conn.commit().await?;
