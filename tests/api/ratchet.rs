@@ -248,7 +248,7 @@ async fn phases_lapses_and_a_result_under_review_are_guarded_too() {
         ]
         .iter()
         {
-            let err = db.execute(&sql).await.expect_err(sql);
+            let err = db.execute(sql).await.expect_err(sql);
             assert!(err.to_string().contains("ratchet"), "{sql}: {err}");
         }
         db.execute(&format!("UPDATE quests SET lapses = 2 WHERE id = '{q2}'"))

@@ -44,7 +44,7 @@ use tx::{ATTEMPTS, Op, Tx, as_refusal, is_retryable};
 
 /// The key of the advisory lock under which replicas starting together run
 /// the migrations one at a time ("quest" in ASCII).
-const MIGRATION_LOCK: i64 = 0x7175_6573_74;
+const MIGRATION_LOCK: i64 = 0x0071_7565_7374;
 
 /// Where the store takes "now" from.
 #[derive(Clone)]
