@@ -28,7 +28,7 @@ use crate::service::{BOOTSTRAP_ADMIN, Service, new_secret};
 use crate::store::postgres::{PgStore, TimeSource, describe_open_error};
 use crate::store::{SqliteStore, Store};
 use crate::verifiers::VerifierRegistry;
-use crate::workers::{GateRunner, VerifierRunner, sweeper};
+use crate::workers::{GateRunner, VerifierRunner, orphans, sweeper};
 
 /// Opens the store `database` names. A PostgreSQL database that cannot be
 /// used is one line saying why (a bad URL, no answer, a refusal).
@@ -191,6 +191,14 @@ impl App {
         }
         tokio::spawn(sweeper::run(
             store.clone(),
+            Duration::from_secs(config.sweep_seconds.max(1)),
+            shutdown.clone(),
+        ));
+        // Replicas on one database take over the work of one that died.
+        tokio::spawn(orphans::run(
+            store.clone(),
+            runner.clone(),
+            l2.clone(),
             Duration::from_secs(config.sweep_seconds.max(1)),
             shutdown.clone(),
         ));

@@ -637,3 +637,59 @@ async fn on_postgres_an_event_committed_after_a_later_numbered_one_is_not_skippe
     slow.commit().await.unwrap();
     next_of(&mut seen, EventKind::Released).await;
 }
+
+#[tokio::test]
+async fn on_postgres_a_job_claimed_by_one_replica_is_left_alone_by_the_others_until_its_claim_expires()
+ {
+    let test = "on_postgres_a_job_claimed_by_one_replica_is_left_alone_by_the_others_until_its_claim_expires";
+    let Some(db) = TestDatabase::create_or_skip(test).await else {
+        return;
+    };
+    let clock = Arc::new(quest::testing::ManualClock::new());
+    let open = || {
+        PgStore::open(
+            &db.url,
+            TimeSource::Clock(clock.clone()),
+            broadcast::channel(1024).0,
+        )
+    };
+    let (a, b) = (open().await.unwrap(), open().await.unwrap());
+    let s = session(&a, 1).await;
+    let token = TokenId::new();
+    let [(quest, lease)] = lease_all(&a, s, token, 1).await[..] else {
+        panic!()
+    };
+    let SubmitOutcome::Recorded { view, .. } = a
+        .submit(result(quest, lease, token, "a@b.test"), None)
+        .await
+        .unwrap()
+    else {
+        panic!("recorded")
+    };
+    let job = quest::store::Job::Gate(view.submission.id);
+    assert_eq!(
+        b.orphaned_jobs(0).await.unwrap(),
+        [job],
+        "nobody holds the PENDING submission yet"
+    );
+    assert!(
+        b.orphaned_jobs(60).await.unwrap().is_empty(),
+        "within the grace its own replica is about to claim it"
+    );
+    assert!(a.claim_job(job, 60).await.unwrap(), "A claims it");
+    assert!(
+        !b.claim_job(job, 60).await.unwrap(),
+        "B may not while A's claim lives"
+    );
+    assert!(!a.claim_job(job, 60).await.unwrap(), "nor A a second time");
+    assert!(b.orphaned_jobs(0).await.unwrap().is_empty());
+    // A dies; its claim runs out.
+    clock.advance(std::time::Duration::from_secs(61));
+    assert_eq!(b.orphaned_jobs(0).await.unwrap(), [job]);
+    let claims = join_all((0..8).map(|_| b.claim_job(job, 60))).await;
+    assert_eq!(
+        claims.into_iter().filter(|c| *c.as_ref().unwrap()).count(),
+        1,
+        "of concurrent claims exactly one gets the job"
+    );
+}

@@ -12,12 +12,14 @@
 //! - [`verify`]: L2 answers and human reviews;
 //! - [`writes`]: scans, tokens and browser sessions;
 //! - [`reads`] and [`console`]: every read;
+//! - [`jobs`]: claims on background work (gate runs, L2 questions), shared by replicas;
 //! - [`events`]: the events of every replica's commits, relayed to this one's watchers;
 //! - [`codec`]: how rows are decoded.
 
 mod codec;
 mod console;
 mod events;
+mod jobs;
 mod leases;
 mod reads;
 mod tx;
@@ -530,6 +532,18 @@ impl Store for PgStore {
         query: &QuestQuery,
     ) -> Result<QuestPage, StoreError> {
         console::quest_page(&self.pool, session_id, query).await
+    }
+
+    async fn claim_job(&self, job: Job, seconds: u32) -> Result<bool, StoreError> {
+        self.write((self.origin, job, seconds), |tx, (o, j, s)| {
+            Box::pin(jobs::claim(tx, o, j, s))
+        })
+        .await
+    }
+
+    async fn orphaned_jobs(&self, grace_seconds: u32) -> Result<Vec<Job>, StoreError> {
+        self.write(grace_seconds, |tx, g| Box::pin(jobs::orphaned(tx, g)))
+            .await
     }
 
     fn now(&self) -> DateTime<Utc> {
