@@ -278,6 +278,11 @@ impl App {
             }
         };
         shutdown.cancel();
+        // The workers are stopped: their unfinished work is free for the next
+        // start or another replica.
+        if let Err(e) = self.store.release_jobs().await {
+            tracing::warn!(error = %e, "the claims on unfinished work could not be given back; they expire");
+        }
         result.context("the server failed")
     }
 }

@@ -286,6 +286,11 @@ pub trait Store: Send + Sync + 'static {
         let _ = (job, seconds);
         Ok(true)
     }
+    /// Gives back this process's claims when it shuts down, so that the next
+    /// start (or another replica) takes its unfinished work over at once.
+    async fn release_jobs(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Work nobody holds: PENDING submissions and unanswered L2 jobs at least
     /// `grace_seconds` old without a live claim, such as those of a replica
     /// that died. A store that one process alone uses re-queues its work at

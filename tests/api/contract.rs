@@ -693,3 +693,120 @@ async fn on_postgres_a_job_claimed_by_one_replica_is_left_alone_by_the_others_un
         "of concurrent claims exactly one gets the job"
     );
 }
+
+#[tokio::test]
+async fn on_postgres_three_replicas_and_32_agents_finish_every_quest_without_a_double_lease() {
+    let test = "on_postgres_three_replicas_and_32_agents_finish_every_quest_without_a_double_lease";
+    let Some(db) = TestDatabase::create_or_skip(test).await else {
+        return;
+    };
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        replicas.push(Arc::new(
+            PgStore::open(
+                &db.url,
+                TimeSource::Clock(Arc::new(SystemClock)),
+                broadcast::channel(65_536).0,
+            )
+            .await
+            .unwrap(),
+        ));
+    }
+    let quests = 300;
+    let s = session(replicas[0].as_ref(), quests).await;
+    let token = TokenId::new();
+    // A poller on each replica: `remaining` never rises.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let pollers: Vec<_> = replicas
+        .iter()
+        .map(|r| {
+            let (r, done) = (r.clone(), done.clone());
+            tokio::spawn(async move {
+                let mut last = u64::MAX;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    let now = r.session_status(s).await.unwrap().counts.remaining();
+                    assert!(now <= last, "remaining rose from {last} to {now}");
+                    last = now;
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+                }
+            })
+        })
+        .collect();
+    let agents: Vec<_> = (0..32)
+        .map(|i| {
+            let store = replicas[i % 3].clone();
+            tokio::spawn(async move {
+                let agent = AgentId::new(token, format!("a{i}"));
+                let mut passed = Vec::new();
+                loop {
+                    match store.lease_next(s, &agent).await.unwrap() {
+                        LeaseOutcome::Assigned { quest, lease } => {
+                            // Every third quest FAILs first, then passes on the same lease.
+                            let fails_first = quest.row_index % 3 == 0 && quest.tries == 0;
+                            let verdict = if fails_first {
+                                Verdict::Fail
+                            } else {
+                                Verdict::Pass
+                            };
+                            let out = store
+                                .submit(
+                                    result(
+                                        quest.id,
+                                        lease.id,
+                                        token,
+                                        if fails_first { "nope" } else { "a@b.test" },
+                                    ),
+                                    Some(decision(verdict)),
+                                )
+                                .await
+                                .unwrap();
+                            if verdict == Verdict::Pass {
+                                let SubmitOutcome::Recorded { view, .. } = out else {
+                                    panic!("a new result is recorded")
+                                };
+                                assert_eq!(view.quest.state, State::Pass);
+                                passed.push(quest.id);
+                            }
+                        }
+                        LeaseOutcome::Wait { .. } => {
+                            tokio::time::sleep(std::time::Duration::from_millis(5)).await
+                        }
+                        LeaseOutcome::Finished => return passed,
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut passed: Vec<QuestId> = Vec::new();
+    for a in join_all(agents).await {
+        passed.extend(a.unwrap());
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    for p in join_all(pollers).await {
+        p.unwrap();
+    }
+    let n = passed.len();
+    passed.sort();
+    passed.dedup();
+    assert_eq!(
+        (n, passed.len()),
+        (quests, quests),
+        "each quest passed once, by one agent"
+    );
+    let statuses = join_all(replicas.iter().map(|r| r.session_status(s))).await;
+    for status in &statuses {
+        let c = status.as_ref().unwrap().counts;
+        assert_eq!(
+            (c.pass, c.remaining(), c.submissions),
+            (quests as u64, 0, (quests + quests.div_ceil(3)) as u64),
+            "every replica answers the same final status"
+        );
+    }
+    let double: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM (SELECT quest_id FROM leases GROUP BY quest_id HAVING COUNT(*) > 1) d",
+    )
+    .fetch_one(replicas[0].pool())
+    .await
+    .unwrap();
+    assert_eq!(double, 0, "no quest was ever leased twice");
+}

@@ -541,6 +541,14 @@ impl Store for PgStore {
         .await
     }
 
+    async fn release_jobs(&self) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM job_claims WHERE holder = $1")
+            .bind(self.origin)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     async fn orphaned_jobs(&self, grace_seconds: u32) -> Result<Vec<Job>, StoreError> {
         self.write(grace_seconds, |tx, g| Box::pin(jobs::orphaned(tx, g)))
             .await
