@@ -12,7 +12,8 @@
 //!
 //! Options (environment): QUEST_BENCH_AGENTS (default 64), QUEST_BENCH_CYCLES
 //! (cycles measured per run, default 20000), QUEST_BENCH_SMALL (default 1000)
-//! and QUEST_BENCH_LARGE (default 1000000) quests.
+//! and QUEST_BENCH_LARGE (default 1000000) quests. Run without `--bench` (as
+//! `cargo test --all-targets` does), it makes one small run at smoke sizes.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -318,10 +319,17 @@ fn main() {
         run_baseline_server(args[i + 1].parse().unwrap());
         return;
     }
-    let agents = env_usize("QUEST_BENCH_AGENTS", 64);
-    let cycles = env_usize("QUEST_BENCH_CYCLES", 20_000);
+    // `cargo bench` passes `--bench`; `cargo test --all-targets` does not, and
+    // then one small run only checks that the benchmark works.
+    let measuring = args.iter().any(|a| a == "--bench");
+    let agents = env_usize("QUEST_BENCH_AGENTS", if measuring { 64 } else { 8 });
+    let cycles = env_usize("QUEST_BENCH_CYCLES", if measuring { 20_000 } else { 200 });
     let small = env_usize("QUEST_BENCH_SMALL", 1_000).max(cycles + agents * 4);
-    let large = env_usize("QUEST_BENCH_LARGE", 1_000_000).max(small);
+    let large = env_usize(
+        "QUEST_BENCH_LARGE",
+        if measuring { 1_000_000 } else { 5_000 },
+    )
+    .max(small);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

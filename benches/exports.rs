@@ -262,8 +262,13 @@ async fn run(rows: usize, decided: usize) {
 }
 
 fn main() {
-    let rows = env_usize("QUEST_BENCH_ROWS", 1_000_000);
-    let decided = env_usize("QUEST_BENCH_DECIDED", 20_000);
+    // Without `--bench` (`cargo test --all-targets`), one small run checks that it works.
+    let measuring = std::env::args().any(|a| a == "--bench");
+    let rows = env_usize(
+        "QUEST_BENCH_ROWS",
+        if measuring { 1_000_000 } else { 5_000 },
+    );
+    let decided = env_usize("QUEST_BENCH_DECIDED", if measuring { 20_000 } else { 500 });
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -376,7 +376,11 @@ pub struct SubmissionDetail {
 /// A reviewer's recorded decision.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ReviewDecision {
+    /// The name of the reviewer's token when it decided.
     pub reviewer: String,
+    /// The token that decided (`null` for decisions recorded before tokens were kept).
+    #[serde(default)]
+    pub reviewer_token_id: Option<TokenId>,
     pub decision: Decision,
     pub note: String,
     pub created_at: DateTime<Utc>,
@@ -386,6 +390,7 @@ impl From<ReviewDecisionRow> for ReviewDecision {
     fn from(r: ReviewDecisionRow) -> Self {
         ReviewDecision {
             reviewer: r.reviewer,
+            reviewer_token_id: r.reviewer_token,
             decision: r.decision,
             note: r.note,
             created_at: r.created_at,
@@ -407,6 +412,9 @@ pub struct Quest {
     pub phase: Option<Phase>,
     pub tries: u32,
     pub lapses: u32,
+    /// Every lease the quest was granted; only its last leases are kept.
+    #[serde(default)]
+    pub leases: u32,
     pub last_facts: Vec<Fact>,
     /// The result under review or accepted.
     #[schema(value_type = Option<Object>)]
@@ -414,7 +422,11 @@ pub struct Quest {
     pub receipt: Option<String>,
     /// `gate`, `reviewer:<name>` or `limit`.
     pub decided_by: Option<String>,
+    /// The name of the reviewer holding the review claim.
     pub review_claimed_by: Option<String>,
+    /// The token holding the review claim: claims belong to tokens, not names.
+    #[serde(default)]
+    pub review_claimed_by_token: Option<TokenId>,
     pub review_claim_expires_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
     pub submissions: Vec<Submission>,
@@ -487,11 +499,13 @@ impl Quest {
             phase: q.phase,
             tries: q.tries,
             lapses: q.lapses,
+            leases: q.leases,
             last_facts: q.last_facts,
             result: q.result,
             receipt: q.receipt,
             decided_by: q.decided_by,
-            review_claimed_by: q.review_claimed_by,
+            review_claimed_by: q.review_claimed_by.as_ref().map(|r| r.name.clone()),
+            review_claimed_by_token: q.review_claimed_by.as_ref().map(|r| r.token),
             review_claim_expires_at: q.review_claim_expires_at,
             updated_at: q.updated_at,
             submissions: submissions.into_iter().map(Submission::from).collect(),
@@ -540,6 +554,12 @@ pub struct ReviewClaim {
 pub struct CreateTokenRequest {
     pub name: String,
     pub role: Role,
+    /// The most leases the token may hold at once, over all sessions (1 to
+    /// 1000000). Left out: 64 for an agent token, no cap for an admin token;
+    /// reviewer and viewer tokens lease nothing and take none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 1000000)]
+    pub max_leases: Option<u32>,
 }
 
 /// A token's public part.
@@ -548,6 +568,10 @@ pub struct Token {
     pub id: TokenId,
     pub name: String,
     pub role: Role,
+    /// The most leases it may hold at once; `null`: no cap. Past it, `next`
+    /// is refused with 409 `lease_cap`.
+    #[serde(default)]
+    pub max_leases: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -558,6 +582,7 @@ impl From<TokenRow> for Token {
             id: t.id,
             name: t.name,
             role: t.role,
+            max_leases: t.max_leases,
             created_at: t.created_at,
             revoked_at: t.revoked_at,
         }

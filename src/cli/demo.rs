@@ -352,6 +352,7 @@ async fn token(admin: &Client, name: &str) -> Result<String, CliError> {
     let request = CreateTokenRequest {
         name: name.to_owned(),
         role: Role::Agent,
+        max_leases: None,
     };
     let (_, created): (_, CreatedToken) = admin.post("/v1/tokens", &request).await?;
     Ok(created.secret)

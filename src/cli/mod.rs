@@ -193,6 +193,9 @@ pub enum TokenVerb {
         role: Role,
         #[arg(long)]
         name: String,
+        /// The most leases it may hold at once (default: 64 for an agent, no cap for an admin).
+        #[arg(long, value_name = "N")]
+        max_leases: Option<u32>,
     },
     /// List tokens.
     List,
@@ -688,11 +691,17 @@ async fn export(ctx: &Ctx, args: ExportArgs) -> Result<u8, CliError> {
 
 async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
     match verb {
-        TokenVerb::Create { role, name } => {
-            let (_, created): (_, CreatedToken) = ctx
-                .client
-                .post("/v1/tokens", &CreateTokenRequest { name, role })
-                .await?;
+        TokenVerb::Create {
+            role,
+            name,
+            max_leases,
+        } => {
+            let request = CreateTokenRequest {
+                name,
+                role,
+                max_leases,
+            };
+            let (_, created): (_, CreatedToken) = ctx.client.post("/v1/tokens", &request).await?;
             if ctx.args.json {
                 print_json(&created);
             } else {
@@ -709,12 +718,23 @@ async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
             if ctx.args.json {
                 print_json(&tokens);
             } else {
-                println!("{:<36} {:<9} {:<24} STATE", "ID", "ROLE", "NAME");
+                println!(
+                    "{:<36} {:<9} {:<24} {:<10} STATE",
+                    "ID", "ROLE", "NAME", "MAX LEASES"
+                );
                 for t in tokens {
                     let state = t
                         .revoked_at
                         .map_or_else(|| "active".to_owned(), |at| format!("revoked {at}"));
-                    say!("{:<36} {:<9} {:<24} {state}", t.id, t.role.as_str(), t.name);
+                    let cap = t
+                        .max_leases
+                        .map_or_else(|| "-".to_owned(), |n| n.to_string());
+                    say!(
+                        "{:<36} {:<9} {:<24} {cap:<10} {state}",
+                        t.id,
+                        t.role.as_str(),
+                        t.name
+                    );
                 }
             }
         }

@@ -11,7 +11,7 @@ use std::str::FromStr;
 
 use chrono::{DateTime, Utc};
 
-use super::{DecidedBy, Decision, Fact, Phase, QuestStatus, State, Transition, Verdict};
+use super::{DecidedBy, Decision, Fact, Phase, QuestStatus, Role, State, Transition, Verdict};
 
 /// Who holds a lease: an agent name under the token that leased it.
 /// Many agents may share one token; a lease belongs to exactly one of them.
@@ -95,9 +95,16 @@ pub enum Refusal {
     ReviewClaimed {
         by: String,
         until: DateTime<Utc>,
+        /// The claim is another token's under the asker's own name (a token
+        /// that was revoked and replaced).
+        same_name: bool,
     },
     /// An L2 answer for a quest that is no longer verified for that job.
     NotVerifying,
+    /// The token already holds as many leases as its cap allows.
+    LeaseCap {
+        cap: u32,
+    },
     /// The move is not in the state machine.
     Illegal(String),
 }
@@ -115,6 +122,7 @@ impl Refusal {
             Refusal::NotInReview(_) => "not_in_review",
             Refusal::ReviewClaimed { .. } => "review_claimed",
             Refusal::NotVerifying => "not_verifying",
+            Refusal::LeaseCap { .. } => "lease_cap",
             Refusal::Illegal(_) => "illegal_transition",
         }
     }
@@ -146,14 +154,69 @@ impl fmt::Display for Refusal {
                 f,
                 "the quest is {state}, not REVIEW; only REVIEW quests can be claimed or decided"
             ),
-            Refusal::ReviewClaimed { by, until } => write!(
+            Refusal::ReviewClaimed {
+                by,
+                until,
+                same_name: false,
+            } => write!(
                 f,
                 "{by} is reviewing this quest until {}; pick another one",
                 until.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
             ),
+            Refusal::ReviewClaimed {
+                by,
+                until,
+                same_name: true,
+            } => write!(
+                f,
+                "another token named {by} (an earlier one, perhaps revoked) holds this quest's review claim \
+                 until {}; claims belong to tokens, not names: pick another quest or wait for the claim to end",
+                until.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            ),
             Refusal::NotVerifying => f.write_str("the quest is not being verified for this job"),
+            Refusal::LeaseCap { cap } => write!(
+                f,
+                "this token already holds {cap} leases, its cap (max_leases = {cap}); release a quest you hold \
+                 or finish it (submit until it leaves TODO) before leasing another, or ask an admin for a token \
+                 with a larger cap (`quest token create --max-leases N`)"
+            ),
             Refusal::Illegal(what) => f.write_str(what),
         }
+    }
+}
+
+/// The cap on concurrent leases an agent token gets when none is asked for.
+pub const DEFAULT_MAX_LEASES: u32 = 64;
+/// The largest cap a token may be given.
+pub const MAX_MAX_LEASES: u32 = 1_000_000;
+/// Ended leases kept per quest besides those a submission was made under
+/// (always kept: the submission names its lease). Older ones are pruned; the
+/// quest keeps the count of every lease it was ever granted.
+pub const ENDED_LEASES_KEPT: u32 = 8;
+
+/// Whether a token that holds `held` live leases may take one more under its
+/// cap (`None`: no cap).
+pub fn check_lease_cap(held: u32, cap: Option<u32>) -> Result<(), Refusal> {
+    match cap {
+        Some(cap) if held >= cap => Err(Refusal::LeaseCap { cap }),
+        _ => Ok(()),
+    }
+}
+
+/// The lease cap a new token of `role` gets: the one asked for, else
+/// [`DEFAULT_MAX_LEASES`] for an agent and none for an admin. Reviewers and
+/// viewers lease nothing, so a cap for them is a mistake worth saying.
+pub fn lease_cap_for(role: Role, asked: Option<u32>) -> Result<Option<u32>, String> {
+    match (role, asked) {
+        (Role::Reviewer | Role::Viewer, Some(_)) => Err(format!(
+            "a {role} token leases no quests; leave max_leases out, or give it to an agent or admin token"
+        )),
+        (_, Some(n)) if !(1..=MAX_MAX_LEASES).contains(&n) => Err(format!(
+            "max_leases must be between 1 and {MAX_MAX_LEASES}; leave it out for the default"
+        )),
+        (_, Some(n)) => Ok(Some(n)),
+        (Role::Agent, None) => Ok(Some(DEFAULT_MAX_LEASES)),
+        (_, None) => Ok(None),
     }
 }
 
@@ -349,23 +412,38 @@ pub fn on_verified(
     Ok((next, decided_by))
 }
 
+/// Who reviews: the token that acts, under the name it bore then, stored as
+/// `<token id>/<name>` like an agent. Claims and decisions belong to the
+/// token: a new token that reuses a revoked reviewer's name is someone else.
+pub type ReviewerId = AgentId;
+
+impl AgentId {
+    /// Whether this identity and `other` act under the same token.
+    pub fn same_token(&self, other: &AgentId) -> bool {
+        self.token == other.token
+    }
+}
+
 /// A reviewer's standing on a quest: it must be in REVIEW and not claimed by
-/// another reviewer whose claim is still alive.
+/// another reviewer (another token) whose claim is still alive.
 pub fn check_reviewable(
     state: State,
-    claimed_by: Option<&str>,
+    claimed_by: Option<&ReviewerId>,
     claim_expires: Option<DateTime<Utc>>,
-    reviewer: &str,
+    reviewer: &ReviewerId,
     now: DateTime<Utc>,
 ) -> Result<(), Refusal> {
     if state != State::Review {
         return Err(Refusal::NotInReview(state));
     }
     match (claimed_by, claim_expires) {
-        (Some(by), Some(until)) if by != reviewer && until > now => Err(Refusal::ReviewClaimed {
-            by: by.to_owned(),
-            until,
-        }),
+        (Some(by), Some(until)) if !by.same_token(reviewer) && until > now => {
+            Err(Refusal::ReviewClaimed {
+                by: by.name.clone(),
+                until,
+                same_name: by.name == reviewer.name,
+            })
+        }
         _ => Ok(()),
     }
 }
@@ -375,13 +453,13 @@ pub fn check_reviewable(
 pub fn on_review(
     status: QuestStatus,
     decision: Decision,
-    reviewer: &str,
+    reviewer: &ReviewerId,
 ) -> Result<(QuestStatus, bool, DecidedBy), Refusal> {
     let next = step(status, Transition::Reviewed(decision))?;
     Ok((
         next,
         decision == Decision::Approve,
-        DecidedBy::Reviewer(reviewer.to_owned()),
+        DecidedBy::Reviewer(reviewer.name.clone()),
     ))
 }
 
@@ -409,284 +487,5 @@ impl CheckFilter {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn status(state: State, phase: Option<Phase>, tries: u32) -> QuestStatus {
-        QuestStatus {
-            state,
-            phase,
-            tries,
-            lapses: 0,
-        }
-    }
-
-    fn lease(
-        token: TokenId,
-        expires_in: i64,
-        ended: Option<LeaseEnd>,
-    ) -> (LeaseFacts, DateTime<Utc>) {
-        let now = Utc::now();
-        let facts = LeaseFacts {
-            id: LeaseId::new(),
-            quest_id: QuestId::new(),
-            agent: AgentId::new(token, "bot"),
-            expires_at: now + chrono::Duration::seconds(expires_in),
-            ended,
-        };
-        (facts, now)
-    }
-
-    #[test]
-    fn only_the_holders_token_passes_the_hold_check_and_each_refusal_has_its_code() {
-        let token = TokenId::new();
-        let (l, now) = lease(token, 60, None);
-        let leased = status(State::Todo, Some(Phase::Leased), 0);
-        assert_eq!(
-            check_hold(leased, Some(l.id), Some(&l), l.id, token, now),
-            Ok(())
-        );
-        let code = |r: Result<(), Refusal>| r.unwrap_err().code();
-        assert_eq!(
-            code(check_hold(
-                leased,
-                Some(l.id),
-                Some(&l),
-                l.id,
-                TokenId::new(),
-                now
-            )),
-            "lease_lost"
-        );
-        assert_eq!(
-            code(check_hold(
-                leased,
-                Some(LeaseId::new()),
-                Some(&l),
-                l.id,
-                token,
-                now
-            )),
-            "lease_lost"
-        );
-        assert_eq!(
-            code(check_hold(leased, Some(l.id), None, l.id, token, now)),
-            "lease_lost"
-        );
-        let pass = status(State::Pass, None, 0);
-        assert_eq!(
-            code(check_hold(pass, None, Some(&l), l.id, token, now)),
-            "quest_locked"
-        );
-        let verifying = status(State::Todo, Some(Phase::Verifying), 0);
-        assert_eq!(
-            code(check_hold(verifying, None, Some(&l), l.id, token, now)),
-            "quest_verifying"
-        );
-        let (expired, now) = lease(token, -1, None);
-        assert_eq!(
-            code(check_hold(
-                leased,
-                Some(expired.id),
-                Some(&expired),
-                expired.id,
-                token,
-                now
-            )),
-            "lease_expired"
-        );
-        let checking = status(State::Todo, Some(Phase::Checking), 0);
-        assert_eq!(
-            check_hold(
-                checking,
-                Some(expired.id),
-                Some(&expired),
-                expired.id,
-                token,
-                now
-            ),
-            Ok(()),
-            "a lease under a running check does not expire"
-        );
-        let (swept, now) = lease(token, 60, Some(LeaseEnd::Expired));
-        assert_eq!(
-            code(check_hold(leased, None, Some(&swept), swept.id, token, now)),
-            "lease_expired"
-        );
-    }
-
-    #[test]
-    fn a_fail_keeps_the_lease_and_spots_a_repeat_while_a_pass_ends_it() {
-        let facts = vec![Fact::new(
-            "schema",
-            "/email",
-            "a string",
-            "a number",
-            "send a string",
-        )];
-        let limits = Limits {
-            max_tries: 3,
-            verify: false,
-        };
-        let before = Before {
-            status: status(State::Todo, Some(Phase::Leased), 1),
-            last_facts: &facts,
-            decided_before: true,
-        };
-        let fail = on_verdict(before, Verdict::Fail, &facts, limits).unwrap();
-        assert_eq!(fail.status, status(State::Todo, Some(Phase::Leased), 2));
-        assert_eq!(fail.lease, LeaseAfter::Renewed);
-        assert!(fail.repeated_failure && !fail.keeps_result);
-        let pass = on_verdict(before, Verdict::Pass, &[], limits).unwrap();
-        assert_eq!(pass.status.state, State::Pass);
-        assert_eq!(pass.lease, LeaseAfter::Ended(LeaseEnd::Decided));
-        assert!(pass.keeps_result && pass.keeps_receipt && !pass.repeated_failure);
-        assert_eq!(pass.decided_by, Some(DecidedBy::Gate));
-        let first = Before {
-            decided_before: false,
-            ..before
-        };
-        assert!(
-            !on_verdict(first, Verdict::Fail, &facts, limits)
-                .unwrap()
-                .repeated_failure
-        );
-    }
-
-    #[test]
-    fn a_pass_in_a_verified_session_goes_to_the_verifiers_and_the_last_fail_ends_in_done() {
-        let verify = Limits {
-            max_tries: 3,
-            verify: true,
-        };
-        let checking = Before {
-            status: status(State::Todo, Some(Phase::Checking), 2),
-            last_facts: &[],
-            decided_before: true,
-        };
-        let pass = on_verdict(checking, Verdict::Pass, &[], verify).unwrap();
-        assert_eq!(pass.status.phase, Some(Phase::Verifying));
-        assert!(pass.asks_verifiers && pass.keeps_result && !pass.keeps_receipt);
-        assert_eq!(pass.decided_by, None);
-        let done = on_verdict(checking, Verdict::Fail, &[], verify).unwrap();
-        assert_eq!(done.status, status(State::Done, None, 3));
-        assert_eq!(done.decided_by, Some(DecidedBy::Limit));
-        assert!(!done.asks_verifiers);
-        let review = on_verdict(checking, Verdict::Review, &[], verify).unwrap();
-        assert_eq!(review.status.state, State::Review);
-        assert!(review.keeps_result && !review.asks_verifiers);
-    }
-
-    #[test]
-    fn a_verdict_on_a_quest_under_check_is_refused_when_it_comes_inline() {
-        let before = Before {
-            status: status(State::Todo, Some(Phase::Checking), 0),
-            last_facts: &[],
-            decided_before: false,
-        };
-        let limits = Limits {
-            max_tries: 3,
-            verify: false,
-        };
-        assert!(
-            on_verdict(before, Verdict::Pass, &[], limits).is_ok(),
-            "the runner's verdict"
-        );
-        let open = Before {
-            status: status(State::Todo, Some(Phase::Open), 0),
-            ..before
-        };
-        assert_eq!(
-            on_verdict(open, Verdict::Pass, &[], limits)
-                .unwrap_err()
-                .code(),
-            "illegal_transition"
-        );
-    }
-
-    #[test]
-    fn the_last_lapse_ends_the_quest_with_a_fact_saying_so() {
-        let leased = QuestStatus {
-            lapses: 2,
-            ..status(State::Todo, Some(Phase::Leased), 0)
-        };
-        let last = on_lapse(leased, 3).unwrap();
-        assert_eq!(last.status.state, State::Done);
-        let (by, fact) = last.decided.unwrap();
-        assert_eq!(by, DecidedBy::Limit);
-        assert_eq!(
-            (fact.check.as_str(), fact.actual.as_str()),
-            ("lapses", "the lease expired 3 times")
-        );
-        let early = on_lapse(
-            QuestStatus {
-                lapses: 0,
-                ..leased
-            },
-            3,
-        )
-        .unwrap();
-        assert_eq!(early.status.phase, Some(Phase::Open));
-        assert!(early.decided.is_none());
-    }
-
-    #[test]
-    fn reviews_need_the_review_state_and_respect_a_live_claim() {
-        let now = Utc::now();
-        let later = now + chrono::Duration::seconds(60);
-        assert_eq!(
-            check_reviewable(State::Review, None, None, "ana", now),
-            Ok(())
-        );
-        assert_eq!(
-            check_reviewable(State::Review, Some("ana"), Some(later), "ana", now),
-            Ok(())
-        );
-        assert_eq!(
-            check_reviewable(State::Review, Some("bo"), Some(later), "ana", now)
-                .unwrap_err()
-                .code(),
-            "review_claimed"
-        );
-        assert_eq!(
-            check_reviewable(State::Review, Some("bo"), Some(now), "ana", now),
-            Ok(()),
-            "an expired claim"
-        );
-        assert_eq!(
-            check_reviewable(State::Pass, None, None, "ana", now)
-                .unwrap_err()
-                .code(),
-            "not_in_review"
-        );
-        let (next, receipt, by) =
-            on_review(status(State::Review, None, 1), Decision::Reject, "ana").unwrap();
-        assert_eq!(
-            (next.state, receipt, by.to_string()),
-            (State::Done, false, "reviewer:ana".into())
-        );
-    }
-
-    #[test]
-    fn an_agent_id_round_trips_through_its_text_and_wait_times_are_bounded() {
-        let agent = AgentId::new(TokenId::new(), "bot/1");
-        assert_eq!(agent.to_string().parse::<AgentId>().unwrap(), agent);
-        assert!("no-slash".parse::<AgentId>().is_err());
-        let now = Utc::now();
-        assert_eq!(wait_seconds(None, now), 5);
-        assert_eq!(
-            wait_seconds(Some(now + chrono::Duration::seconds(500)), now),
-            30
-        );
-        assert_eq!(
-            wait_seconds(Some(now - chrono::Duration::seconds(5)), now),
-            1
-        );
-        assert_eq!(
-            on_verified(status(State::Todo, Some(Phase::Verifying), 0), false)
-                .unwrap()
-                .1,
-            Some(DecidedBy::Gate)
-        );
-    }
-}
+#[path = "work_tests.rs"]
+mod tests;

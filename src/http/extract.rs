@@ -10,7 +10,7 @@ use super::AppState;
 use super::error::ApiError;
 use std::marker::PhantomData;
 
-use crate::domain::work::AgentId;
+use crate::domain::work::{AgentId, ReviewerId};
 use crate::domain::{Permission, Role, token_hash};
 
 /// `axum::Json` with refusals in the error body.
@@ -40,9 +40,17 @@ pub struct Principal {
     pub token_id: TokenId,
     pub name: String,
     pub role: Role,
+    /// The SHA-256 of the bearer secret (never the secret): how a long
+    /// request, such as an event stream, looks its token up again.
+    pub token_hash: String,
 }
 
 impl Principal {
+    /// The identity of a reviewer: this token under its name.
+    pub fn reviewer(&self) -> ReviewerId {
+        ReviewerId::new(self.token_id, self.name.clone())
+    }
+
     /// The identity of an agent: this token plus the name the agent chose.
     pub fn agent(&self, name: Option<&str>) -> AgentId {
         AgentId::new(
@@ -119,6 +127,7 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiE
             token_id: t.id,
             name: t.name,
             role: t.role,
+            token_hash: t.hash,
         }),
         None => Err(unauthorized(
             "the token is unknown or revoked; ask an admin for a valid one",

@@ -17,11 +17,16 @@ use crate::domain::SubmissionVerdict;
 use crate::service::MAX_WAIT_SECONDS;
 
 /// Leases the next quest of a session (or the one this agent already holds).
+/// A token holds at most its `max_leases` leases at once, over all sessions
+/// and agent names; past it, `next` is refused with 409 `lease_cap`.
 #[utoipa::path(post, path = "/v1/sessions/{id}/next", tag = "agents", operation_id = "lease_next_quest",
     params(("id" = Uuid, Path, description = "Session id")),
     request_body(content = Option<NextRequest>, content_type = "application/json"),
     responses((status = 200, body = NextResponse), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
+        (status = 409, description = "`lease_cap`: the token already holds its `max_leases` leases; release or finish \
+            a quest it holds, or ask an admin for a token with a larger cap", body = ErrorBody),
+        (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn lease_next(
     State(state): State<AppState>,
     caller: Caller<Work>,

@@ -41,7 +41,10 @@ pub async fn claim_review(
     Path(quest_id): Path<QuestId>,
 ) -> Result<Json<ReviewClaim>, ApiError> {
     Ok(Json(
-        state.service.claim_review(&caller.name, quest_id).await?,
+        state
+            .service
+            .claim_review(&caller.reviewer(), quest_id)
+            .await?,
     ))
 }
 
@@ -55,7 +58,10 @@ pub async fn release_review(
     caller: Caller<Review>,
     Path(quest_id): Path<QuestId>,
 ) -> Result<axum::http::StatusCode, ApiError> {
-    state.service.release_review(&caller.name, quest_id).await?;
+    state
+        .service
+        .release_review(&caller.reviewer(), quest_id)
+        .await?;
     Ok(axum::http::StatusCode::NO_CONTENT)
 }
 
@@ -73,7 +79,7 @@ pub async fn decide_review(
     Ok(Json(
         state
             .service
-            .decide_review(&caller.name, quest_id, body.decision, &body.note)
+            .decide_review(&caller.reviewer(), quest_id, body.decision, &body.note)
             .await?,
     ))
 }

@@ -219,18 +219,43 @@ pub(super) fn attachment(media_type: &str, file_name: &str, body: Body) -> Respo
         .into_response()
 }
 
-/// Server-Sent Events: one event per state change of the session.
+/// Server-Sent Events: one event per state change of the session. The stream
+/// ends within about a second when its token is revoked, with a last
+/// `revoked` event whose data is the error body.
 #[utoipa::path(get, path = "/v1/sessions/{id}/events", tag = "sessions", operation_id = "stream_session_events",
     params(("id" = Uuid, Path, description = "Session id")),
-    responses((status = 200, description = "An event stream; each event's name is its kind and its data a QuestEvent", content_type = "text/event-stream"),
+    responses((status = 200, description = "An event stream; each event's name is its kind and its data a QuestEvent. \
+        When the token is revoked the stream ends, within about a second, after a `revoked` event whose data is an ErrorBody", content_type = "text/event-stream"),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn stream_events(
     State(state): State<AppState>,
-    _caller: Caller<Read>,
+    caller: Caller<Read>,
     Path(id): Path<SessionId>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     state.service.get_session(id).await?;
-    let stopped = state.service.shutdown().clone().cancelled_owned();
+    // The stream ends when the server stops, so that a watcher cannot hold
+    // shutdown up, and when its token is revoked, so that a revoked token
+    // reads nothing more.
+    let (ended, why) = tokio::sync::oneshot::channel();
+    let service = state.service.clone();
+    let end = async move {
+        let revoked = tokio::select! {
+            _ = service.shutdown().cancelled() => false,
+            _ = service.token_revoked(&caller.token_hash) => true,
+        };
+        let _ = ended.send(revoked);
+    };
+    let last = futures_util::stream::once(why).filter_map(|revoked| async move {
+        let body = ErrorBody {
+            error: crate::api::ErrorDetail {
+                code: "token_revoked".into(),
+                message: "the token of this stream was revoked; ask an admin for a valid token"
+                    .into(),
+            },
+        };
+        let event = Event::default().event("revoked").json_data(body).ok()?;
+        matches!(revoked, Ok(true)).then_some(Ok(event))
+    });
     let events = BroadcastStream::new(state.service.subscribe()).filter_map(move |e| async move {
         match e {
             Ok(e) if e.session_id == id => Some(Ok(Event::default()
@@ -242,8 +267,7 @@ pub async fn stream_events(
             Err(_) => Some(Ok(Event::default().event("lagged").data("{}"))),
         }
     });
-    // The stream ends when the server stops, so that a watcher cannot hold shutdown up.
-    Ok(Sse::new(events.take_until(stopped)).keep_alive(KeepAlive::default()))
+    Ok(Sse::new(events.take_until(end).chain(last)).keep_alive(KeepAlive::default()))
 }
 
 /// The original rows, in order, with the quest columns added.

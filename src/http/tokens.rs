@@ -20,7 +20,12 @@ pub async fn create_token(
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
     Ok((
         StatusCode::CREATED,
-        Json(state.service.create_token(&body.name, body.role).await?),
+        Json(
+            state
+                .service
+                .create_token(&body.name, body.role, body.max_leases)
+                .await?,
+        ),
     ))
 }
 

@@ -130,6 +130,7 @@ mod tests {
             name: "bot".into(),
             role: Role::Agent,
             hash: hash.into(),
+            max_leases: None,
             created_at: chrono::Utc::now(),
             revoked_at: None,
         }
@@ -166,6 +167,7 @@ mod tests {
             phase: None,
             tries: 0,
             lapses: 0,
+            leases: 0,
             lease_id: None,
             last_facts: vec![],
             result: None,

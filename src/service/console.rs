@@ -10,6 +10,7 @@ use rand::RngCore;
 
 use super::{Service, ServiceError, check_filter};
 use crate::api;
+use crate::domain::work::ReviewerId;
 use crate::domain::{Decision, Role, token_hash};
 use crate::store::{
     AgentStatsRow, FailingCheckRow, QuestPage, QuestQuery, QuestRow, StoreError, Throughput,
@@ -225,7 +226,7 @@ impl Service {
     /// An invalid note refuses the whole run before anything changes.
     pub async fn bulk_decide(
         &self,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         quests: &[QuestId],
         decision: Decision,
         note: &str,
@@ -260,7 +261,10 @@ impl Service {
                     ..
                 })) => {
                     let quest = self.store.get_quest(id).await?;
-                    let by = quest.review_claimed_by.clone().unwrap_or_default();
+                    let by = quest
+                        .review_claimed_by
+                        .map(|by| by.name)
+                        .unwrap_or_default();
                     out.claimed.push((id, quest.key, by));
                 }
                 Err(ServiceError::Store(StoreError::NotFound(_) | StoreError::Conflict { .. })) => {
@@ -275,7 +279,7 @@ impl Service {
     /// One decision of a bulk run: the API's rules, without re-reading the history.
     async fn store_decision(
         &self,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         quest_id: QuestId,
         decision: Decision,
         note: &str,

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::domain::ids::{QuestId, SessionId};
+use crate::domain::work::ReviewerId;
 
 impl Service {
     /// Quests in REVIEW, oldest first, with their history and L2 answers,
@@ -30,7 +31,7 @@ impl Service {
     /// Gives a reviewer a claim on a REVIEW quest.
     pub async fn claim_review(
         &self,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         quest_id: QuestId,
     ) -> Result<api::ReviewClaim, ServiceError> {
         let quest = self
@@ -39,7 +40,10 @@ impl Service {
             .await?;
         Ok(api::ReviewClaim {
             quest_id,
-            claimed_by: quest.review_claimed_by.unwrap_or_default(),
+            claimed_by: quest
+                .review_claimed_by
+                .map(|by| by.name)
+                .unwrap_or_default(),
             expires_at: quest.review_claim_expires_at.unwrap_or(quest.updated_at),
         })
     }
@@ -47,7 +51,7 @@ impl Service {
     /// Gives a reviewer's claim back.
     pub async fn release_review(
         &self,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         quest_id: QuestId,
     ) -> Result<(), ServiceError> {
         Ok(self.store.release_review(quest_id, reviewer).await?)
@@ -56,7 +60,7 @@ impl Service {
     /// Approves or rejects a REVIEW quest.
     pub async fn decide_review(
         &self,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         quest_id: QuestId,
         decision: Decision,
         note: &str,

@@ -1,13 +1,16 @@
 //! API tokens: creating them (the secret is shown once) and their secrets.
 
 use super::*;
+use crate::domain::work;
 
 impl Service {
-    /// Creates a token and returns its secret, shown this once.
+    /// Creates a token and returns its secret, shown this once. `max_leases`
+    /// caps its concurrent leases (left out: the default of its role).
     pub async fn create_token(
         &self,
         name: &str,
         role: Role,
+        max_leases: Option<u32>,
     ) -> Result<api::CreatedToken, ServiceError> {
         let name = name.trim();
         if name.is_empty() || name.len() > 200 || name.contains('/') {
@@ -16,15 +19,38 @@ impl Service {
                 "give the token a name of 1 to 200 characters without `/`",
             ));
         }
+        let max_leases = work::lease_cap_for(role, max_leases)
+            .map_err(|message| invalid("invalid_max_leases", message))?;
         let secret = new_secret();
         let row = self
             .store
-            .create_token(name, role, &token_hash(&secret))
+            .create_token(name, role, &token_hash(&secret), max_leases)
             .await?;
         Ok(api::CreatedToken {
             token: row.into(),
             secret,
         })
+    }
+}
+
+/// How often an open event stream asks whether its token still lives.
+pub const TOKEN_RECHECK: std::time::Duration = std::time::Duration::from_millis(250);
+
+impl Service {
+    /// Resolves once the token with this digest is no longer live, looked at
+    /// every [`TOKEN_RECHECK`]: at once after a revocation on this server
+    /// (which clears the token cache), within the cache's second after one on
+    /// another server sharing the database. A store that cannot answer keeps
+    /// the token alive: a stream is not cut for a hiccup.
+    pub async fn token_revoked(&self, hash: &str) {
+        let mut tick = tokio::time::interval(TOKEN_RECHECK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if matches!(self.find_token(hash).await, Ok(None)) {
+                return;
+            }
+        }
     }
 }
 

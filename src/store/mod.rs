@@ -19,7 +19,7 @@ use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, Tok
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
-use crate::domain::work::{AgentId, CheckFilter, Refusal};
+use crate::domain::work::{AgentId, CheckFilter, Refusal, ReviewerId};
 use crate::domain::{Decision, Role};
 
 pub use sqlite::SOURCE_CHUNK;
@@ -188,16 +188,20 @@ pub trait Store: Send + Sync + 'static {
     async fn claim_review(
         &self,
         quest_id: QuestId,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         seconds: u32,
     ) -> Result<QuestRow, StoreError>;
     /// Gives a reviewer's claim back (a skip), so that others can take the quest at once.
-    async fn release_review(&self, quest_id: QuestId, reviewer: &str) -> Result<(), StoreError>;
+    async fn release_review(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+    ) -> Result<(), StoreError>;
     /// Approves (→ PASS) or rejects (→ DONE) a quest in REVIEW.
     async fn decide_review(
         &self,
         quest_id: QuestId,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError>;
@@ -212,12 +216,14 @@ pub trait Store: Send + Sync + 'static {
         limit: u32,
     ) -> Result<Vec<ExportRow>, StoreError>;
 
-    /// Stores a token by the SHA-256 of its secret.
+    /// Stores a token by the SHA-256 of its secret, with the most leases it
+    /// may hold at once (`None`: no cap).
     async fn create_token(
         &self,
         name: &str,
         role: Role,
         hash: &str,
+        max_leases: Option<u32>,
     ) -> Result<TokenRow, StoreError>;
     /// Makes `hash` the one live token named `name` (the bootstrap admin): a token
     /// with this hash is revived, other live tokens of that name are revoked.

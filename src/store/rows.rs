@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use crate::domain::session::SessionConfig;
 use crate::domain::table::Row;
 use crate::domain::verify::{Answer, FlagOn, L2JobStatus, VerifierRequest};
-use crate::domain::work::AgentId;
+use crate::domain::work::{AgentId, ReviewerId};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict, Verdict};
 
 /// A session and its counts, as stored.
@@ -53,13 +53,16 @@ pub struct QuestRow {
     pub phase: Option<Phase>,
     pub tries: u32,
     pub lapses: u32,
+    /// Every lease the quest was ever granted (old lease rows are pruned).
+    pub leases: u32,
     pub lease_id: Option<LeaseId>,
     pub last_facts: Vec<Fact>,
     pub result: Option<Value>,
     pub submission_id: Option<SubmissionId>,
     pub receipt: Option<String>,
     pub decided_by: Option<String>,
-    pub review_claimed_by: Option<String>,
+    /// The reviewer (token and name) holding the review claim.
+    pub review_claimed_by: Option<ReviewerId>,
     pub review_claim_expires_at: Option<DateTime<Utc>>,
     /// The last two FAILs carried the same facts (a doom loop the prompt names).
     pub repeated_failure: bool,
@@ -308,6 +311,8 @@ pub struct SessionStatus {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReviewDecisionRow {
     pub reviewer: String,
+    /// The token that decided; `None` for decisions recorded before tokens were kept.
+    pub reviewer_token: Option<TokenId>,
     pub decision: Decision,
     pub note: String,
     pub created_at: DateTime<Utc>,
@@ -321,6 +326,8 @@ pub struct TokenRow {
     pub role: Role,
     /// SHA-256 of the secret, hex.
     pub hash: String,
+    /// The most leases it may hold at once; `None`: no cap.
+    pub max_leases: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }

@@ -43,10 +43,9 @@ impl Shell {
     }
 
     async fn run_with_input(&self, args: &[&str], input: &str) -> Run {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quest"));
+        let mut command = crate::helpers::quest_binary();
         command
             .args(args)
-            .env_clear()
             .env("QUEST_URL", &self.url)
             .env("QUEST_TOKEN", &self.token)
             .env("QUEST_AGENT", &self.agent)
@@ -412,10 +411,9 @@ async fn operators_scan_watch_review_export_and_manage_tokens() {
 async fn quest_demo_runs_to_completion_and_its_own_check_holds() {
     let dir = tempfile::tempdir().unwrap();
     let output = dir.path().join("demo.csv");
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_quest"))
+    let out = crate::helpers::quest_binary()
         .args(["demo", "--output"])
         .arg(&output)
-        .env_clear()
         .env("HOME", dir.path())
         .output()
         .await
@@ -450,10 +448,9 @@ async fn agents_on_different_tokens_never_share_a_remembered_lease() {
     // The same state dir for both and no agent names, as two tools on one machine.
     let shared = state.path().to_owned();
     let run = |shell: &Shell, args: &'static [&'static str]| {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quest"));
+        let mut command = crate::helpers::quest_binary();
         command
             .args(args)
-            .env_clear()
             .env("QUEST_URL", &shell.url)
             .env("QUEST_TOKEN", &shell.token)
             .env("QUEST_SESSION", shell.session.as_deref().unwrap())
@@ -561,4 +558,51 @@ async fn a_skipped_review_is_released_and_a_rejection_needs_a_note() {
         .run(&["review", "reject", &q, "--note", "wrong company"])
         .await;
     exits(&rejected, 75);
+}
+
+#[tokio::test]
+async fn token_create_sets_the_lease_cap_and_token_list_shows_it() {
+    let app = spawn_app().await;
+    let admin = Shell::new(&app, &app.admin, None, "ops");
+    let created = admin
+        .run(&[
+            "token",
+            "create",
+            "--role",
+            "agent",
+            "--name",
+            "capped",
+            "--max-leases",
+            "3",
+            "--json",
+        ])
+        .await;
+    exits(&created, 0);
+    assert_eq!(created.json()["max_leases"], 3, "{}", created.stdout);
+    let refused = admin
+        .run(&[
+            "token",
+            "create",
+            "--role",
+            "viewer",
+            "--name",
+            "eve",
+            "--max-leases",
+            "3",
+        ])
+        .await;
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("max_leases"), "{}", refused.stderr);
+    let list = admin.run(&["token", "list"]).await;
+    exits(&list, 0);
+    let line = list
+        .stdout
+        .lines()
+        .find(|l| l.contains("capped"))
+        .unwrap_or_default();
+    assert!(
+        list.stdout.contains("MAX LEASES") && line.split_whitespace().any(|w| w == "3"),
+        "{}",
+        list.stdout
+    );
 }

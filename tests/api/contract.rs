@@ -9,7 +9,7 @@ use std::sync::Arc;
 use futures_util::future::join_all;
 use quest::domain::session::SessionConfig;
 use quest::domain::table::Row;
-use quest::domain::work::{AgentId, CheckFilter};
+use quest::domain::work::{AgentId, CheckFilter, ReviewerId};
 use quest::domain::{Decision, EventKind, Fact, QuestEvent, Role, State, SystemClock, Verdict};
 use quest::store::postgres::{PgStore, TimeSource};
 use quest::store::{
@@ -451,21 +451,21 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
             "{}",
             b.name
         );
-        store.claim_review(quest, "ana", 60).await.unwrap();
+        let (ana, bo) = (
+            ReviewerId::new(TokenId::new(), "ana"),
+            ReviewerId::new(TokenId::new(), "bo"),
+        );
+        store.claim_review(quest, &ana, 60).await.unwrap();
         assert_eq!(
-            code(store.claim_review(quest, "bo", 60).await),
+            code(store.claim_review(quest, &bo, 60).await),
             "review_claimed"
         );
         assert_eq!(
-            code(
-                store
-                    .decide_review(quest, "bo", Decision::Approve, "")
-                    .await
-            ),
+            code(store.decide_review(quest, &bo, Decision::Approve, "").await),
             "review_claimed"
         );
         let q = store
-            .decide_review(quest, "ana", Decision::Approve, "checked")
+            .decide_review(quest, &ana, Decision::Approve, "checked")
             .await
             .unwrap();
         assert_eq!(
@@ -481,7 +481,7 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
         assert_eq!(
             code(
                 store
-                    .decide_review(quest, "ana", Decision::Reject, "no")
+                    .decide_review(quest, &ana, Decision::Reject, "no")
                     .await
             ),
             "not_in_review"
@@ -496,7 +496,7 @@ async fn tokens_are_found_by_digest_until_revoked() {
     for b in backends("tokens_are_found_by_digest_until_revoked").await {
         let store = b.store.as_ref();
         let t = store
-            .create_token("bot", Role::Agent, "digest-1")
+            .create_token("bot", Role::Agent, "digest-1", None)
             .await
             .unwrap();
         assert_eq!(
@@ -504,7 +504,11 @@ async fn tokens_are_found_by_digest_until_revoked() {
             Some(t.id)
         );
         assert_eq!(
-            code(store.create_token("bot", Role::Viewer, "digest-2").await),
+            code(
+                store
+                    .create_token("bot", Role::Viewer, "digest-2", None)
+                    .await
+            ),
             "name_taken"
         );
         store.revoke_token(t.id).await.unwrap();
@@ -515,7 +519,7 @@ async fn tokens_are_found_by_digest_until_revoked() {
         );
         assert!(
             store
-                .create_token("bot", Role::Viewer, "digest-2")
+                .create_token("bot", Role::Viewer, "digest-2", None)
                 .await
                 .is_ok(),
             "a revoked name is free"

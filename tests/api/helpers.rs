@@ -502,3 +502,16 @@ pub fn assert_sums(status: &Value) {
         "{status}"
     );
 }
+
+/// The `quest` binary with an empty environment, so that each test sets
+/// exactly what the program sees. Only a coverage run's `LLVM_PROFILE_FILE`
+/// is passed on: it changes where the program's coverage is written, nothing
+/// of what it does.
+pub fn quest_binary() -> tokio::process::Command {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quest"));
+    command.env_clear();
+    if let Some(profile) = std::env::var_os("LLVM_PROFILE_FILE") {
+        command.env("LLVM_PROFILE_FILE", profile);
+    }
+    command
+}

@@ -42,10 +42,9 @@ impl AgentEnv {
 
     /// The `quest` binary with exactly this environment.
     pub fn command(&self, args: &[&str]) -> tokio::process::Command {
-        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_quest"));
+        let mut command = crate::helpers::quest_binary();
         command
             .args(args)
-            .env_clear()
             .env("QUEST_URL", &self.url)
             .env("QUEST_TOKEN", &self.token)
             .env("QUEST_SESSION", &self.session)

@@ -28,7 +28,7 @@ async fn store_with_one_leased_quest() -> (tempfile::TempDir, SqliteStore, Token
     .await
     .unwrap();
     let token = store
-        .create_token("bot", quest::domain::Role::Agent, "hash")
+        .create_token("bot", quest::domain::Role::Agent, "hash", None)
         .await
         .unwrap();
     let input: Map<String, Value> = json!({"company": "Acme"}).as_object().unwrap().clone();
@@ -121,7 +121,7 @@ async fn while_the_gate_checks_a_new_result_and_a_release_are_refused() {
 async fn a_token_other_than_the_holders_cannot_use_the_lease() {
     let (_dir, store, _token, quest, lease) = store_with_one_leased_quest().await;
     let other = store
-        .create_token("other", quest::domain::Role::Agent, "hash2")
+        .create_token("other", quest::domain::Role::Agent, "hash2", None)
         .await
         .unwrap();
     assert_eq!(
@@ -147,7 +147,7 @@ async fn store_with_session(
     .await
     .unwrap();
     let token = store
-        .create_token("bot", quest::domain::Role::Agent, "hash")
+        .create_token("bot", quest::domain::Role::Agent, "hash", None)
         .await
         .unwrap();
     let session = add_session(&store, companies).await;
@@ -321,7 +321,7 @@ async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
         .await
         .unwrap();
         let token = store
-            .create_token("bot", quest::domain::Role::Agent, "hash")
+            .create_token("bot", quest::domain::Role::Agent, "hash", None)
             .await
             .unwrap()
             .id;

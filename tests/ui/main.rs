@@ -15,4 +15,5 @@ mod browser;
 mod browsing;
 mod console;
 mod pages;
+mod reviewer_tokens;
 mod shots;

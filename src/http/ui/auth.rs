@@ -12,6 +12,8 @@ use axum::http::{HeaderMap, Method, StatusCode, header};
 use serde::Serialize;
 
 use super::PageError;
+use crate::domain::ids::TokenId;
+use crate::domain::work::ReviewerId;
 use crate::domain::{Permission, Role};
 use crate::http::AppState;
 use crate::http::extract::Need;
@@ -23,6 +25,8 @@ pub const COOKIE: &str = "quest_console";
 /// The signed-in token, as the pages show it.
 #[derive(Debug, Clone, Serialize)]
 pub struct Me {
+    /// The signed-in token: claims and decisions belong to it, not to its name.
+    pub token_id: TokenId,
     pub name: String,
     pub role: Role,
     /// Whether the role may decide REVIEW quests.
@@ -35,10 +39,18 @@ impl From<BrowserSession> for Me {
     fn from(s: BrowserSession) -> Self {
         Me {
             can_review: s.role.allows(Permission::Review),
+            token_id: s.token_id,
             name: s.name,
             role: s.role,
             csrf: s.csrf,
         }
+    }
+}
+
+impl Me {
+    /// The signed-in token as a reviewer.
+    pub fn reviewer(&self) -> ReviewerId {
+        ReviewerId::new(self.token_id, self.name.clone())
     }
 }
 

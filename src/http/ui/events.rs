@@ -31,7 +31,7 @@ use crate::service::Service;
 /// update per tick, not one per quest.
 const THROTTLE: Duration = Duration::from_millis(250);
 /// How often a stream checks that its browser session is still live.
-const RECHECK: Duration = Duration::from_secs(10);
+const RECHECK: Duration = Duration::from_secs(1);
 /// At most this many sessions per stream.
 const MAX_SESSIONS: usize = 500;
 

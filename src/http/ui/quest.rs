@@ -29,7 +29,7 @@ pub async fn page(
     let quest = state.service.quest(id).await?;
     let session = state.service.get_session(quest.session_id).await?;
     let page = QuestPage {
-        quest: QuestView::new(quest, state.service.now(), &signed.me.name),
+        quest: QuestView::new(quest, state.service.now(), signed.me.token_id),
         session_name: session.name,
         max_tries: session.config.max_tries,
     };

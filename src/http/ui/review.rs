@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::auth::{Fields, Signed, SignedForm};
 use super::view::{QuestView, query};
 use super::{PageError, PagePath, PageQuery, templates};
+use crate::domain::work::ReviewerId;
 use crate::domain::{Decision, State as QuestState};
 use crate::http::AppState;
 use crate::http::extract::Review;
@@ -66,10 +67,11 @@ fn explain(code: &str) -> &'static str {
     }
 }
 
-/// The reviewer holding a live claim on `q`, when it is not `me`.
-fn held_by_other(q: &QuestRow, me: &str, now: DateTime<Utc>) -> Option<String> {
+/// The reviewer holding a live claim on `q`, when it is not `me` (another
+/// token, whatever its name).
+fn held_by_other(q: &QuestRow, me: &ReviewerId, now: DateTime<Utc>) -> Option<String> {
     match (&q.review_claimed_by, q.review_claim_expires_at) {
-        (Some(by), Some(until)) if by != me && until > now => Some(by.clone()),
+        (Some(by), Some(until)) if !by.same_token(me) && until > now => Some(by.name.clone()),
         _ => None,
     }
 }
@@ -127,7 +129,7 @@ pub async fn page(
     PageQuery(q): PageQuery<ReviewQuery>,
 ) -> Result<Html<String>, PageError> {
     let service = &state.service;
-    let me = signed.me.name.as_str();
+    let me = &signed.me.reviewer();
     let list = service
         .review_list(q.session, q.check(), QUEUE_SHOWN)
         .await?;
@@ -136,7 +138,10 @@ pub async fn page(
     let pick = requested
         .or_else(|| {
             list.iter().position(|r| {
-                r.review_claimed_by.as_deref() == Some(me) && r.review_claim_expires_at > Some(now)
+                r.review_claimed_by
+                    .as_ref()
+                    .is_some_and(|by| by.same_token(me))
+                    && r.review_claim_expires_at > Some(now)
             })
         })
         .or_else(|| {
@@ -168,7 +173,7 @@ pub async fn page(
         quest = Some(QuestView::new(
             service.quest(row.id).await?,
             service.now(),
-            me,
+            me.token,
         ));
     }
     let session_text = q.session.map(|s| s.to_string());
@@ -270,7 +275,7 @@ pub async fn decide(
     let id_text = id.to_string();
     let to = match state
         .service
-        .decide_review(&form.me.name, id, decision, note)
+        .decide_review(&form.me.reviewer(), id, decision, note)
         .await
     {
         Ok(_) => back(&form.fields, &[("last", Some(&id_text))]),
@@ -290,7 +295,7 @@ pub async fn release(
     PagePath(id): PagePath<QuestId>,
     form: SignedForm<Review>,
 ) -> Result<Response, PageError> {
-    match state.service.release_review(&form.me.name, id).await {
+    match state.service.release_review(&form.me.reviewer(), id).await {
         // Held by another or decided meanwhile: there is no claim of ours to give back.
         Ok(())
         | Err(ServiceError::Store(StoreError::Conflict { .. } | StoreError::NotFound(_))) => {}
@@ -354,7 +359,7 @@ pub async fn bulk_confirm(
         .review_list(q.session, q.check(), BULK_LIMIT)
         .await?;
     let now = state.service.now();
-    let me = signed.me.name.as_str();
+    let me = &signed.me.reviewer();
     let (held, eligible): (Vec<Listed>, Vec<Listed>) = list
         .iter()
         .map(|r| Listed {
@@ -396,7 +401,7 @@ pub async fn bulk_decide(
         .map_err(|_| PageError::bad_request("A listed quest id is not a UUID."))?;
     let outcome = match state
         .service
-        .bulk_decide(&form.me.name, &ids, decision, note)
+        .bulk_decide(&form.me.reviewer(), &ids, decision, note)
         .await
     {
         Ok(outcome) => outcome,

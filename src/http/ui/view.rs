@@ -3,7 +3,7 @@
 //! and the match inside an evidence snippet marked. Values stay text here;
 //! the templates escape them.
 
-use crate::domain::ids::{QuestId, SessionId, SubmissionId};
+use crate::domain::ids::{QuestId, SessionId, SubmissionId, TokenId};
 use chrono::{DateTime, Utc};
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde::Serialize;
@@ -359,11 +359,12 @@ pub struct QuestView {
 }
 
 impl QuestView {
-    /// Shapes a quest for its page; `me` is the signed-in token's name.
-    pub fn new(q: api::Quest, now: DateTime<Utc>, me: &str) -> QuestView {
+    /// Shapes a quest for its page; `me` is the signed-in token: a claim is
+    /// its own when that token holds it, whatever the holder's name.
+    pub fn new(q: api::Quest, now: DateTime<Utc>, me: TokenId) -> QuestView {
         let claim = match (&q.review_claimed_by, q.review_claim_expires_at) {
             (Some(by), Some(until)) if until > now && q.state == State::Review => Some(Claim {
-                mine: by == me,
+                mine: q.review_claimed_by_token == Some(me),
                 by: by.clone(),
                 until,
             }),

@@ -59,6 +59,7 @@ pub trait RowExt {
     fn str(&self, col: &str) -> Result<String, StoreError>;
     fn opt_str(&self, col: &str) -> Result<Option<String>, StoreError>;
     fn int(&self, col: &str) -> Result<i64, StoreError>;
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError>;
 }
 
 impl RowExt for SqliteRow {
@@ -69,6 +70,9 @@ impl RowExt for SqliteRow {
         Ok(self.try_get(col)?)
     }
     fn int(&self, col: &str) -> Result<i64, StoreError> {
+        Ok(self.try_get(col)?)
+    }
+    fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError> {
         Ok(self.try_get(col)?)
     }
 }
@@ -108,13 +112,14 @@ pub fn quest_row(r: &SqliteRow) -> Result<QuestRow, StoreError> {
         phase: opt(r.opt_str("phase")?, text)?,
         tries: r.int("tries")? as u32,
         lapses: r.int("lapses")? as u32,
+        leases: r.int("leases")? as u32,
         lease_id: opt(r.opt_str("lease_id")?, uuid)?,
         last_facts: from_json(&r.str("last_facts")?)?,
         result: opt(r.opt_str("result")?, from_json)?,
         submission_id: opt(r.opt_str("submission_id")?, uuid)?,
         receipt: r.opt_str("receipt")?,
         decided_by: r.opt_str("decided_by")?,
-        review_claimed_by: r.opt_str("review_claimed_by")?,
+        review_claimed_by: opt(r.opt_str("review_claimed_by")?, text)?,
         review_claim_expires_at: opt(r.opt_str("review_claim_expires_at")?, parse_ts)?,
         repeated_failure: r.int("repeated_failure")? != 0,
         updated_at: parse_ts(&r.str("updated_at")?)?,
@@ -135,7 +140,7 @@ pub fn quest_patch(q: &QuestRow) -> Value {
         "submission_id": q.submission_id.map(|s| s.to_string()),
         "receipt": q.receipt,
         "decided_by": q.decided_by,
-        "review_claimed_by": q.review_claimed_by,
+        "review_claimed_by": q.review_claimed_by.as_ref().map(|r| r.to_string()),
         "review_claim_expires_at": q.review_claim_expires_at.map(ts),
         "repeated_failure": q.repeated_failure,
         "updated_at": ts(q.updated_at),
@@ -202,6 +207,7 @@ pub fn token_row(r: &SqliteRow) -> Result<TokenRow, StoreError> {
         name: r.str("name")?,
         role: text(&r.str("role")?)?,
         hash: r.str("hash")?,
+        max_leases: r.opt_int("max_leases")?.map(|n| n as u32),
         created_at: parse_ts(&r.str("created_at")?)?,
         revoked_at: opt(r.opt_str("revoked_at")?, parse_ts)?,
     })

@@ -1,6 +1,8 @@
 //! Leases: `next` (claims), heartbeats, releases and lapses, each kind a
 //! group of a few multi-row statements (see [`super::writer`]).
 
+use std::collections::HashMap;
+
 use crate::domain::ids::{LeaseId, QuestId, SessionId, TokenId};
 use serde_json::{Value, json};
 
@@ -76,12 +78,56 @@ impl Kind for Lease {
                 sessions.push(r.session);
             }
         }
+        let idle_tokens = (0..reqs.len())
+            .filter(|&i| out[i].is_none())
+            .map(|i| reqs[i].agent.token);
+        let mut caps = lease_caps(ctx, idle_tokens).await?;
         for session in sessions {
             let idle: Vec<usize> = (0..reqs.len())
                 .filter(|&i| out[i].is_none() && reqs[i].session == session)
                 .collect();
-            for (i, outcome) in claim(ctx, session, &idle, reqs).await? {
+            // The cap holds across the whole group, as if its requests ran one
+            // by one: each admitted request counts against its token.
+            let (mut admitted, mut capped) = (Vec::new(), Vec::new());
+            let mut asked: HashMap<TokenId, u32> = HashMap::new();
+            for &i in &idle {
+                let token = reqs[i].agent.token;
+                let cap = caps.get(&token).copied().unwrap_or_default();
+                let asked = asked.entry(token).or_default();
+                match work::check_lease_cap(cap.held + *asked, cap.max) {
+                    Ok(()) => {
+                        *asked += 1;
+                        admitted.push(i);
+                    }
+                    Err(refusal) => capped.push((i, refusal)),
+                }
+            }
+            let claimed = if admitted.is_empty() {
+                Vec::new()
+            } else {
+                claim(ctx, session, &admitted, reqs).await?
+            };
+            // A token some of whose admitted requests found nothing open holds
+            // fewer than its cap: run alone, its capped ones would hear the same.
+            let mut unmet: HashMap<TokenId, LeaseOutcome> = HashMap::new();
+            for (i, outcome) in claimed {
+                let token = reqs[i].agent.token;
+                match &outcome {
+                    Ok(LeaseOutcome::Assigned { .. }) => {
+                        caps.entry(token).or_default().held += 1;
+                    }
+                    Ok(other) => {
+                        unmet.entry(token).or_insert_with(|| other.clone());
+                    }
+                    Err(_) => {}
+                }
                 out[i] = Some(outcome);
+            }
+            for (i, refusal) in capped {
+                out[i] = Some(match unmet.get(&reqs[i].agent.token) {
+                    Some(outcome) => Ok(outcome.clone()),
+                    None => Err(refusal.into()),
+                });
             }
         }
         Ok(out
@@ -89,6 +135,52 @@ impl Kind for Lease {
             .map(|o| o.unwrap_or(Err(StoreError::Unavailable)))
             .collect())
     }
+}
+
+/// A token's lease cap and the live leases it holds.
+#[derive(Debug, Clone, Copy, Default)]
+struct Cap {
+    max: Option<u32>,
+    held: u32,
+}
+
+/// The caps of these tokens and their live leases, in one statement (a token
+/// without a cap is not counted).
+async fn lease_caps(
+    ctx: &mut WriteCtx,
+    tokens: impl Iterator<Item = TokenId>,
+) -> Result<HashMap<TokenId, Cap>, GroupError> {
+    let mut wanted: Vec<String> = tokens.map(|t| t.to_string()).collect();
+    wanted.sort();
+    wanted.dedup();
+    if wanted.is_empty() {
+        return Ok(HashMap::new());
+    }
+    // Agents are `<token id>/<name>`: a token's leases are the range ['<id>/', '<id>0').
+    let rows = ctx
+        .rows(
+            sqlx::query(
+                "SELECT t.id, t.max_leases,
+                        CASE WHEN t.max_leases IS NULL THEN 0 ELSE (
+                            SELECT COUNT(*) FROM leases INDEXED BY leases_live_by_token
+                            WHERE ended_at IS NULL AND agent >= t.id || '/' AND agent < t.id || '0')
+                        END AS held
+                 FROM tokens t WHERE t.id IN (SELECT value FROM json_each(?1))",
+            )
+            .bind(json(&wanted)),
+        )
+        .await?;
+    let mut caps = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        caps.insert(
+            uuid(&row.str("id")?)?,
+            Cap {
+                max: row.opt_int("max_leases")?.map(|n| n as u32),
+                held: row.int("held")? as u32,
+            },
+        );
+    }
+    Ok(caps)
 }
 
 /// Claims up to one open quest for each of `idle` (agents of `session` that
@@ -117,7 +209,7 @@ async fn claim(
     let claimed = ctx
         .rows(
             sqlx::query(
-                "UPDATE quests SET phase = ?3, lease_id = w.value->>'l', updated_at = ?4
+                "UPDATE quests SET phase = ?3, lease_id = w.value->>'l', leases = leases + 1, updated_at = ?4
                  FROM (SELECT row_number() OVER (ORDER BY row_index) - 1 AS n, id FROM (
                          SELECT id, row_index FROM quests INDEXED BY quests_open
                          WHERE session_id = ?1 AND phase = 'open' ORDER BY row_index LIMIT ?5)) c
@@ -135,8 +227,12 @@ async fn claim(
     let expires_at = ctx.now + chrono::Duration::seconds(s.config.lease_seconds as i64);
     let mut out = Vec::with_capacity(idle.len());
     let mut rows = Vec::with_capacity(claimed.len());
+    let mut long_history = Vec::new();
     for row in &claimed {
         let quest = quest_row(row)?;
+        if quest.leases > work::ENDED_LEASES_KEPT + 1 {
+            long_history.push(quest.id.to_string());
+        }
         let lease_id = quest
             .lease_id
             .ok_or_else(|| corrupt("claimed quest without its lease"))?;
@@ -169,6 +265,7 @@ async fn claim(
             .await?;
         expect_rows("the new leases", inserted, rows.len())?;
     }
+    prune_leases(ctx, &long_history).await?;
     if out.len() < idle.len() {
         let row = ctx
             .row(
@@ -193,6 +290,34 @@ async fn claim(
         }
     }
     Ok(out)
+}
+
+/// Keeps the lease history of these quests bounded, so that a `next`/`release`
+/// loop cannot grow the table: their last [`work::ENDED_LEASES_KEPT`] ended
+/// leases stay, with the live one and every lease a submission was made under.
+///
+/// An explicit statement per claim group rather than a trigger: a trigger on
+/// the lease insert would run once per row, where this is one statement for
+/// the whole group, and only for quests whose count says they have more.
+async fn prune_leases(ctx: &mut WriteCtx, quests: &[String]) -> Result<(), GroupError> {
+    if quests.is_empty() {
+        return Ok(());
+    }
+    ctx.exec(
+        sqlx::query(
+            "DELETE FROM leases WHERE id IN (
+               SELECT id FROM (
+                 SELECT l.id, row_number() OVER (PARTITION BY l.quest_id ORDER BY l.id DESC) AS n
+                 FROM leases l INDEXED BY leases_by_quest
+                 WHERE l.quest_id IN (SELECT value FROM json_each(?1)) AND l.ended_at IS NOT NULL
+                   AND NOT EXISTS (SELECT 1 FROM submissions s WHERE s.lease_id = l.id))
+               WHERE n > ?2)",
+        )
+        .bind(json(&quests))
+        .bind(work::ENDED_LEASES_KEPT as i64),
+    )
+    .await?;
+    Ok(())
 }
 
 fn corrupt(what: &str) -> GroupError {
@@ -286,7 +411,7 @@ impl Kind for Release {
     }
     async fn run<'a>(ctx: &'a mut WriteCtx, reqs: &'a [Self]) -> GroupResult<()> {
         let mut out = Vec::with_capacity(reqs.len());
-        let (mut quests, mut ended) = (Vec::new(), Vec::new());
+        let (mut quests, mut ended, mut idle) = (Vec::new(), Vec::new(), Vec::new());
         for found in held(ctx, reqs.iter().map(|r| &r.0)).await? {
             let released = found.and_then(|(mut quest, lease)| {
                 let before = status_of(&quest);
@@ -294,13 +419,16 @@ impl Kind for Release {
                 set_status(&mut quest, next);
                 quest.lease_id = None;
                 quest.updated_at = ctx.now;
-                Ok((quest, before, lease.id))
+                Ok((quest, before, lease))
             });
             out.push(match released {
                 Ok((quest, before, lease)) => {
                     ctx.moved(EventKind::Released, &quest, before, None);
+                    idle.push(
+                        json!({"s": quest.session_id.to_string(), "a": lease.agent.to_string()}),
+                    );
                     quests.push(quest);
-                    ended.push((lease, LeaseEnd::Released));
+                    ended.push((lease.id, LeaseEnd::Released));
                     Ok(())
                 }
                 Err(e) => Err(e),
@@ -308,8 +436,32 @@ impl Kind for Release {
         }
         save_quests(ctx, &quests).await?;
         end_leases(ctx, &ended).await?;
+        forget_idle_agents(ctx, &idle).await?;
         Ok(out)
     }
+}
+
+/// Drops the console's figures of agents that, after a release, hold nothing
+/// and never submitted or let a lease lapse: a `next`/`release` loop under
+/// invented agent names leaves no row behind, so the agents table grows only
+/// with work done (submissions and lapses, which tries and `max_lapses` bound).
+async fn forget_idle_agents(ctx: &mut WriteCtx, agents: &[Value]) -> Result<(), GroupError> {
+    if agents.is_empty() {
+        return Ok(());
+    }
+    ctx.exec(
+        sqlx::query(
+            "DELETE FROM console_agent_stats
+             WHERE (session_id, agent) IN (SELECT j.value->>'s', j.value->>'a' FROM json_each(?1) j)
+               AND submissions = 0 AND lapses = 0
+               AND NOT EXISTS (SELECT 1 FROM leases l INDEXED BY leases_live_by_agent
+                               WHERE l.session_id = console_agent_stats.session_id
+                                 AND l.agent = console_agent_stats.agent AND l.ended_at IS NULL)",
+        )
+        .bind(json(&agents)),
+    )
+    .await?;
+    Ok(())
 }
 
 /// Returns every expired lease to `open`, or ends its quest in DONE after

@@ -389,18 +389,22 @@ impl Store for SqliteStore {
     async fn claim_review(
         &self,
         quest_id: QuestId,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         seconds: u32,
     ) -> Result<QuestRow, StoreError> {
-        let reviewer = reviewer.to_owned();
+        let reviewer = reviewer.clone();
         single!(self, |ctx| verify::claim_review(
             ctx, quest_id, reviewer, seconds
         )
         .await)
     }
 
-    async fn release_review(&self, quest_id: QuestId, reviewer: &str) -> Result<(), StoreError> {
-        let reviewer = reviewer.to_owned();
+    async fn release_review(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+    ) -> Result<(), StoreError> {
+        let reviewer = reviewer.clone();
         single!(self, |ctx| verify::release_review(ctx, quest_id, reviewer)
             .await)
     }
@@ -408,11 +412,11 @@ impl Store for SqliteStore {
     async fn decide_review(
         &self,
         quest_id: QuestId,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError> {
-        let (reviewer, note) = (reviewer.to_owned(), note.to_owned());
+        let (reviewer, note) = (reviewer.clone(), note.to_owned());
         single!(self, |ctx| verify::decide_review(
             ctx, quest_id, reviewer, decision, note
         )
@@ -437,10 +441,13 @@ impl Store for SqliteStore {
         name: &str,
         role: Role,
         hash: &str,
+        max_leases: Option<u32>,
     ) -> Result<TokenRow, StoreError> {
         let (name, hash) = (name.to_owned(), hash.to_owned());
-        single!(self, |ctx| sessions::create_token(ctx, name, role, hash)
-            .await)
+        single!(self, |ctx| sessions::create_token(
+            ctx, name, role, hash, max_leases
+        )
+        .await)
     }
 
     async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {

@@ -316,6 +316,7 @@ pub async fn quest_history(
             .map(|r| {
                 Ok(ReviewDecisionRow {
                     reviewer: r.str("reviewer")?,
+                    reviewer_token: opt(r.opt_str("reviewer_token")?, uuid)?,
                     decision: text(&r.str("decision")?)?,
                     note: r.str("note")?,
                     created_at: parse_ts(&r.str("created_at")?)?,

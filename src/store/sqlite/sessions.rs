@@ -61,23 +61,25 @@ pub async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Session
     Ok(s.id)
 }
 
-/// Stores a token by the SHA-256 of its secret.
+/// Stores a token by the SHA-256 of its secret, with its lease cap.
 pub async fn create_token(
     ctx: &mut WriteCtx,
     name: String,
     role: Role,
     hash: String,
+    max_leases: Option<u32>,
 ) -> Result<TokenRow, StoreError> {
     let id = TokenId::new();
     let inserted = ctx
         .exec(
             sqlx::query(
-                "INSERT INTO tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO tokens (id, name, role, hash, max_leases, created_at) VALUES (?, ?, ?, ?, ?, ?)",
             )
             .bind(id.to_string())
             .bind(name.clone())
             .bind(role.as_str())
             .bind(hash.clone())
+            .bind(max_leases.map(i64::from))
             .bind(ts(ctx.now)),
         )
         .await;
@@ -95,6 +97,7 @@ pub async fn create_token(
                 name,
                 role,
                 hash,
+                max_leases,
                 created_at: ctx.now,
                 revoked_at: None,
             })

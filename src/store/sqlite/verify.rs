@@ -9,7 +9,7 @@ use super::codec::*;
 use super::leases::save_quests;
 use super::writer::{GroupError, WriteCtx};
 use crate::domain::verify::{self, L2JobStatus, Question};
-use crate::domain::work;
+use crate::domain::work::{self, ReviewerId};
 use crate::domain::{Decision, EventKind, Phase};
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
 
@@ -239,7 +239,7 @@ async fn finish_verification(
 pub async fn claim_review(
     ctx: &mut WriteCtx,
     quest_id: QuestId,
-    reviewer: String,
+    reviewer: ReviewerId,
     seconds: u32,
 ) -> Result<QuestRow, StoreError> {
     let mut quest = fetch_quest(ctx, quest_id).await?;
@@ -254,11 +254,15 @@ pub async fn claim_review(
 pub async fn release_review(
     ctx: &mut WriteCtx,
     quest_id: QuestId,
-    reviewer: String,
+    reviewer: ReviewerId,
 ) -> Result<(), StoreError> {
     let mut quest = fetch_quest(ctx, quest_id).await?;
     reviewable(ctx, &quest, &reviewer)?;
-    if quest.review_claimed_by.as_deref() == Some(reviewer.as_str()) {
+    if quest
+        .review_claimed_by
+        .as_ref()
+        .is_some_and(|by| by.same_token(&reviewer))
+    {
         quest.review_claimed_by = None;
         quest.review_claim_expires_at = None;
         save(ctx, quest).await?;
@@ -266,10 +270,10 @@ pub async fn release_review(
     Ok(())
 }
 
-fn reviewable(ctx: &WriteCtx, quest: &QuestRow, reviewer: &str) -> Result<(), StoreError> {
+fn reviewable(ctx: &WriteCtx, quest: &QuestRow, reviewer: &ReviewerId) -> Result<(), StoreError> {
     Ok(work::check_reviewable(
         quest.state,
-        quest.review_claimed_by.as_deref(),
+        quest.review_claimed_by.as_ref(),
         quest.review_claim_expires_at,
         reviewer,
         ctx.now,
@@ -281,7 +285,7 @@ fn reviewable(ctx: &WriteCtx, quest: &QuestRow, reviewer: &str) -> Result<(), St
 pub async fn decide_review(
     ctx: &mut WriteCtx,
     quest_id: QuestId,
-    reviewer: String,
+    reviewer: ReviewerId,
     decision: Decision,
     note: String,
 ) -> Result<QuestRow, StoreError> {
@@ -300,11 +304,13 @@ pub async fn decide_review(
     };
     ctx.exec(
         sqlx::query(
-            "INSERT INTO review_decisions (id, quest_id, reviewer, decision, note, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO review_decisions (id, quest_id, reviewer, reviewer_token, decision, note, created_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(Uuid::now_v7().to_string())
         .bind(quest_id.to_string())
-        .bind(reviewer)
+        .bind(reviewer.name.clone())
+        .bind(reviewer.token.to_string())
         .bind(decision.as_str())
         .bind(note)
         .bind(ts(ctx.now)),
