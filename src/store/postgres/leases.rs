@@ -56,6 +56,7 @@ pub async fn lease_next(
             lease: lease_of(&lease),
         });
     }
+    lease_cap(tx, agent.token).await?;
     let leased = work::step(QuestStatus::new(), Transition::Lease)?;
     let lease = LeaseRow {
         id: LeaseId::new(),
@@ -68,7 +69,7 @@ pub async fn lease_next(
              SELECT id FROM quests WHERE session_id = $1 AND phase = 'open'
              ORDER BY row_index LIMIT 1 FOR UPDATE SKIP LOCKED),
          q AS (
-             UPDATE quests SET phase = $2, lease_id = $3, updated_at = $4
+             UPDATE quests SET phase = $2, lease_id = $3, leases = leases + 1, updated_at = $4
              FROM c WHERE quests.id = c.id RETURNING quests.*),
          l AS (
              INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at)
@@ -85,6 +86,9 @@ pub async fn lease_next(
     .await?;
     if let Some(row) = claimed {
         let quest = quest_row(&row)?;
+        if quest.leases > work::ENDED_LEASES_KEPT + 1 {
+            prune_leases(tx, quest.id).await?;
+        }
         tx.moved(EventKind::Leased, &quest, None);
         let lease = LeaseRow {
             quest_id: quest.id,
@@ -173,7 +177,74 @@ pub async fn release(
     q.updated_at = tx.now;
     save_quest(tx, &q, Some(l.id)).await?;
     end_lease(tx, l.id, LeaseEnd::Released).await?;
+    forget_idle_agent(tx, q.session_id, &l.agent).await?;
     tx.moved(EventKind::Released, &q, None);
+    Ok(())
+}
+
+/// Refuses a claim past the token's lease cap. The token's claims take turns
+/// (a lock on the token until commit), so that concurrent claims on several
+/// replicas cannot together pass the cap; a token without a cap is not counted.
+async fn lease_cap(tx: &mut Tx, token: TokenId) -> Result<(), StoreError> {
+    let max: Option<i32> = sqlx::query_scalar("SELECT max_leases FROM tokens WHERE id = $1")
+        .bind(token)
+        .fetch_optional(&mut *tx.conn)
+        .await?
+        .flatten();
+    let Some(max) = max else {
+        return Ok(());
+    };
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))")
+        .bind(token)
+        .execute(&mut *tx.conn)
+        .await?;
+    let held: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM leases WHERE left(agent, 36) = $1::text AND ended_at IS NULL",
+    )
+    .bind(token)
+    .fetch_one(&mut *tx.conn)
+    .await?;
+    Ok(work::check_lease_cap(held as u32, Some(max as u32))?)
+}
+
+/// Keeps a quest's lease history bounded, so that a `next`/`release` loop
+/// cannot grow the table: its last [`work::ENDED_LEASES_KEPT`] ended leases
+/// stay, with the live one and every lease a submission was made under.
+async fn prune_leases(tx: &mut Tx, quest: QuestId) -> Result<(), StoreError> {
+    sqlx::query(
+        "DELETE FROM leases WHERE id IN (
+           SELECT id FROM (
+             SELECT l.id, row_number() OVER (ORDER BY l.id DESC) AS n
+             FROM leases l
+             WHERE l.quest_id = $1 AND l.ended_at IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM submissions s WHERE s.lease_id = l.id)) old
+           WHERE n > $2)",
+    )
+    .bind(quest)
+    .bind(i64::from(work::ENDED_LEASES_KEPT))
+    .execute(&mut *tx.conn)
+    .await?;
+    Ok(())
+}
+
+/// Drops the console's figures of an agent that, after a release, holds
+/// nothing and never submitted or let a lease lapse: a `next`/`release` loop
+/// under invented agent names leaves no row behind.
+async fn forget_idle_agent(
+    tx: &mut Tx,
+    session_id: SessionId,
+    agent: &AgentId,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "DELETE FROM console_agent_stats a
+         WHERE a.session_id = $1 AND a.agent = $2 AND a.submissions = 0 AND a.lapses = 0
+           AND NOT EXISTS (SELECT 1 FROM leases l
+                           WHERE l.session_id = a.session_id AND l.agent = a.agent AND l.ended_at IS NULL)",
+    )
+    .bind(session_id)
+    .bind(agent.to_string())
+    .execute(&mut *tx.conn)
+    .await?;
     Ok(())
 }
 
@@ -238,7 +309,7 @@ pub async fn save_quest(
     .bind(q.submission_id)
     .bind(q.receipt.as_deref())
     .bind(q.decided_by.as_deref())
-    .bind(q.review_claimed_by.as_deref())
+    .bind(q.review_claimed_by.as_ref().map(|r| r.to_string()))
     .bind(q.review_claim_expires_at)
     .bind(q.repeated_failure)
     .bind(q.updated_at)

@@ -41,6 +41,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use uuid::Uuid;
 
 use super::*;
+use crate::domain::work::ReviewerId;
 use crate::domain::{Clock, QuestEvent};
 use tx::{ATTEMPTS, Op, Tx, as_refusal, is_retryable};
 
@@ -387,17 +388,21 @@ impl Store for PgStore {
     async fn claim_review(
         &self,
         quest_id: QuestId,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         seconds: u32,
     ) -> Result<QuestRow, StoreError> {
-        self.write((quest_id, reviewer.to_owned(), seconds), |tx, (q, r, s)| {
+        self.write((quest_id, reviewer.clone(), seconds), |tx, (q, r, s)| {
             Box::pin(verify::claim_review(tx, q, r, s))
         })
         .await
     }
 
-    async fn release_review(&self, quest_id: QuestId, reviewer: &str) -> Result<(), StoreError> {
-        self.write((quest_id, reviewer.to_owned()), |tx, (q, r)| {
+    async fn release_review(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+    ) -> Result<(), StoreError> {
+        self.write((quest_id, reviewer.clone()), |tx, (q, r)| {
             Box::pin(verify::release_review(tx, q, r))
         })
         .await
@@ -406,11 +411,11 @@ impl Store for PgStore {
     async fn decide_review(
         &self,
         quest_id: QuestId,
-        reviewer: &str,
+        reviewer: &ReviewerId,
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError> {
-        let args = (quest_id, reviewer.to_owned(), decision, note.to_owned());
+        let args = (quest_id, reviewer.clone(), decision, note.to_owned());
         self.write(args, |tx, (q, r, d, n)| {
             Box::pin(verify::decide_review(tx, q, r, d, n))
         })
@@ -435,9 +440,11 @@ impl Store for PgStore {
         name: &str,
         role: Role,
         hash: &str,
+        max_leases: Option<u32>,
     ) -> Result<TokenRow, StoreError> {
-        self.write((name.to_owned(), role, hash.to_owned()), |tx, (n, r, h)| {
-            Box::pin(writes::create_token(tx, n, r, h))
+        let args = (name.to_owned(), role, hash.to_owned(), max_leases);
+        self.write(args, |tx, (n, r, h, m)| {
+            Box::pin(writes::create_token(tx, n, r, h, m))
         })
         .await
     }

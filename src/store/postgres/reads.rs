@@ -308,6 +308,7 @@ pub async fn quest_history(
             .map(|r: &PgRow| {
                 Ok(ReviewDecisionRow {
                     reviewer: r.try_get("reviewer")?,
+                    reviewer_token: r.try_get("reviewer_token")?,
                     decision: r.parsed("decision")?,
                     note: r.try_get("note")?,
                     created_at: r.try_get("created_at")?,

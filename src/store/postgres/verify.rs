@@ -12,7 +12,7 @@ use super::codec::*;
 use super::leases::{save_quest, session};
 use super::tx::Tx;
 use crate::domain::verify::{self, L2JobStatus, Question};
-use crate::domain::work;
+use crate::domain::work::{self, ReviewerId};
 use crate::domain::{Decision, EventKind, Phase};
 use crate::store::common::{set_status, status_of};
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
@@ -222,10 +222,10 @@ async fn finish_verification(
     Ok(quest)
 }
 
-fn reviewable(tx: &Tx, quest: &QuestRow, reviewer: &str) -> Result<(), StoreError> {
+fn reviewable(tx: &Tx, quest: &QuestRow, reviewer: &ReviewerId) -> Result<(), StoreError> {
     Ok(work::check_reviewable(
         quest.state,
-        quest.review_claimed_by.as_deref(),
+        quest.review_claimed_by.as_ref(),
         quest.review_claim_expires_at,
         reviewer,
         tx.now,
@@ -236,7 +236,7 @@ fn reviewable(tx: &Tx, quest: &QuestRow, reviewer: &str) -> Result<(), StoreErro
 pub async fn claim_review(
     tx: &mut Tx,
     quest_id: QuestId,
-    reviewer: String,
+    reviewer: ReviewerId,
     seconds: u32,
 ) -> Result<QuestRow, StoreError> {
     let mut quest = lock_quest(tx, quest_id).await?;
@@ -251,11 +251,15 @@ pub async fn claim_review(
 pub async fn release_review(
     tx: &mut Tx,
     quest_id: QuestId,
-    reviewer: String,
+    reviewer: ReviewerId,
 ) -> Result<(), StoreError> {
     let mut quest = lock_quest(tx, quest_id).await?;
     reviewable(tx, &quest, &reviewer)?;
-    if quest.review_claimed_by.as_deref() == Some(reviewer.as_str()) {
+    if quest
+        .review_claimed_by
+        .as_ref()
+        .is_some_and(|by| by.same_token(&reviewer))
+    {
         quest.review_claimed_by = None;
         quest.review_claim_expires_at = None;
         save_quest(tx, &quest, None).await?;
@@ -268,7 +272,7 @@ pub async fn release_review(
 pub async fn decide_review(
     tx: &mut Tx,
     quest_id: QuestId,
-    reviewer: String,
+    reviewer: ReviewerId,
     decision: Decision,
     note: String,
 ) -> Result<QuestRow, StoreError> {
@@ -287,12 +291,13 @@ pub async fn decide_review(
         _ => None,
     };
     sqlx::query(
-        "INSERT INTO review_decisions (id, quest_id, reviewer, decision, note, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO review_decisions (id, quest_id, reviewer, reviewer_token, decision, note, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(uuid::Uuid::now_v7())
     .bind(quest_id)
-    .bind(&reviewer)
+    .bind(&reviewer.name)
+    .bind(reviewer.token)
     .bind(decision.as_str())
     .bind(note)
     .bind(tx.now)

@@ -83,17 +83,19 @@ pub async fn create_token(
     name: String,
     role: Role,
     hash: String,
+    max_leases: Option<u32>,
 ) -> Result<TokenRow, StoreError> {
     let id = TokenId::new();
     // DO NOTHING, not an error: a taken name (or digest) leaves the transaction usable.
     let inserted = sqlx::query(
-        "INSERT INTO tokens (id, name, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO tokens (id, name, role, hash, max_leases, created_at) VALUES ($1, $2, $3, $4, $5, $6)
          ON CONFLICT DO NOTHING",
     )
     .bind(id)
     .bind(&name)
     .bind(role.as_str())
     .bind(&hash)
+    .bind(max_leases.map(|n| n.min(i32::MAX as u32) as i32))
     .bind(tx.now)
     .execute(&mut *tx.conn)
     .await?
@@ -111,6 +113,7 @@ pub async fn create_token(
         name,
         role,
         hash,
+        max_leases,
         created_at: tx.now,
         revoked_at: None,
     })
