@@ -814,3 +814,37 @@ async fn on_postgres_three_replicas_and_32_agents_finish_every_quest_without_a_d
     .unwrap();
     assert_eq!(double, 0, "no quest was ever leased twice");
 }
+
+#[tokio::test]
+async fn on_postgres_concurrent_claims_on_two_replicas_never_pass_a_tokens_lease_cap() {
+    let test = "on_postgres_concurrent_claims_on_two_replicas_never_pass_a_tokens_lease_cap";
+    let Some((_db, a, b)) = two_replicas(test).await else {
+        return;
+    };
+    let s = session(&a, 50).await;
+    let token = a
+        .create_token("capped", Role::Agent, "digest-capped", Some(5))
+        .await
+        .unwrap()
+        .id;
+    let agents: Vec<AgentId> = (0..24)
+        .map(|i| AgentId::new(token, format!("a{i}")))
+        .collect();
+    let answers = join_all(agents.iter().enumerate().map(|(i, agent)| {
+        let store: &dyn Store = if i % 2 == 0 { &a } else { &b };
+        store.lease_next(s, agent)
+    }))
+    .await;
+    let mut assigned = 0;
+    for answer in answers {
+        match answer {
+            Ok(LeaseOutcome::Assigned { .. }) => assigned += 1,
+            other => assert_eq!(code(other), "lease_cap"),
+        }
+    }
+    assert_eq!(
+        assigned, 5,
+        "exactly the cap, whichever replica each claim reached"
+    );
+    assert_eq!(b.session_status(s).await.unwrap().counts.leased, 5);
+}
