@@ -174,14 +174,20 @@ static DATABASES: std::sync::Mutex<Vec<(PathBuf, TestDatabase)>> =
 /// The URL of the PostgreSQL database that belongs to `data_dir`, created on
 /// first use. PostgreSQL was asked for, so its absence fails the test.
 async fn postgres_for(data_dir: &Path) -> String {
-    if let Some((_, db)) = DATABASES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .find(|(dir, _)| dir == data_dir)
-    {
-        return db.url.clone();
+    if let Some(url) = database_url_of(data_dir) {
+        return url;
     }
+    // The databases of data dirs that are gone (a stopped server's dir the
+    // test dropped without a restart) go with them.
+    let gone: Vec<(PathBuf, TestDatabase)> = {
+        let mut all = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
+        let (gone, kept) = std::mem::take(&mut *all)
+            .into_iter()
+            .partition(|(dir, _)| !dir.exists());
+        *all = kept;
+        gone
+    };
+    drop(gone);
     let db = TestDatabase::create()
         .await
         .unwrap_or_else(|why| panic!("QUEST_TEST_DATABASE=postgres, but {why}"));
@@ -212,13 +218,7 @@ pub async fn spawn_app_on_postgres(test: &str) -> Option<TestApp> {
 pub async fn open_store_of(data_dir: &Path) -> Arc<dyn quest::store::Store> {
     let clock = Arc::new(ManualClock::new());
     let events = tokio::sync::broadcast::channel(8).0;
-    let url = DATABASES
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-        .find(|(dir, _)| dir == data_dir)
-        .map(|(_, db)| db.url.clone());
-    match url {
+    match database_url_of(data_dir) {
         Some(url) => Arc::new(
             PgStore::open(&url, TimeSource::Clock(clock), events)
                 .await
@@ -230,6 +230,16 @@ pub async fn open_store_of(data_dir: &Path) -> Arc<dyn quest::store::Store> {
                 .expect("the server's database opens"),
         ),
     }
+}
+
+/// The PostgreSQL database of a data dir whose server ran on one (`None`: SQLite).
+pub fn database_url_of(data_dir: &Path) -> Option<String> {
+    DATABASES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(dir, _)| dir == data_dir)
+        .map(|(_, db)| db.url.clone())
 }
 
 impl Drop for TestApp {
