@@ -15,8 +15,8 @@ use tokio::net::TcpListener;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, EmailSettings};
-use crate::domain::{Clock, Role, SystemClock, token_hash};
+use crate::config::{Config, Database, EmailSettings};
+use crate::domain::{Clock, QuestEvent, Role, SystemClock, token_hash};
 use crate::export::Exports;
 use crate::gates::GateRegistry;
 use crate::gates::dns::{HickoryResolver, Resolver, UnavailableResolver};
@@ -25,9 +25,44 @@ use crate::gates::fetch::{AddressPolicy, CACHE_BUDGET, FetchSettings, HttpFetche
 use crate::http::{self, AppState};
 use crate::process::{ProcessRunner, SystemProcessRunner};
 use crate::service::{BOOTSTRAP_ADMIN, Service, new_secret};
+use crate::store::postgres::{PgStore, TimeSource, describe_open_error};
 use crate::store::{SqliteStore, Store};
 use crate::verifiers::VerifierRegistry;
-use crate::workers::{GateRunner, VerifierRunner, sweeper};
+use crate::workers::{GateRunner, VerifierRunner, orphans, sweeper};
+
+/// Opens the store `database` names. A PostgreSQL database that cannot be
+/// used is one line saying why (a bad URL, no answer, a refusal).
+async fn open_store(
+    database: &Database,
+    clock: Arc<dyn Clock>,
+    database_time: bool,
+    events: broadcast::Sender<QuestEvent>,
+) -> anyhow::Result<Arc<dyn Store>> {
+    Ok(match database {
+        Database::Sqlite(path) => Arc::new(
+            SqliteStore::open(path, clock, events)
+                .await
+                .with_context(|| format!("cannot open the database {}", path.display()))?,
+        ),
+        Database::Postgres(url) => {
+            let time = if database_time {
+                TimeSource::Database
+            } else {
+                TimeSource::Clock(clock)
+            };
+            let store = PgStore::open(url.expose(), time, events)
+                .await
+                .map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot open the PostgreSQL database {url}: {}",
+                        describe_open_error(&e)
+                    )
+                })?;
+            tracing::info!(database = %url, "the data lives in PostgreSQL");
+            Arc::new(store)
+        }
+    })
+}
 
 /// How long open requests may take to finish after the shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -59,7 +94,7 @@ fn metrics_handle() -> PrometheusHandle {
 impl App {
     /// Opens everything `config` names and binds the listener.
     pub async fn build(config: Config) -> anyhow::Result<App> {
-        App::build_with_clock(config, Arc::new(SystemClock)).await
+        App::build_inner(config, Arc::new(SystemClock), None, true).await
     }
 
     /// [`App::build`] with another clock (tests move time forward by hand).
@@ -74,19 +109,24 @@ impl App {
         clock: Arc<dyn Clock>,
         world: Option<EmailWorld>,
     ) -> anyhow::Result<App> {
+        App::build_inner(config, clock, world, false).await
+    }
+
+    /// Builds the app; `database_time`: a PostgreSQL store takes "now" from the
+    /// database (one clock for every replica) instead of `clock`.
+    async fn build_inner(
+        config: Config,
+        clock: Arc<dyn Clock>,
+        world: Option<EmailWorld>,
+        database_time: bool,
+    ) -> anyhow::Result<App> {
         let operator = config.operator()?;
         private_dir(&config.data_dir)?;
         let (events, _) = broadcast::channel(4096);
-        let store: Arc<dyn Store> = Arc::new(
-            SqliteStore::open(&config.database_path(), clock.clone(), events.clone())
-                .await
-                .with_context(|| {
-                    format!(
-                        "cannot open the database {}",
-                        config.database_path().display()
-                    )
-                })?,
-        );
+        let database = config
+            .database(&operator.database)
+            .map_err(anyhow::Error::msg)?;
+        let store = open_store(&database, clock.clone(), database_time, events.clone()).await?;
         let admin_token = admin_token(&config)?;
         store
             .ensure_token(BOOTSTRAP_ADMIN, Role::Admin, &token_hash(&admin_token))
@@ -151,6 +191,14 @@ impl App {
         }
         tokio::spawn(sweeper::run(
             store.clone(),
+            Duration::from_secs(config.sweep_seconds.max(1)),
+            shutdown.clone(),
+        ));
+        // Replicas on one database take over the work of one that died.
+        tokio::spawn(orphans::run(
+            store.clone(),
+            runner.clone(),
+            l2.clone(),
             Duration::from_secs(config.sweep_seconds.max(1)),
             shutdown.clone(),
         ));
@@ -230,6 +278,11 @@ impl App {
             }
         };
         shutdown.cancel();
+        // The workers are stopped: their unfinished work is free for the next
+        // start or another replica.
+        if let Err(e) = self.store.release_jobs().await {
+            tracing::warn!(error = %e, "the claims on unfinished work could not be given back; they expire");
+        }
         result.context("the server failed")
     }
 }

@@ -32,6 +32,11 @@ pub struct Config {
     /// Directory holding the SQLite database and the generated admin token.
     #[arg(long, env = "QUEST_DATA_DIR", default_value = "./quest-data")]
     pub data_dir: PathBuf,
+    /// A `postgres://` URL: keep the data in that PostgreSQL database (several
+    /// replicas may share it) instead of the embedded SQLite in the data dir.
+    /// Wins over the configuration file's `[database] url`.
+    #[arg(long, env = "QUEST_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
     /// The admin bearer token. When unset, one is generated into `<data-dir>/admin.token`.
     #[arg(long, env = "QUEST_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -145,6 +150,7 @@ impl Config {
         Config {
             bind: "127.0.0.1:8080".parse().expect("a valid literal address"),
             data_dir: data_dir.into(),
+            database_url: None,
             admin_token: None,
             gate_workers: 16,
             gate_timeout_seconds: 120,
@@ -203,6 +209,21 @@ impl Config {
         })
     }
 
+    /// Where the data lives: the PostgreSQL database a URL names (a flag or
+    /// variable wins over the file's `[database] url`), else the embedded
+    /// SQLite file in the data dir. A URL that is not `postgres://` is refused.
+    pub fn database(&self, file: &DatabaseFileSettings) -> Result<Database, String> {
+        let url = self
+            .database_url
+            .as_deref()
+            .filter(|u| !u.trim().is_empty())
+            .or(file.url.as_deref());
+        match url {
+            None => Ok(Database::Sqlite(self.database_path())),
+            Some(url) => DatabaseUrl::parse(url).map(Database::Postgres),
+        }
+    }
+
     /// The SQLite database file.
     pub fn database_path(&self) -> PathBuf {
         self.data_dir.join("quest.db")
@@ -220,6 +241,10 @@ impl std::fmt::Debug for Config {
             .field("bind", &self.bind)
             .field("data_dir", &self.data_dir)
             .field(
+                "database_url",
+                &self.database_url.as_deref().map(redact_url),
+            )
+            .field(
                 "admin_token",
                 &self.admin_token.as_ref().map(|_| "<redacted>"),
             )
@@ -235,6 +260,61 @@ impl std::fmt::Debug for Config {
             .field("runner_exe", &self.runner_exe)
             .finish()
     }
+}
+
+/// Where the store keeps its data.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Database {
+    /// The embedded SQLite file (the default).
+    Sqlite(PathBuf),
+    /// A PostgreSQL database, shared by every replica that names it.
+    Postgres(DatabaseUrl),
+}
+
+/// A checked `postgres://` URL. Its `Debug` and `Display` hide the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(String);
+
+impl DatabaseUrl {
+    /// A `postgres://` or `postgresql://` URL, or what is wrong with it.
+    pub fn parse(text: &str) -> Result<DatabaseUrl, String> {
+        let text = text.trim();
+        let url = url::Url::parse(text).map_err(|e| {
+            format!("the database URL is not a URL ({e}); write postgres://USER@HOST:PORT/DATABASE")
+        })?;
+        if !matches!(url.scheme(), "postgres" | "postgresql") {
+            return Err(format!(
+                "the database URL must be postgres://USER@HOST:PORT/DATABASE, not `{}://…`; \
+                 leave it unset for the embedded SQLite in the data dir",
+                url.scheme()
+            ));
+        }
+        Ok(DatabaseUrl(text.to_owned()))
+    }
+
+    /// The URL itself, password included: for the connection only.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&redact_url(&self.0))
+    }
+}
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DatabaseUrl({self})")
+    }
+}
+
+/// The `[database]` table of the operator's file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DatabaseFileSettings {
+    /// A `postgres://` URL (checked when the store opens).
+    pub url: Option<String>,
 }
 
 /// A secret read from the environment. Its `Debug` never shows it.
@@ -286,6 +366,8 @@ pub struct OperatorConfig {
     pub gates: Vec<CommandGateConfig>,
     /// The email gate's web and DNS settings the file sets.
     pub email: EmailFileSettings,
+    /// Where the data lives, if the file says.
+    pub database: DatabaseFileSettings,
 }
 
 /// One AI verifier backend.
@@ -409,6 +491,15 @@ struct FileConfig {
     gates: BTreeMap<String, GateEntry>,
     #[serde(default)]
     email: EmailEntry,
+    #[serde(default)]
+    database: DatabaseEntry,
+}
+
+/// `[database]`: `url = "postgres://..."`.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct DatabaseEntry {
+    url: Option<String>,
 }
 
 /// `[email]`: lists are TOML arrays of strings, read like the variables' entries.
@@ -559,6 +650,9 @@ impl OperatorConfig {
         })?;
         let mut out = OperatorConfig {
             email: file.email.resolve()?,
+            database: DatabaseFileSettings {
+                url: file.database.url,
+            },
             ..OperatorConfig::default()
         };
         for (name, entry) in file.verifiers {
@@ -1367,5 +1461,60 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn a_postgres_url_from_a_flag_or_the_file_selects_postgres_and_sqlite_stays_the_default() {
+        let mut c = Config::with_data_dir("d");
+        let none = DatabaseFileSettings::default();
+        assert_eq!(
+            c.database(&none),
+            Ok(Database::Sqlite(PathBuf::from("d").join("quest.db")))
+        );
+        let file = DatabaseFileSettings {
+            url: Some("postgres://q@db.internal/quest".into()),
+        };
+        let Ok(Database::Postgres(url)) = c.database(&file) else {
+            panic!("the file's url selects PostgreSQL")
+        };
+        assert_eq!(url.expose(), "postgres://q@db.internal/quest");
+        c.database_url = Some("postgresql://q:hunter2@127.0.0.1:5432/other".into());
+        let Ok(Database::Postgres(url)) = c.database(&file) else {
+            panic!("the flag selects PostgreSQL")
+        };
+        assert!(
+            url.expose().ends_with("/other"),
+            "the flag wins over the file"
+        );
+        assert!(
+            !format!("{url} {url:?} {c:?}").contains("hunter2"),
+            "the password is never shown"
+        );
+        c.database_url = Some("   ".into());
+        assert!(
+            matches!(c.database(&file), Ok(Database::Postgres(_))),
+            "blank is unset"
+        );
+    }
+
+    #[test]
+    fn a_database_url_that_is_not_postgres_is_refused_with_what_to_write() {
+        let mut c = Config::with_data_dir("d");
+        for bad in ["mysql://x/y", "quest.db", "postgres://[bad"] {
+            c.database_url = Some(bad.into());
+            let err = c.database(&DatabaseFileSettings::default()).unwrap_err();
+            assert!(
+                err.contains("postgres://USER@HOST:PORT/DATABASE"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_file_may_name_the_database() {
+        let c =
+            OperatorConfig::parse("[database]\nurl = \"postgres://q@h/d\"\n", &|_| None).unwrap();
+        assert_eq!(c.database.url.as_deref(), Some("postgres://q@h/d"));
+        assert!(OperatorConfig::parse("[database]\nuri = \"x\"\n", &|_| None).is_err());
     }
 }

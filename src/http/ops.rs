@@ -44,10 +44,13 @@ pub async fn metrics(State(state): State<AppState>) -> String {
 }
 
 /// A consistent copy of the whole database (SQLite), made while the server
-/// keeps serving; `quest backup FILE` saves it.
+/// keeps serving; `quest backup FILE` saves it. A server on PostgreSQL refuses
+/// (409 `backup_unsupported`): that database is backed up with its own tools.
 #[utoipa::path(post, path = "/v1/backup", tag = "ops", operation_id = "create_backup",
     responses((status = 200, description = "The database file", content_type = "application/vnd.sqlite3"),
-        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody), (status = 503, body = ErrorBody)))]
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 409, description = "The data lives in PostgreSQL: use pg_dump", body = ErrorBody),
+        (status = 503, body = ErrorBody)))]
 pub async fn create_backup(
     State(state): State<AppState>,
     _caller: Caller<Administer>,

@@ -8,6 +8,8 @@
 //!
 //! [`Clock`]: crate::domain::Clock
 
+mod common;
+pub mod postgres;
 mod rows;
 pub mod sqlite;
 
@@ -69,6 +71,16 @@ impl StoreError {
 /// only kind [`Store::result_holders`] looks up.
 pub fn is_plain_field(name: &str) -> bool {
     !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// Background work a worker claims before doing it, so that of several
+/// replicas sharing one database exactly one does it while its claim lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Job {
+    /// Running the gate on a PENDING submission.
+    Gate(SubmissionId),
+    /// Asking an AI verifier one question.
+    Verify(L2JobId),
 }
 
 #[async_trait]
@@ -276,6 +288,27 @@ pub trait Store: Send + Sync + 'static {
         session_id: SessionId,
         query: &QuestQuery,
     ) -> Result<QuestPage, StoreError>;
+    /// Claims `job` for `seconds` unless a live claim already holds it (one of
+    /// this process's included): whether the caller may do it now. A store
+    /// that one process alone uses needs no claims and always says yes.
+    async fn claim_job(&self, job: Job, seconds: u32) -> Result<bool, StoreError> {
+        let _ = (job, seconds);
+        Ok(true)
+    }
+    /// Gives back this process's claims when it shuts down, so that the next
+    /// start (or another replica) takes its unfinished work over at once.
+    async fn release_jobs(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    /// Work nobody holds: PENDING submissions and unanswered L2 jobs at least
+    /// `grace_seconds` old without a live claim, such as those of a replica
+    /// that died. A store that one process alone uses re-queues its work at
+    /// start instead, and has none.
+    async fn orphaned_jobs(&self, grace_seconds: u32) -> Result<Vec<Job>, StoreError> {
+        let _ = grace_seconds;
+        Ok(Vec::new())
+    }
+
     /// The store's own "now", so that pages judge claims and ages by the same
     /// clock the store writes with.
     fn now(&self) -> DateTime<Utc>;

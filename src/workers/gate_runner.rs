@@ -26,7 +26,7 @@ use crate::domain::session::GateConfig;
 use crate::domain::verify::{Artifact, Contract, VerifierRequest};
 use crate::domain::{Fact, Verdict};
 use crate::gates::{Gate, GateOutcome, GateRegistry, HOLDERS_SHOWN, SessionView};
-use crate::store::{Decided, GateDecision, Store, StoreError, is_plain_field};
+use crate::store::{Decided, GateDecision, Job, Store, StoreError, is_plain_field};
 use crate::workers::VerifierRunner;
 
 /// One result to check for one quest.
@@ -208,9 +208,24 @@ impl Inner {
     /// only shutdown stops it, leaving the submission PENDING for the next start.
     async fn run_until_decided(&self, id: SubmissionId, shutdown: &CancellationToken) {
         let mut delay = Duration::from_millis(100);
+        // The claim outlasts the gate's own deadline, so that no other replica
+        // runs the same check while this one still may finish it.
+        let claim = (self.timeout.as_secs() * 2 + 60).min(u64::from(u32::MAX)) as u32;
+        let mut claimed = false;
         loop {
-            match self.run_once(id).await {
-                Ok(_) => return,
+            let attempt = async {
+                if !claimed {
+                    claimed = self.store.claim_job(Job::Gate(id), claim).await?;
+                    if !claimed {
+                        return Ok(None);
+                    }
+                }
+                self.run_once(id).await.map(Some)
+            };
+            match attempt.await {
+                // Another replica holds the check: it decides the submission.
+                Ok(None) => return,
+                Ok(Some(_)) => return,
                 Err(StoreError::NotFound(what)) => {
                     tracing::error!(submission = %id, what, "nothing to decide: the submission or its quest is gone");
                     return;

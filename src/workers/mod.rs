@@ -1,9 +1,10 @@
 //! Background work: the gate runner (decides PENDING submissions), the L2
-//! verifier runner (asks the AI verifiers about L1 PASSes) and the lease
-//! sweeper. Each exposes one idempotent step that tests drive directly; a thin
+//! verifier runner (asks the AI verifiers about L1 PASSes), the lease
+//! sweeper and the orphan scan (work of a replica that died). Each exposes one idempotent step that tests drive directly; a thin
 //! loop around it runs until shutdown.
 
 pub mod gate_runner;
+pub mod orphans;
 pub mod sweeper;
 pub mod verifier_runner;
 

@@ -33,10 +33,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::domain::State;
 use crate::domain::verify::{Answer, L2JobStatus, Question};
-use crate::store::{L2Job, L2Recorded, NewL2Answer, Store, StoreError};
+use crate::store::{Job, L2Job, L2Recorded, NewL2Answer, Store, StoreError};
 use crate::verifiers::{AskError, Declared, VerifierRegistry};
 
 /// The first pause after a transient failure; it doubles up to [`MAX_BACKOFF`].
+/// How much longer than its verifier's deadline a replica's claim on one L2
+/// question lasts (waiting for a permit, recording the answer), so that no
+/// other replica asks the same question (no second LLM call) while it lives.
+const CLAIM_MARGIN: Duration = Duration::from_secs(300);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// The first pause after a store failure; it doubles up to [`MAX_STORE_RETRY`].
@@ -157,6 +161,19 @@ impl Inner {
         };
         if job.status == L2JobStatus::Answered {
             return; // an earlier run asked and recorded it
+        }
+        // Of several replicas, the one holding the claim asks; the others leave it.
+        let deadline = self
+            .verifiers
+            .get(&job.verifier)
+            .map_or(Duration::ZERO, |d| d.timeout);
+        let seconds = (deadline + CLAIM_MARGIN).as_secs().min(u64::from(u32::MAX)) as u32;
+        let claimed = until_stored(id, shutdown, || {
+            self.store.claim_job(Job::Verify(id), seconds)
+        })
+        .await;
+        if claimed != Some(true) {
+            return;
         }
         let _permit = match self.permits.get(&job.verifier) {
             // The semaphores are never closed.

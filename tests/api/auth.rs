@@ -346,6 +346,7 @@ async fn the_bootstrap_admin_cannot_be_locked_out_and_rotates_with_its_secret() 
     // A restart with another secret retires the old one.
     let dir = app.stop().await;
     let mut config = quest::config::Config::with_data_dir(dir.path());
+    config.database_url = database_url_of(dir.path());
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.admin_token = Some("rotated-secret".into());
     let rotated = quest::app::App::build(config).await.unwrap();

@@ -514,7 +514,11 @@ async fn as_root_a_gate_runs_as_its_configured_user_and_cannot_read_the_data_dir
         return;
     }
     let data_dir = tempfile::tempdir().unwrap();
+    // The database file, or on PostgreSQL (no file) a secret of the same kind.
     let db = data_dir.path().join("quest.db");
+    if on_postgres() {
+        std::fs::write(&db, "not for gates").unwrap();
+    }
     let script = format!(
         r#"if cat {} > /dev/null 2>&1; then read=yes; else read=no; fi
 echo "{{\"verdict\": \"PASS\", \"evidence\": [{{\"uid\": $(id -u), \"read\": \"$read\"}}]}}""#,

@@ -1,6 +1,7 @@
 //! `spawn_app()`: a real server on a random loopback port with a fresh data dir,
 //! and request helpers that speak the API like a client would.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use quest::app::App;
@@ -12,6 +13,10 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 use tokio::sync::oneshot;
 
+use crate::postgres::TestDatabase;
+use quest::store::SqliteStore;
+use quest::store::postgres::{PgStore, TimeSource};
+
 /// A running server and a client for it.
 pub struct TestApp {
     pub base: String,
@@ -21,6 +26,8 @@ pub struct TestApp {
     pub data_dir: TempDir,
     /// The server's own store, to drive a worker's step directly.
     pub store: Arc<dyn quest::store::Store>,
+    /// The PostgreSQL database the server keeps its data in, if not SQLite.
+    pub database_url: Option<String>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
 }
@@ -117,6 +124,9 @@ async fn spawn_app_world(
     let mut config = Config::with_data_dir(data_dir.path());
     // The server applies command gates' resource limits through its own binary.
     config.runner_exe = Some(env!("CARGO_BIN_EXE_quest").into());
+    if on_postgres() {
+        config.database_url = Some(postgres_for(data_dir.path()).await);
+    }
     tune(&mut config);
     if let Some(toml) = config_toml {
         let path = data_dir.path().join("quest.toml");
@@ -126,6 +136,7 @@ async fn spawn_app_world(
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.admin_token = Some("test-admin-token".into());
     let clock = Arc::new(ManualClock::new());
+    let app_database_url = config.database_url.clone();
     let app = App::build_with(config, clock.clone(), world)
         .await
         .expect("the app builds");
@@ -141,10 +152,108 @@ async fn spawn_app_world(
         client: reqwest::Client::new(),
         admin,
         clock,
+        database_url: app_database_url,
         data_dir,
         store,
         stop: Some(stop),
         server: Some(server),
+    }
+}
+
+/// Whether the black-box suite runs its servers on PostgreSQL: the test's own
+/// switch `QUEST_TEST_DATABASE=postgres` (SQLite otherwise).
+pub fn on_postgres() -> bool {
+    std::env::var("QUEST_TEST_DATABASE").as_deref() == Ok("postgres")
+}
+
+/// The test databases of the data dirs in use, so that a restart on the same
+/// data dir finds the same database.
+static DATABASES: std::sync::Mutex<Vec<(PathBuf, TestDatabase)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The URL of the PostgreSQL database that belongs to `data_dir`, created on
+/// first use. PostgreSQL was asked for, so its absence fails the test.
+async fn postgres_for(data_dir: &Path) -> String {
+    if let Some(url) = database_url_of(data_dir) {
+        return url;
+    }
+    // The databases of data dirs that are gone (a stopped server's dir the
+    // test dropped without a restart) go with them.
+    let gone: Vec<(PathBuf, TestDatabase)> = {
+        let mut all = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
+        let (gone, kept) = std::mem::take(&mut *all)
+            .into_iter()
+            .partition(|(dir, _)| !dir.exists());
+        *all = kept;
+        gone
+    };
+    drop(gone);
+    let db = TestDatabase::create()
+        .await
+        .unwrap_or_else(|why| panic!("QUEST_TEST_DATABASE=postgres, but {why}"));
+    let url = db.url.clone();
+    DATABASES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((data_dir.to_owned(), db));
+    url
+}
+
+/// Starts a server on PostgreSQL, on a fresh database of its own, or returns
+/// `None` after printing why the test named `test` skips that backend (a
+/// failure with `CI=true`).
+pub async fn spawn_app_on_postgres(test: &str) -> Option<TestApp> {
+    let db = TestDatabase::create_or_skip(test).await?;
+    let data_dir = tempfile::tempdir().expect("a temp dir");
+    let url = db.url.clone();
+    DATABASES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((data_dir.path().to_owned(), db));
+    Some(spawn_app_tuned(data_dir, None, move |c| c.database_url = Some(url)).await)
+}
+
+/// The store of a stopped server's data dir, opened the way the server opens
+/// it: its PostgreSQL database when it ran on one, else its SQLite file.
+pub async fn open_store_of(data_dir: &Path) -> Arc<dyn quest::store::Store> {
+    let clock = Arc::new(ManualClock::new());
+    let events = tokio::sync::broadcast::channel(8).0;
+    match database_url_of(data_dir) {
+        Some(url) => Arc::new(
+            PgStore::open(&url, TimeSource::Clock(clock), events)
+                .await
+                .expect("the server's PostgreSQL database opens"),
+        ),
+        None => Arc::new(
+            SqliteStore::open(&data_dir.join("quest.db"), clock, events)
+                .await
+                .expect("the server's database opens"),
+        ),
+    }
+}
+
+/// The PostgreSQL database of a data dir whose server ran on one (`None`: SQLite).
+pub fn database_url_of(data_dir: &Path) -> Option<String> {
+    DATABASES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .find(|(dir, _)| dir == data_dir)
+        .map(|(_, db)| db.url.clone())
+}
+
+impl Drop for TestApp {
+    /// The data dir goes, and its database with it (a data dir handed back
+    /// by [`TestApp::stop`] keeps its database for the restart).
+    fn drop(&mut self) {
+        let dir = self.data_dir.path().to_owned();
+        let gone = {
+            let mut all = DATABASES.lock().unwrap_or_else(|e| e.into_inner());
+            all.iter()
+                .position(|(d, _)| *d == dir)
+                .map(|i| all.remove(i))
+        };
+        drop(gone);
     }
 }
 

@@ -208,41 +208,37 @@ async fn a_next_release_loop_keeps_a_quests_lease_rows_bounded_and_counts_every_
     );
     assert_eq!(view["submissions"][0]["id"], fail["submission_id"]);
 
-    let db = sqlx::SqlitePool::connect(&format!(
-        "sqlite://{}?mode=ro",
-        app.data_dir.path().join("quest.db").display()
-    ))
-    .await
-    .unwrap();
-    let (rows, with_submission): (i64, i64) = sqlx::query_as(
-        "SELECT COUNT(*), SUM(EXISTS (SELECT 1 FROM submissions s WHERE s.lease_id = l.id))
-         FROM leases l WHERE quest_id = ?",
-    )
-    .bind(&quest)
-    .fetch_one(&db)
-    .await
-    .unwrap();
+    // Below the store, on the server's own backend.
+    let mut db = crate::ratchet::raw(&app).await;
+    let rows = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM leases WHERE quest_id = '{quest}'"
+        ))
+        .await;
+    let with_submission = db
+        .scalar(&format!(
+            "SELECT COUNT(*) FROM leases l WHERE l.quest_id = '{quest}'
+               AND EXISTS (SELECT 1 FROM submissions s WHERE s.lease_id = l.id)"
+        ))
+        .await;
     assert!(
         rows <= i64::from(ENDED_LEASES_KEPT) + 2,
         "{rows} lease rows kept after {rounds} leases"
     );
     assert_eq!(with_submission, 1, "the lease of the FAIL is kept");
-    let submitted: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM leases WHERE id = ?")
-        .bind(&lease)
-        .fetch_one(&db)
-        .await
-        .unwrap();
+    let submitted = db
+        .scalar(&format!("SELECT COUNT(*) FROM leases WHERE id = '{lease}'"))
+        .await;
     assert_eq!(submitted, 1);
-    let agents: Vec<(String, i64, String)> = sqlx::query_as(
-        "SELECT agent, leased, last_seen FROM console_agent_stats WHERE session_id = ? ORDER BY agent",
-    )
-    .bind(&session)
-    .fetch_all(&db)
-    .await
-    .unwrap();
+    let mut agents: Vec<(String, i64)> = db
+        .counted(&format!(
+            "SELECT agent, CAST(leased AS BIGINT) FROM console_agent_stats WHERE session_id = '{session}'"
+        ))
+        .await;
+    agents.sort();
     let names: Vec<&str> = agents
         .iter()
-        .map(|(a, _, _)| a.rsplit('/').next().unwrap())
+        .map(|(a, _)| a.rsplit('/').next().unwrap())
         .collect();
     assert_eq!(
         names,

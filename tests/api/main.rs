@@ -18,6 +18,7 @@ mod lifecycle;
 mod mcp;
 mod openapi;
 mod operations;
+mod postgres;
 mod ratchet;
 mod restart;
 mod revocation;

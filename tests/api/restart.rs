@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use quest::store::{NewSubmission, SqliteStore, Store, SubmitOutcome};
+use quest::store::{NewSubmission, SubmitOutcome};
 use serde_json::{Value, json};
 
 use crate::helpers::*;
@@ -57,14 +57,7 @@ async fn a_submission_still_being_checked_is_decided_after_a_restart() {
 
     // Record a submission the way `submit` does, but with no gate running: as if
     // the server died between the durable write and the verdict.
-    let db = dir.path().join("quest.db");
-    let store = SqliteStore::open(
-        &db,
-        Arc::new(quest::testing::ManualClock::new()),
-        tokio::sync::broadcast::channel(8).0,
-    )
-    .await
-    .unwrap();
+    let store = open_store_of(dir.path()).await;
     let bot = store
         .list_tokens()
         .await

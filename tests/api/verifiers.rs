@@ -633,13 +633,7 @@ async fn a_verifying_quest_is_no_longer_the_agents_and_the_database_refuses_any_
         (Some(1), Some(1))
     );
 
-    let url = format!(
-        "sqlite://{}",
-        app.data_dir.path().join("quest.db").display()
-    );
-    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
-        .await
-        .unwrap();
+    let mut db = crate::ratchet::raw(&app).await;
     for sql in [
         format!("UPDATE quests SET tries = tries + 1 WHERE id = '{quest}'"),
         format!("UPDATE quests SET state = 'DONE', phase = NULL WHERE id = '{quest}'"),
@@ -648,11 +642,8 @@ async fn a_verifying_quest_is_no_longer_the_agents_and_the_database_refuses_any_
         format!("UPDATE l2_jobs SET verifier = 'delta' WHERE quest_id = '{quest}'"),
         format!("DELETE FROM l2_jobs WHERE quest_id = '{quest}'"),
     ] {
-        let err = sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
-            .execute(&mut db)
-            .await
-            .expect_err(&sql);
-        assert!(err.to_string().contains("ratchet"), "{sql}: {err}");
+        let err = db.execute(&sql).await.expect_err(&sql);
+        assert!(err.contains("ratchet"), "{sql}: {err}");
     }
     assert_eq!(app.quest(&quest).await["phase"], "verifying");
 }
@@ -1084,20 +1075,23 @@ async fn an_answer_the_store_failed_to_record_is_retried_without_asking_the_back
     let session = app.scan(verified_config(1, 2), companies(1)).await;
 
     // Every attempt to record an answer fails until the trigger is dropped.
-    let url = format!(
-        "sqlite://{}",
-        app.data_dir.path().join("quest.db").display()
-    );
-    let mut db = <sqlx::SqliteConnection as sqlx::Connection>::connect(&url)
-        .await
-        .unwrap();
-    sqlx::query(
-        "CREATE TRIGGER test_store_fails BEFORE INSERT ON l2_answers
-         BEGIN SELECT RAISE(ABORT, 'injected store failure'); END",
-    )
-    .execute(&mut db)
-    .await
-    .unwrap();
+    let mut db = crate::ratchet::raw(&app).await;
+    let injected = if app.database_url.is_some() {
+        vec![
+            "CREATE FUNCTION test_store_fails() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN RAISE EXCEPTION 'injected store failure'; END $$",
+            "CREATE TRIGGER test_store_fails BEFORE INSERT ON l2_answers
+             FOR EACH ROW EXECUTE FUNCTION test_store_fails()",
+        ]
+    } else {
+        vec![
+            "CREATE TRIGGER test_store_fails BEFORE INSERT ON l2_answers
+             BEGIN SELECT RAISE(ABORT, 'injected store failure'); END",
+        ]
+    };
+    for sql in injected {
+        db.execute(sql).await.unwrap();
+    }
 
     let (quest, _) = submit_next(&app, &agent, &session, json!({"email": "info@acme.test"})).await;
     for fake in &fakes {
@@ -1112,10 +1106,12 @@ async fn an_answer_the_store_failed_to_record_is_retried_without_asking_the_back
     // Long enough for the first attempts to record to fail.
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(app.quest(&quest).await["phase"], "verifying");
-    sqlx::query("DROP TRIGGER test_store_fails")
-        .execute(&mut db)
-        .await
-        .unwrap();
+    let drop = if app.database_url.is_some() {
+        "DROP TRIGGER test_store_fails ON l2_answers"
+    } else {
+        "DROP TRIGGER test_store_fails"
+    };
+    db.execute(drop).await.unwrap();
 
     let view = app.settled(&quest).await;
     assert_eq!(
@@ -1134,7 +1130,7 @@ async fn an_answer_the_store_failed_to_record_is_retried_without_asking_the_back
 
 #[tokio::test]
 async fn a_restart_with_submissions_still_being_checked_asks_each_verifier_each_question_once() {
-    use quest::store::{NewSubmission, SqliteStore, Store, SubmitOutcome};
+    use quest::store::{NewSubmission, SubmitOutcome};
     let no = || Behaviour::says("NO: the company's own domain");
     let fakes = [
         FakeLlm::start("judge-alpha", no()).await,
@@ -1160,13 +1156,7 @@ async fn a_restart_with_submissions_still_being_checked_asks_each_verifier_each_
 
     // Submissions recorded the way `submit` does, with no gate running: as if
     // the server died between the durable write and the verdict.
-    let store = SqliteStore::open(
-        &dir.path().join("quest.db"),
-        std::sync::Arc::new(quest::testing::ManualClock::new()),
-        tokio::sync::broadcast::channel(8).0,
-    )
-    .await
-    .unwrap();
+    let store = open_store_of(dir.path()).await;
     let bot = store
         .list_tokens()
         .await

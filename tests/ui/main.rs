@@ -8,6 +8,8 @@
 )]
 #[path = "../api/helpers.rs"]
 mod helpers;
+#[path = "../api/postgres.rs"]
+mod postgres;
 
 mod browser;
 mod browsing;

@@ -13,9 +13,9 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 use uuid::Uuid;
 
-use crate::domain::QuestStatus;
 use crate::domain::verify::{Answer, FlagOn};
 use crate::domain::work::{AgentId, LeaseFacts};
+pub use crate::store::common::{lease_of, set_status, status_of};
 use crate::store::{
     L2AnswerRow, L2Job, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow, TokenRow,
 };
@@ -147,23 +147,6 @@ pub fn quest_patch(q: &QuestRow) -> Value {
     })
 }
 
-pub fn status_of(q: &QuestRow) -> QuestStatus {
-    QuestStatus {
-        state: q.state,
-        phase: q.phase,
-        tries: q.tries,
-        lapses: q.lapses,
-    }
-}
-
-/// Writes `status` into the row.
-pub fn set_status(q: &mut QuestRow, status: QuestStatus) {
-    q.state = status.state;
-    q.phase = status.phase;
-    q.tries = status.tries;
-    q.lapses = status.lapses;
-}
-
 /// A lease read under the prefix `l_` (`l_id`, `l_agent`, ...), if the join found one.
 pub fn prefixed_lease(r: &SqliteRow) -> Result<Option<LeaseFacts>, StoreError> {
     let Some(id) = r.opt_str("l_id")? else {
@@ -189,15 +172,6 @@ pub fn lease_row(r: &SqliteRow) -> Result<LeaseRow, StoreError> {
         agent: text(&r.str("agent")?)?,
         expires_at: parse_ts(&r.str("expires_at")?)?,
     })
-}
-
-pub fn lease_of(l: &LeaseFacts) -> LeaseRow {
-    LeaseRow {
-        id: l.id,
-        quest_id: l.quest_id,
-        agent: l.agent.clone(),
-        expires_at: l.expires_at,
-    }
 }
 
 pub fn agent_of(s: &str) -> Result<AgentId, StoreError> {

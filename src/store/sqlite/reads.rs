@@ -62,22 +62,7 @@ pub async fn all_counts(pool: &SqlitePool) -> Result<HashMap<SessionId, Counts>,
         .await?
     {
         let c = all.entry(uuid(&row.str("session_id")?)?).or_default();
-        let n = row.int("n")? as u64;
-        match row.str("bucket")?.as_str() {
-            "TODO/open" => c.open = n,
-            "TODO/leased" => c.leased = n,
-            "TODO/checking" => c.checking = n,
-            "TODO/verifying" => c.verifying = n,
-            "PASS" => c.pass = n,
-            "REVIEW" => c.review = n,
-            "DONE" => c.done = n,
-            "submissions" => c.submissions = n,
-            other => {
-                return Err(StoreError::Corrupt(format!(
-                    "unknown count bucket `{other}`"
-                )));
-            }
-        }
+        crate::store::common::set_bucket(c, &row.str("bucket")?, row.int("n")? as u64)?;
     }
     Ok(all)
 }
@@ -454,10 +439,7 @@ pub async fn find_token(pool: &SqlitePool, hash: &str) -> Result<Option<TokenRow
     let mut found = None;
     for row in &rows {
         let token = token_row(row)?;
-        if bool::from(subtle::ConstantTimeEq::ct_eq(
-            token.hash.as_bytes(),
-            hash.as_bytes(),
-        )) {
+        if crate::store::common::same_digest(&token.hash, hash) {
             found = Some(token);
         }
     }

@@ -33,9 +33,8 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::codec::SESSION_COLUMNS;
 use super::codec::session_row;
-use crate::domain::{
-    Clock, EventKind, Phase, QuestEvent, QuestStatus, State, SubmissionVerdict, Verdict,
-};
+use crate::domain::{Clock, EventKind, Phase, QuestEvent, QuestStatus, State};
+use crate::store::common::{quest_event, session_event};
 use crate::store::{Counts, QuestRow, SessionRow, StoreError, SubmissionRow};
 
 /// The most requests one commit carries.
@@ -118,21 +117,8 @@ impl WriteCtx {
             self.moves.push((quest.session_id, from, -1));
             self.moves.push((quest.session_id, to, 1));
         }
-        self.events.push(QuestEvent {
-            kind,
-            session_id: quest.session_id,
-            quest_id: Some(quest.id),
-            submission_id: submission.map(|s| s.id),
-            state: Some(quest.state),
-            phase: quest.phase,
-            verdict: submission.and_then(|s| match s.verdict {
-                SubmissionVerdict::Pass => Some(Verdict::Pass),
-                SubmissionVerdict::Fail => Some(Verdict::Fail),
-                SubmissionVerdict::Review => Some(Verdict::Review),
-                SubmissionVerdict::Pending => None,
-            }),
-            at: self.now,
-        });
+        self.events
+            .push(quest_event(kind, quest, submission, self.now));
     }
 
     /// Counts a new submission of `session`.
@@ -148,16 +134,7 @@ impl WriteCtx {
             total as i64,
         ));
         self.moves.push((session, Bucket::Total, total as i64));
-        self.events.push(QuestEvent {
-            kind: EventKind::SessionCreated,
-            session_id: session,
-            quest_id: None,
-            submission_id: None,
-            state: None,
-            phase: None,
-            verdict: None,
-            at: self.now,
-        });
+        self.events.push(session_event(session, self.now));
     }
 
     fn mark(&self) -> (usize, usize) {

@@ -1,0 +1,104 @@
+//! What both backends share below the [`Store`](super::Store) trait: moving a
+//! quest's status in and out of its row, the event and count buckets of a
+//! move, and the constant-time match of secret digests. Nothing here knows SQL.
+
+use crate::domain::ids::SessionId;
+use chrono::{DateTime, Utc};
+
+use crate::domain::work::LeaseFacts;
+use crate::domain::{EventKind, QuestEvent, QuestStatus, SubmissionVerdict, Verdict};
+use crate::store::{Counts, LeaseRow, QuestRow, StoreError, SubmissionRow};
+
+pub fn status_of(q: &QuestRow) -> QuestStatus {
+    QuestStatus {
+        state: q.state,
+        phase: q.phase,
+        tries: q.tries,
+        lapses: q.lapses,
+    }
+}
+
+/// Writes `status` into the row.
+pub fn set_status(q: &mut QuestRow, status: QuestStatus) {
+    q.state = status.state;
+    q.phase = status.phase;
+    q.tries = status.tries;
+    q.lapses = status.lapses;
+}
+
+pub fn lease_of(l: &LeaseFacts) -> LeaseRow {
+    LeaseRow {
+        id: l.id,
+        quest_id: l.quest_id,
+        agent: l.agent.clone(),
+        expires_at: l.expires_at,
+    }
+}
+
+/// The event of `quest` having moved (its status as it is now), by `submission`.
+pub fn quest_event(
+    kind: EventKind,
+    quest: &QuestRow,
+    submission: Option<&SubmissionRow>,
+    at: DateTime<Utc>,
+) -> QuestEvent {
+    QuestEvent {
+        kind,
+        session_id: quest.session_id,
+        quest_id: Some(quest.id),
+        submission_id: submission.map(|s| s.id),
+        state: Some(quest.state),
+        phase: quest.phase,
+        verdict: submission.and_then(|s| match s.verdict {
+            SubmissionVerdict::Pass => Some(Verdict::Pass),
+            SubmissionVerdict::Fail => Some(Verdict::Fail),
+            SubmissionVerdict::Review => Some(Verdict::Review),
+            SubmissionVerdict::Pending => None,
+        }),
+        at,
+    }
+}
+
+/// The event of a new session.
+pub fn session_event(session: SessionId, at: DateTime<Utc>) -> QuestEvent {
+    QuestEvent {
+        kind: EventKind::SessionCreated,
+        session_id: session,
+        quest_id: None,
+        submission_id: None,
+        state: None,
+        phase: None,
+        verdict: None,
+        at,
+    }
+}
+
+/// Sets the count of one stored bucket (`TODO/<phase>`, `PASS`, `REVIEW`,
+/// `DONE`, `submissions`), as the count triggers of both backends name them.
+pub fn set_bucket(c: &mut Counts, bucket: &str, n: u64) -> Result<(), StoreError> {
+    let slot = match bucket {
+        "TODO/open" => &mut c.open,
+        "TODO/leased" => &mut c.leased,
+        "TODO/checking" => &mut c.checking,
+        "TODO/verifying" => &mut c.verifying,
+        "PASS" => &mut c.pass,
+        "REVIEW" => &mut c.review,
+        "DONE" => &mut c.done,
+        "submissions" => &mut c.submissions,
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "unknown count bucket `{other}`"
+            )));
+        }
+    };
+    *slot = n;
+    Ok(())
+}
+
+/// Whether two digests are equal, compared in constant time.
+pub fn same_digest(stored: &str, given: &str) -> bool {
+    bool::from(subtle::ConstantTimeEq::ct_eq(
+        stored.as_bytes(),
+        given.as_bytes(),
+    ))
+}

@@ -1,0 +1,571 @@
+//! The PostgreSQL store, for several `quest serve` replicas on one database.
+//!
+//! Every write is one transaction on a pool ([`tx`]): it locks the rows it
+//! changes (`FOR UPDATE`, claims with `SKIP LOCKED`), runs the rules of
+//! [`crate::domain::work`] on what it read, writes what they return, and
+//! fences each later write by the lease id it checked. The triggers of
+//! `migrations/postgres` repeat the rules and keep the running counts, so every
+//! replica reads the same counts from the database.
+//!
+//! - [`leases`]: claims, heartbeats, releases and lapses;
+//! - [`verdicts`]: submissions and the gate's verdicts;
+//! - [`verify`]: L2 answers and human reviews;
+//! - [`writes`]: scans, tokens and browser sessions;
+//! - [`reads`] and [`console`]: every read;
+//! - [`jobs`]: claims on background work (gate runs, L2 questions), shared by replicas;
+//! - [`events`]: the events of every replica's commits, relayed to this one's watchers;
+//! - [`codec`]: how rows are decoded.
+
+mod codec;
+mod console;
+mod events;
+mod jobs;
+mod leases;
+mod reads;
+mod tx;
+mod verdicts;
+mod verify;
+mod writes;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{Connection, PgConnection, PgPool};
+use tokio::sync::broadcast;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use uuid::Uuid;
+
+use super::*;
+use crate::domain::work::ReviewerId;
+use crate::domain::{Clock, QuestEvent};
+use tx::{ATTEMPTS, Op, Tx, as_refusal, is_retryable};
+
+/// The key of the advisory lock under which replicas starting together run
+/// the migrations one at a time ("quest" in ASCII).
+const MIGRATION_LOCK: i64 = 0x0071_7565_7374;
+
+/// Where the store takes "now" from.
+#[derive(Clone)]
+pub enum TimeSource {
+    /// The database's `now()`, read once per transaction: one clock for every replica.
+    Database,
+    /// An injected clock (tests move it instead of sleeping).
+    Clock(Arc<dyn Clock>),
+}
+
+/// The PostgreSQL implementation of [`Store`].
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    time: TimeSource,
+    events: broadcast::Sender<QuestEvent>,
+    /// This store's id in the `events` table: its own events it publishes at once.
+    origin: Uuid,
+    /// Stops the event relay when the last clone of the store is dropped.
+    _relay: Arc<DropGuard>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").finish_non_exhaustive()
+    }
+}
+
+/// Why the database named by a URL cannot be used, in one line.
+pub fn describe_open_error(e: &StoreError) -> String {
+    match e {
+        StoreError::Database(sqlx::Error::Configuration(c)) => format!("bad database URL: {c}"),
+        StoreError::Database(sqlx::Error::Io(io)) => format!("cannot reach the database: {io}"),
+        StoreError::Database(sqlx::Error::PoolTimedOut) => {
+            "cannot reach the database: no connection within 10 seconds".to_owned()
+        }
+        StoreError::Database(sqlx::Error::Tls(t)) => format!("TLS to the database failed: {t}"),
+        StoreError::Database(sqlx::Error::Database(d)) => {
+            format!("the database refused: {}", d.message())
+        }
+        other => other.to_string(),
+    }
+}
+
+impl PgStore {
+    /// Connects to the database `url` names, runs the migrations under an
+    /// advisory lock (replicas starting together migrate once) and returns the
+    /// store. Events of committed writes go to `events`.
+    pub async fn open(
+        url: &str,
+        time: TimeSource,
+        events: broadcast::Sender<QuestEvent>,
+    ) -> Result<PgStore, StoreError> {
+        let options = PgConnectOptions::from_str(url)?;
+        // One connection first: an unreachable server or a refusal is its
+        // error at once, not a pool's timeout after retrying in silence.
+        let mut conn = PgConnection::connect_with(&options).await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut conn)
+            .await?;
+        let migrated = sqlx::migrate!("./migrations/postgres").run(&mut conn).await;
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut conn)
+            .await?;
+        migrated?;
+        let _ = conn.close().await;
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        let origin = Uuid::new_v4();
+        let stop = CancellationToken::new();
+        tokio::spawn(events::relay(
+            pool.clone(),
+            origin,
+            events.clone(),
+            stop.clone(),
+        ));
+        Ok(PgStore {
+            pool,
+            time,
+            events,
+            origin,
+            _relay: Arc::new(stop.drop_guard()),
+        })
+    }
+
+    /// The channel this store publishes events on (its own and the relayed ones).
+    pub fn events_for_tests(&self) -> &broadcast::Sender<QuestEvent> {
+        &self.events
+    }
+
+    /// The pool, for tests that reach below the store (raw SQL against the ratchet).
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// Runs `op` in a transaction of its own; retried from the start when
+    /// PostgreSQL aborted it to resolve a race. Events are published after commit.
+    async fn write<A, T>(&self, args: A, op: Op<A, T>) -> Result<T, StoreError>
+    where
+        A: Clone + Send + Sync + 'static,
+        T: Send + 'static,
+    {
+        let mut attempt = 1;
+        loop {
+            match self.attempt(args.clone(), op).await {
+                Err(e) if attempt < ATTEMPTS && is_retryable(&e) => {
+                    attempt += 1;
+                    // A short, growing pause lets the winner of the race commit.
+                    tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
+                }
+                Err(e) => return Err(as_refusal(e)),
+                Ok(v) => return Ok(v),
+            }
+        }
+    }
+
+    async fn attempt<A, T>(&self, args: A, op: Op<A, T>) -> Result<T, StoreError>
+    where
+        A: Send + 'static,
+        T: Send + 'static,
+    {
+        let mut conn = self.pool.begin().await?;
+        let now = match &self.time {
+            TimeSource::Clock(c) => c.now(),
+            TimeSource::Database => {
+                sqlx::query_scalar::<_, DateTime<Utc>>("SELECT now()")
+                    .fetch_one(&mut *conn)
+                    .await?
+            }
+        };
+        let mut tx = Tx {
+            conn,
+            now,
+            events: Vec::new(),
+        };
+        let out = match op(&mut tx, args).await {
+            Ok(v) => events::record(&mut tx, self.origin).await.map(|()| v),
+            Err(e) => Err(e),
+        };
+        match out {
+            Ok(v) => {
+                tx.conn.commit().await?;
+                for e in tx.events {
+                    let _ = self.events.send(e);
+                }
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = tx.conn.rollback().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// "Now" for reads: the injected clock, or the database's.
+    async fn read_now(&self) -> Result<DateTime<Utc>, StoreError> {
+        match &self.time {
+            TimeSource::Clock(c) => Ok(c.now()),
+            TimeSource::Database => Ok(sqlx::query_scalar("SELECT now()")
+                .fetch_one(&self.pool)
+                .await?),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn backup(&self) -> Result<Backup, StoreError> {
+        Err(StoreError::conflict(
+            "backup_unsupported",
+            "this server keeps its data in PostgreSQL: back it up with pg_dump (or the database's own backups)",
+        ))
+    }
+
+    async fn create_session(&self, session: NewSession) -> Result<SessionRow, StoreError> {
+        let id = self
+            .write(Arc::new(session), |tx, s| {
+                Box::pin(writes::create_session(tx, s))
+            })
+            .await?;
+        self.get_session(id).await
+    }
+
+    async fn list_sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
+        reads::list_sessions(&self.pool).await
+    }
+
+    async fn get_session(&self, id: SessionId) -> Result<SessionRow, StoreError> {
+        reads::get_session(&self.pool, id).await
+    }
+
+    async fn session_source(&self, id: SessionId) -> Result<(String, String, Vec<u8>), StoreError> {
+        reads::whole_source(&self.pool, id).await
+    }
+
+    async fn session_status(&self, id: SessionId) -> Result<SessionStatus, StoreError> {
+        reads::session_status(&self.pool, id, self.read_now().await?).await
+    }
+
+    async fn lease_next(
+        &self,
+        session: SessionId,
+        agent: &AgentId,
+    ) -> Result<LeaseOutcome, StoreError> {
+        self.write((session, agent.clone()), |tx, (s, a)| {
+            Box::pin(leases::lease_next(tx, s, a))
+        })
+        .await
+    }
+
+    async fn heartbeat(
+        &self,
+        quest: QuestId,
+        lease: LeaseId,
+        token: TokenId,
+    ) -> Result<LeaseRow, StoreError> {
+        self.write((quest, lease, token), |tx, (q, l, t)| {
+            Box::pin(leases::heartbeat(tx, q, l, t))
+        })
+        .await
+    }
+
+    async fn release(
+        &self,
+        quest: QuestId,
+        lease: LeaseId,
+        token: TokenId,
+    ) -> Result<(), StoreError> {
+        self.write((quest, lease, token), |tx, (q, l, t)| {
+            Box::pin(leases::release(tx, q, l, t))
+        })
+        .await
+    }
+
+    async fn sweep_expired(&self) -> Result<u64, StoreError> {
+        self.write((), |tx, ()| Box::pin(leases::sweep(tx, None)))
+            .await
+    }
+
+    async fn submit(
+        &self,
+        new: NewSubmission,
+        decision: Option<GateDecision>,
+    ) -> Result<SubmitOutcome, StoreError> {
+        self.write(Arc::new((new, decision)), |tx, a| {
+            Box::pin(verdicts::submit(tx, a))
+        })
+        .await
+    }
+
+    async fn apply_verdict(
+        &self,
+        submission: SubmissionId,
+        decision: GateDecision,
+    ) -> Result<Decided, StoreError> {
+        self.write(Arc::new((submission, decision)), |tx, a| {
+            Box::pin(verdicts::apply_verdict(tx, a))
+        })
+        .await
+    }
+
+    async fn pending_submissions(&self) -> Result<Vec<SubmissionId>, StoreError> {
+        reads::pending_submissions(&self.pool).await
+    }
+
+    async fn gate_job(&self, submission_id: SubmissionId) -> Result<GateJob, StoreError> {
+        reads::gate_job(&self.pool, submission_id).await
+    }
+
+    async fn get_submission(&self, id: SubmissionId) -> Result<SubmissionRow, StoreError> {
+        reads::get_submission(&self.pool, id).await
+    }
+
+    async fn result_holders(
+        &self,
+        session_id: SessionId,
+        except: QuestId,
+        field: &str,
+        value: &str,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        reads::result_holders(&self.pool, session_id, except, field, value, limit).await
+    }
+
+    async fn submission_view(&self, id: SubmissionId) -> Result<SubmissionView, StoreError> {
+        reads::submission_view(&self.pool, id).await
+    }
+
+    async fn pending_l2_jobs(&self) -> Result<Vec<L2JobId>, StoreError> {
+        reads::pending_l2_jobs(&self.pool).await
+    }
+
+    async fn l2_job(&self, id: L2JobId) -> Result<L2Job, StoreError> {
+        reads::l2_job(&self.pool, id).await
+    }
+
+    async fn record_l2_answer(&self, answer: NewL2Answer) -> Result<L2Recorded, StoreError> {
+        self.write(Arc::new(answer), |tx, a| {
+            Box::pin(verify::record_l2_answer(tx, a))
+        })
+        .await
+    }
+
+    async fn l2_answers(&self, quest_id: QuestId) -> Result<Vec<L2AnswerRow>, StoreError> {
+        reads::l2_answers(&self.pool, quest_id).await
+    }
+
+    async fn get_quest(&self, id: QuestId) -> Result<QuestRow, StoreError> {
+        reads::get_quest(&self.pool, id).await
+    }
+
+    async fn quest_history(
+        &self,
+        id: QuestId,
+    ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError> {
+        reads::quest_history(&self.pool, id).await
+    }
+
+    async fn review_queue(
+        &self,
+        session_id: Option<SessionId>,
+        check: Option<&CheckFilter>,
+        limit: u32,
+    ) -> Result<Vec<QuestRow>, StoreError> {
+        reads::review_queue(&self.pool, session_id, check, limit).await
+    }
+
+    async fn claim_review(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        seconds: u32,
+    ) -> Result<QuestRow, StoreError> {
+        self.write((quest_id, reviewer.clone(), seconds), |tx, (q, r, s)| {
+            Box::pin(verify::claim_review(tx, q, r, s))
+        })
+        .await
+    }
+
+    async fn release_review(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+    ) -> Result<(), StoreError> {
+        self.write((quest_id, reviewer.clone()), |tx, (q, r)| {
+            Box::pin(verify::release_review(tx, q, r))
+        })
+        .await
+    }
+
+    async fn decide_review(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        decision: Decision,
+        note: &str,
+    ) -> Result<QuestRow, StoreError> {
+        let args = (quest_id, reviewer.clone(), decision, note.to_owned());
+        self.write(args, |tx, (q, r, d, n)| {
+            Box::pin(verify::decide_review(tx, q, r, d, n))
+        })
+        .await
+    }
+
+    async fn result_fields(&self, session_id: SessionId) -> Result<Vec<String>, StoreError> {
+        reads::result_fields(&self.pool, session_id).await
+    }
+
+    async fn export_page(
+        &self,
+        session_id: SessionId,
+        after_row: Option<u64>,
+        limit: u32,
+    ) -> Result<Vec<ExportRow>, StoreError> {
+        reads::export_page(&self.pool, session_id, after_row, limit).await
+    }
+
+    async fn create_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+        max_leases: Option<u32>,
+    ) -> Result<TokenRow, StoreError> {
+        let args = (name.to_owned(), role, hash.to_owned(), max_leases);
+        self.write(args, |tx, (n, r, h, m)| {
+            Box::pin(writes::create_token(tx, n, r, h, m))
+        })
+        .await
+    }
+
+    async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
+        self.write((name.to_owned(), role, hash.to_owned()), |tx, (n, r, h)| {
+            Box::pin(writes::ensure_token(tx, n, r, h))
+        })
+        .await
+    }
+
+    async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
+        reads::list_tokens(&self.pool).await
+    }
+
+    async fn revoke_token(&self, id: TokenId) -> Result<TokenRow, StoreError> {
+        self.write(id, |tx, id| Box::pin(writes::revoke_token(tx, id)))
+            .await
+    }
+
+    async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
+        reads::find_token(&self.pool, hash).await
+    }
+
+    async fn source_info(&self, id: SessionId) -> Result<SourceInfo, StoreError> {
+        reads::source_info(&self.pool, id).await
+    }
+
+    async fn source_chunk(&self, id: SessionId, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        reads::source_chunk(&self.pool, id, seq).await
+    }
+
+    async fn agent_lease(
+        &self,
+        session_id: SessionId,
+        agent: &AgentId,
+    ) -> Result<Option<AgentLeaseRow>, StoreError> {
+        reads::agent_lease(&self.pool, session_id, agent, self.read_now().await?).await
+    }
+
+    async fn create_browser_session(
+        &self,
+        hash: &str,
+        token_id: TokenId,
+        csrf: &str,
+        seconds: u32,
+    ) -> Result<BrowserSessionRow, StoreError> {
+        let args = (hash.to_owned(), token_id, csrf.to_owned(), seconds);
+        self.write(args, |tx, (h, t, c, s)| {
+            Box::pin(console::create_browser_session(tx, h, t, c, s))
+        })
+        .await
+    }
+
+    async fn find_browser_session(
+        &self,
+        hash: &str,
+    ) -> Result<Option<BrowserSessionRow>, StoreError> {
+        console::find_browser_session(&self.pool, self.read_now().await?, hash).await
+    }
+
+    async fn end_browser_session(&self, hash: &str) -> Result<(), StoreError> {
+        self.write(hash.to_owned(), |tx, h| {
+            Box::pin(console::end_browser_session(tx, h))
+        })
+        .await
+    }
+
+    async fn agent_stats(&self, session_id: SessionId) -> Result<Vec<AgentStatsRow>, StoreError> {
+        console::agent_stats(&self.pool, session_id).await
+    }
+
+    async fn failing_checks(
+        &self,
+        session_id: SessionId,
+        limit: u32,
+    ) -> Result<Vec<FailingCheckRow>, StoreError> {
+        console::failing_checks(&self.pool, session_id, limit).await
+    }
+
+    async fn throughput(
+        &self,
+        session_id: SessionId,
+        minutes: u32,
+    ) -> Result<Throughput, StoreError> {
+        console::throughput(&self.pool, self.read_now().await?, session_id, minutes).await
+    }
+
+    async fn quest_page(
+        &self,
+        session_id: SessionId,
+        query: &QuestQuery,
+    ) -> Result<QuestPage, StoreError> {
+        console::quest_page(&self.pool, session_id, query).await
+    }
+
+    async fn claim_job(&self, job: Job, seconds: u32) -> Result<bool, StoreError> {
+        self.write((self.origin, job, seconds), |tx, (o, j, s)| {
+            Box::pin(jobs::claim(tx, o, j, s))
+        })
+        .await
+    }
+
+    async fn release_jobs(&self) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM job_claims WHERE holder = $1")
+            .bind(self.origin)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn orphaned_jobs(&self, grace_seconds: u32) -> Result<Vec<Job>, StoreError> {
+        self.write(grace_seconds, |tx, g| Box::pin(jobs::orphaned(tx, g)))
+            .await
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        match &self.time {
+            TimeSource::Clock(c) => c.now(),
+            // Pages judge ages with it; the writes take the database's.
+            TimeSource::Database => Utc::now(),
+        }
+    }
+}

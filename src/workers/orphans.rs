@@ -1,0 +1,55 @@
+//! The orphan scan: work that no replica holds (a PENDING submission or an
+//! unanswered L2 job whose claim expired, or that was never claimed because
+//! the replica that took it died) goes to this replica's runners, whose claims
+//! make sure it runs once. A store that one process alone uses has no orphans.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::store::{Job, Store, StoreError};
+use crate::workers::{GateRunner, VerifierRunner};
+
+/// How old unclaimed work must be before it counts as orphaned: the replica
+/// that recorded it claims it within moments.
+pub const GRACE_SECONDS: u32 = 10;
+
+/// One scan: the number of jobs handed to the runners.
+pub async fn run_once(
+    store: &dyn Store,
+    gates: &GateRunner,
+    verifiers: &VerifierRunner,
+) -> Result<usize, StoreError> {
+    let jobs = store.orphaned_jobs(GRACE_SECONDS).await?;
+    for job in &jobs {
+        match *job {
+            Job::Gate(id) => gates.enqueue(id),
+            Job::Verify(id) => verifiers.enqueue([id]),
+        }
+    }
+    Ok(jobs.len())
+}
+
+/// Scans every `every` until `shutdown` fires.
+pub async fn run(
+    store: Arc<dyn Store>,
+    gates: GateRunner,
+    verifiers: VerifierRunner,
+    every: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        match run_once(store.as_ref(), &gates, &verifiers).await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(jobs = n, "work of another replica taken over"),
+            Err(e) => tracing::warn!(error = %e, "orphan scan failed"),
+        }
+    }
+}
