@@ -9,6 +9,13 @@ use crate::domain::work::LeaseFacts;
 use crate::domain::{EventKind, QuestEvent, QuestStatus, SubmissionVerdict, Verdict};
 use crate::store::{Counts, LeaseRow, QuestRow, StoreError, SubmissionRow};
 
+/// The agent name under which a release keeps a token's console figures of
+/// idle agents it folded away (`<token id>/*`).
+pub const FOLDED_AGENTS: &str = "*";
+
+/// What a claim or review decision of a token revoked mid-request hears.
+pub const REVOKED: &str = "the token is revoked or unknown; ask an admin for a valid one";
+
 pub fn status_of(q: &QuestRow) -> QuestStatus {
     QuestStatus {
         state: q.state,

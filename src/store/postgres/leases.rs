@@ -8,9 +8,9 @@ use sqlx::postgres::PgRow;
 
 use super::codec::*;
 use super::tx::{Tx, expect_rows};
-use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts};
+use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts, Refusal};
 use crate::domain::{EventKind, QuestStatus, Transition};
-use crate::store::common::{lease_of, set_status, status_of};
+use crate::store::common::{FOLDED_AGENTS, lease_of, set_status, status_of};
 use crate::store::{LeaseOutcome, LeaseRow, QuestRow, SessionRow, StoreError};
 
 pub async fn session(tx: &mut Tx, id: SessionId) -> Result<SessionRow, StoreError> {
@@ -56,7 +56,14 @@ pub async fn lease_next(
             lease: lease_of(&lease),
         });
     }
-    lease_cap(tx, agent.token).await?;
+    if let Err(refusal) = lease_cap(tx, agent.token).await? {
+        // The cap refuses only a lease it would stop: with nothing open, a
+        // capped `next` hears `finished` or `wait` like any other.
+        return match unleased(tx, session_id).await? {
+            (false, outcome) => Ok(outcome),
+            (true, _) => Err(refusal.into()),
+        };
+    }
     let leased = work::step(QuestStatus::new(), Transition::Lease)?;
     let lease = LeaseRow {
         id: LeaseId::new(),
@@ -96,15 +103,24 @@ pub async fn lease_next(
         };
         return Ok(LeaseOutcome::Assigned { quest, lease });
     }
+    // Nothing open, or every open quest held by a concurrent claim: wait or done.
+    Ok(unleased(tx, session_id).await?.1)
+}
+
+/// What a `next` given no quest hears: `finished` when none is left in TODO,
+/// else `wait` until the next lease runs out; and whether a quest is open all
+/// the same (locked by a concurrent claim, or kept from a capped token).
+async fn unleased(tx: &mut Tx, session_id: SessionId) -> Result<(bool, LeaseOutcome), StoreError> {
     let row = sqlx::query(
         "SELECT (SELECT MIN(expires_at) FROM leases WHERE session_id = $1 AND ended_at IS NULL) AS next_expiry,
-                EXISTS (SELECT 1 FROM quests WHERE session_id = $1 AND state = 'TODO') AS todo",
+                EXISTS (SELECT 1 FROM quests WHERE session_id = $1 AND state = 'TODO') AS todo,
+                EXISTS (SELECT 1 FROM quests WHERE session_id = $1 AND phase = 'open') AS open",
     )
     .bind(session_id)
     .fetch_one(&mut *tx.conn)
     .await?;
     let todo: bool = sqlx::Row::try_get(&row, "todo")?;
-    Ok(if todo {
+    let outcome = if todo {
         LeaseOutcome::Wait {
             retry_after_seconds: work::wait_seconds(
                 sqlx::Row::try_get(&row, "next_expiry")?,
@@ -113,7 +129,8 @@ pub async fn lease_next(
         }
     } else {
         LeaseOutcome::Finished
-    })
+    };
+    Ok((sqlx::Row::try_get(&row, "open")?, outcome))
 }
 
 /// The quest `quest` with the lease `lease` (if it is the quest's), the quest
@@ -185,14 +202,14 @@ pub async fn release(
 /// Refuses a claim past the token's lease cap. The token's claims take turns
 /// (a lock on the token until commit), so that concurrent claims on several
 /// replicas cannot together pass the cap; a token without a cap is not counted.
-async fn lease_cap(tx: &mut Tx, token: TokenId) -> Result<(), StoreError> {
+async fn lease_cap(tx: &mut Tx, token: TokenId) -> Result<Result<(), Refusal>, StoreError> {
     let max: Option<i32> = sqlx::query_scalar("SELECT max_leases FROM tokens WHERE id = $1")
         .bind(token)
         .fetch_optional(&mut *tx.conn)
         .await?
         .flatten();
     let Some(max) = max else {
-        return Ok(());
+        return Ok(Ok(()));
     };
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))")
         .bind(token)
@@ -204,7 +221,7 @@ async fn lease_cap(tx: &mut Tx, token: TokenId) -> Result<(), StoreError> {
     .bind(token)
     .fetch_one(&mut *tx.conn)
     .await?;
-    Ok(work::check_lease_cap(held as u32, Some(max as u32))?)
+    Ok(work::check_lease_cap(held as u32, Some(max as u32)))
 }
 
 /// Keeps a quest's lease history bounded, so that a `next`/`release` loop
@@ -227,22 +244,36 @@ async fn prune_leases(tx: &mut Tx, quest: QuestId) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Drops the console's figures of an agent that, after a release, holds
-/// nothing and never submitted or let a lease lapse: a `next`/`release` loop
-/// under invented agent names leaves no row behind.
+/// Folds the console's figures of an agent that, after a release, holds
+/// nothing and never submitted or let a lease lapse into its token's row of
+/// the session (agent `<token id>/*`: leases summed, the latest last seen): a
+/// `next`/`release` loop under invented agent names adds no row, and no
+/// figure is lost.
 async fn forget_idle_agent(
     tx: &mut Tx,
     session_id: SessionId,
     agent: &AgentId,
 ) -> Result<(), StoreError> {
+    if agent.name == FOLDED_AGENTS {
+        return Ok(());
+    }
+    let folded = AgentId::new(agent.token, FOLDED_AGENTS);
     sqlx::query(
-        "DELETE FROM console_agent_stats a
-         WHERE a.session_id = $1 AND a.agent = $2 AND a.submissions = 0 AND a.lapses = 0
-           AND NOT EXISTS (SELECT 1 FROM leases l
-                           WHERE l.session_id = a.session_id AND l.agent = a.agent AND l.ended_at IS NULL)",
+        "WITH idle AS (
+           DELETE FROM console_agent_stats a
+           WHERE a.session_id = $1 AND a.agent = $2 AND a.submissions = 0 AND a.lapses = 0
+             AND NOT EXISTS (SELECT 1 FROM leases l
+                             WHERE l.session_id = a.session_id AND l.agent = a.agent AND l.ended_at IS NULL)
+           RETURNING a.leased, a.last_seen)
+         INSERT INTO console_agent_stats (session_id, agent, leased, last_seen)
+         SELECT $1, $3, leased, last_seen FROM idle
+         ON CONFLICT (session_id, agent) DO UPDATE
+         SET leased = console_agent_stats.leased + excluded.leased,
+             last_seen = GREATEST(console_agent_stats.last_seen, excluded.last_seen)",
     )
     .bind(session_id)
     .bind(agent.to_string())
+    .bind(folded.to_string())
     .execute(&mut *tx.conn)
     .await?;
     Ok(())

@@ -14,7 +14,7 @@ use super::tx::Tx;
 use crate::domain::verify::{self, L2JobStatus, Question};
 use crate::domain::work::{self, ReviewerId};
 use crate::domain::{Decision, EventKind, Phase};
-use crate::store::common::{set_status, status_of};
+use crate::store::common::{REVOKED, set_status, status_of};
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
 
 async fn lock_quest(tx: &mut Tx, id: QuestId) -> Result<QuestRow, StoreError> {
@@ -239,12 +239,26 @@ pub async fn claim_review(
     reviewer: ReviewerId,
     seconds: u32,
 ) -> Result<QuestRow, StoreError> {
+    live_token(tx, &reviewer).await?;
     let mut quest = lock_quest(tx, quest_id).await?;
     reviewable(tx, &quest, &reviewer)?;
     quest.review_claimed_by = Some(reviewer);
     quest.review_claim_expires_at = Some(tx.now + chrono::Duration::seconds(i64::from(seconds)));
     save_quest(tx, &quest, None).await?;
     Ok(quest)
+}
+
+/// Refuses a reviewer whose token was revoked after its request was let in:
+/// a console bulk decision stops deciding at the revocation. The token row is
+/// shared-locked until commit, so a revocation racing this write waits for it
+/// and then gives up what it claimed.
+async fn live_token(tx: &mut Tx, reviewer: &ReviewerId) -> Result<(), StoreError> {
+    sqlx::query("SELECT 1 FROM tokens WHERE id = $1 AND revoked_at IS NULL FOR SHARE")
+        .bind(reviewer.token)
+        .fetch_optional(&mut *tx.conn)
+        .await?
+        .map(drop)
+        .ok_or(StoreError::Unauthorized(REVOKED))
 }
 
 /// Gives a reviewer's claim back.
@@ -276,6 +290,7 @@ pub async fn decide_review(
     decision: Decision,
     note: String,
 ) -> Result<QuestRow, StoreError> {
+    live_token(tx, &reviewer).await?;
     let mut quest = lock_quest(tx, quest_id).await?;
     reviewable(tx, &quest, &reviewer)?;
     let (next, keeps_receipt, decided_by) =

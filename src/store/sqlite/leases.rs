@@ -10,6 +10,7 @@ use super::codec::*;
 use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
 use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts};
 use crate::domain::{EventKind, QuestStatus, Transition};
+use crate::store::common::FOLDED_AGENTS;
 use crate::store::{LeaseOutcome, LeaseRow, QuestRow, StoreError};
 
 /// `next`: the agent's held quest, or the first open one in upload order.
@@ -460,10 +461,6 @@ impl Kind for Release {
         Ok(out)
     }
 }
-
-/// The agent name under which [`forget_idle_agents`] keeps a token's figures
-/// of agents it folded away.
-const FOLDED_AGENTS: &str = "*";
 
 /// Folds the console's figures of agents that, after a release, hold nothing
 /// and never submitted or let a lease lapse into one row per token and

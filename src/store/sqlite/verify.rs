@@ -11,6 +11,7 @@ use super::writer::{GroupError, WriteCtx};
 use crate::domain::verify::{self, L2JobStatus, Question};
 use crate::domain::work::{self, ReviewerId};
 use crate::domain::{Decision, EventKind, Phase};
+use crate::store::common::REVOKED;
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
 
 async fn fetch_quest(ctx: &mut WriteCtx, id: QuestId) -> Result<QuestRow, StoreError> {
@@ -280,9 +281,7 @@ async fn live_token(ctx: &mut WriteCtx, reviewer: &ReviewerId) -> Result<(), Sto
     )
     .await?
     .map(drop)
-    .ok_or(StoreError::Unauthorized(
-        "the token is revoked or unknown; ask an admin for a valid one",
-    ))
+    .ok_or(StoreError::Unauthorized(REVOKED))
 }
 
 fn reviewable(ctx: &WriteCtx, quest: &QuestRow, reviewer: &ReviewerId) -> Result<(), StoreError> {
