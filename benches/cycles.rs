@@ -10,10 +10,19 @@
 //! server (this binary again, answering both requests from memory), so that
 //! what the HTTP layer costs and what the store costs are told apart.
 //!
+//! Then the small session runs on PostgreSQL, once with one replica and once
+//! with three `quest serve` processes on one fresh database (the agents spread
+//! over them round robin); there the CPU per cycle is given for the replicas
+//! and for the database's processes apart.
+//!
 //! Options (environment): QUEST_BENCH_AGENTS (default 64), QUEST_BENCH_CYCLES
 //! (cycles measured per run, default 20000), QUEST_BENCH_SMALL (default 1000)
-//! and QUEST_BENCH_LARGE (default 1000000) quests. Run without `--bench` (as
-//! `cargo test --all-targets` does), it makes one small run at smoke sizes.
+//! and QUEST_BENCH_LARGE (default 1000000) quests, QUEST_BENCH_POSTGRES (the
+//! maintenance database to create the run's database from, default
+//! `postgres://postgres@127.0.0.1:5432/postgres`; without a server there the
+//! PostgreSQL runs are skipped with a message, and fail with `CI=true`). Run
+//! without `--bench` (as `cargo test --all-targets` does), it makes one small
+//! run of each at smoke sizes.
 
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -64,18 +73,23 @@ async fn wait_until_up(base: &str) {
     panic!("the server at {base} did not come up");
 }
 
-async fn start_quest() -> Server {
+/// A `quest serve` process on a fresh data dir: its store the SQLite file
+/// there, or the PostgreSQL database `database_url` names.
+async fn start_quest(database_url: Option<&str>) -> Server {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_quest"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_quest"));
+    command
         .args(["serve", "--bind", &format!("127.0.0.1:{port}")])
         .arg("--data-dir")
         .arg(dir.path())
         .env("QUEST_ADMIN_TOKEN", ADMIN)
         .env("QUEST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("the quest binary starts");
+        .stdout(Stdio::null());
+    if let Some(url) = database_url {
+        command.env("QUEST_DATABASE_URL", url);
+    }
+    let child = command.spawn().expect("the quest binary starts");
     let base = format!("http://127.0.0.1:{port}");
     wait_until_up(&base).await;
     Server {
@@ -83,6 +97,61 @@ async fn start_quest() -> Server {
         base,
         _dir: Some(dir),
     }
+}
+
+/// A database of its own on the PostgreSQL server of `admin_url`, dropped
+/// (its connections ended) on drop.
+struct BenchDatabase {
+    admin_url: String,
+    name: String,
+    url: String,
+}
+
+impl BenchDatabase {
+    async fn create(admin_url: &str) -> Result<BenchDatabase, sqlx::Error> {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(admin_url).await?;
+        let name = format!("bench_{}", std::process::id());
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut conn)
+        .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut conn)
+            .await?;
+        let base = admin_url.rsplit_once('/').map_or(admin_url, |(b, _)| b);
+        Ok(BenchDatabase {
+            admin_url: admin_url.to_owned(),
+            url: format!("{base}/{name}"),
+            name,
+        })
+    }
+
+    async fn drop_it(self) {
+        use sqlx::Connection;
+        if let Ok(mut conn) = sqlx::PgConnection::connect(&self.admin_url).await {
+            let sql = format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name);
+            let _ = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await;
+        }
+    }
+}
+
+/// User + system CPU seconds of every process named `postgres` (the database
+/// server's backends), or 0 where they cannot be read.
+fn postgres_cpu_seconds() -> f64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim() == "postgres")
+        })
+        .map(cpu_seconds)
+        .sum()
 }
 
 async fn start_baseline() -> Server {
@@ -194,13 +263,16 @@ struct Run {
     wall: Duration,
 }
 
-async fn cycle(base: &str, session: &str, agents: usize, cycles: usize) -> Run {
+/// `agents` agents run `cycles` next + submit cycles in all, agent `i` on
+/// the server `bases[i % bases.len()]`.
+async fn cycle(bases: &[String], session: &str, agents: usize, cycles: usize) -> Run {
     let client = reqwest::Client::new();
     let per_agent = cycles / agents;
     let started = Instant::now();
     let mut tasks = Vec::new();
     for agent in 0..agents {
-        let (client, base, session) = (client.clone(), base.to_owned(), session.to_owned());
+        let base = bases[agent % bases.len()].clone();
+        let (client, session) = (client.clone(), session.to_owned());
         tasks.push(tokio::spawn(async move {
             let (mut next_lat, mut submit_lat) = (Vec::new(), Vec::new());
             for _ in 0..per_agent {
@@ -264,25 +336,70 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
-/// One measured run against the real server; returns cycles/s and next's p99.
-async fn measure_quest(quests: usize, agents: usize, cycles: usize) -> (f64, Duration) {
-    let server = start_quest().await;
+/// Where a measured run keeps its data.
+#[derive(Clone, Copy)]
+enum Backend<'a> {
+    Sqlite,
+    /// `replicas` servers on the database `url` names.
+    Postgres {
+        url: &'a str,
+        replicas: usize,
+    },
+}
+
+/// One measured run against real servers; returns cycles/s and next's p99.
+async fn measure_quest(
+    backend: Backend<'_>,
+    quests: usize,
+    agents: usize,
+    cycles: usize,
+) -> (f64, Duration) {
+    let (url, replicas) = match backend {
+        Backend::Sqlite => (None, 1),
+        Backend::Postgres { url, replicas } => (Some(url), replicas),
+    };
+    let mut servers = Vec::new();
+    for _ in 0..replicas {
+        servers.push(start_quest(url).await);
+    }
+    let bases: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
     let client = reqwest::Client::new();
-    let session = scan(&client, &server.base, quests).await;
+    let session = scan(&client, &bases[0], quests).await;
     // Warm up: connections, statement caches, the session's caches.
-    cycle(&server.base, &session, agents, agents * 4).await;
-    let cpu0 = cpu_seconds(server.child.id());
-    let commits0 = metric(&client, &server.base, "quest_store_commits_total").await;
-    let trips0 = metric(&client, &server.base, "quest_store_round_trips_total").await;
-    let run = cycle(&server.base, &session, agents, cycles).await;
+    cycle(&bases, &session, agents, agents * 4).await;
+    let cpu = || {
+        servers
+            .iter()
+            .map(|s| cpu_seconds(s.child.id()))
+            .sum::<f64>()
+    };
+    let metrics = async |name: &str| {
+        let mut sum = 0.0;
+        for base in &bases {
+            sum += metric(&client, base, name).await;
+        }
+        sum
+    };
+    let (cpu0, db_cpu0) = (cpu(), postgres_cpu_seconds());
+    let commits0 = metrics("quest_store_commits_total").await;
+    let trips0 = metrics("quest_store_round_trips_total").await;
+    let run = cycle(&bases, &session, agents, cycles).await;
     let done = run.submit.len() as f64;
-    let cpu = cpu_seconds(server.child.id()) - cpu0;
-    let commits = metric(&client, &server.base, "quest_store_commits_total").await - commits0;
-    let trips = metric(&client, &server.base, "quest_store_round_trips_total").await - trips0;
+    let cpu = cpu() - cpu0;
+    let db_cpu = postgres_cpu_seconds() - db_cpu0;
+    let commits = metrics("quest_store_commits_total").await - commits0;
+    let trips = metrics("quest_store_round_trips_total").await - trips0;
     let rate = done / run.wall.as_secs_f64();
+    let (name, db) = match backend {
+        Backend::Sqlite => ("sqlite".to_owned(), String::new()),
+        Backend::Postgres { .. } => (
+            format!("postgres ×{replicas}"),
+            format!(" + database CPU {:.0} µs/cycle", db_cpu / done * 1e6),
+        ),
+    };
     println!(
-        "quest    {quests:>8} quests, {agents} agents: {rate:>7.0} cycles/s | next p50 {} p99 {} | submit p50 {} p99 {} | \
-         server CPU {:.0} µs/cycle | {:.3} commits/cycle (one fsync each) | {:.2} round trips/cycle",
+        "{name:<12} {quests:>8} quests, {agents} agents: {rate:>7.0} cycles/s | next p50 {} p99 {} | submit p50 {} p99 {} | \
+         server CPU {:.0} µs/cycle{db} | {:.3} commits/cycle | {:.2} round trips/cycle",
         ms(pct(&run.next, 0.5)),
         ms(pct(&run.next, 0.99)),
         ms(pct(&run.submit, 0.5)),
@@ -294,11 +411,45 @@ async fn measure_quest(quests: usize, agents: usize, cycles: usize) -> (f64, Dur
     (rate, pct(&run.next, 0.99))
 }
 
+/// The small session on PostgreSQL with one replica and with three; with no
+/// server to run on, a message (a failure with `CI=true`).
+async fn measure_postgres(quests: usize, agents: usize, cycles: usize) {
+    let admin = std::env::var("QUEST_BENCH_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let mut rates = Vec::new();
+    for replicas in [1, 3] {
+        let db = match BenchDatabase::create(&admin).await {
+            Ok(db) => db,
+            Err(e) => {
+                assert!(
+                    std::env::var("CI").as_deref() != Ok("true"),
+                    "no PostgreSQL to measure on ({e}), and CI=true makes that a failure"
+                );
+                println!(
+                    "postgres: skipped, no server to create a database on ({e}); set QUEST_BENCH_POSTGRES"
+                );
+                return;
+            }
+        };
+        let backend = Backend::Postgres {
+            url: &db.url,
+            replicas,
+        };
+        rates.push(measure_quest(backend, quests, agents, cycles).await.0);
+        db.drop_it().await;
+    }
+    println!(
+        "postgres: three replicas / one replica throughput {:.2}",
+        rates[1] / rates[0]
+    );
+}
+
 async fn measure_baseline(agents: usize, cycles: usize) -> f64 {
     let server = start_baseline().await;
-    cycle(&server.base, "s", agents, agents * 4).await;
+    let bases = [server.base.clone()];
+    cycle(&bases, "s", agents, agents * 4).await;
     let cpu0 = cpu_seconds(server.child.id());
-    let run = cycle(&server.base, "s", agents, cycles).await;
+    let run = cycle(&bases, "s", agents, cycles).await;
     let done = run.submit.len() as f64;
     let rate = done / run.wall.as_secs_f64();
     println!(
@@ -335,8 +486,8 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let (small_rate, small_p99) = measure_quest(small, agents, cycles).await;
-        let (large_rate, large_p99) = measure_quest(large, agents, cycles).await;
+        let (small_rate, small_p99) = measure_quest(Backend::Sqlite, small, agents, cycles).await;
+        let (large_rate, large_p99) = measure_quest(Backend::Sqlite, large, agents, cycles).await;
         let baseline = measure_baseline(agents, cycles).await;
         println!(
             "large/small session: throughput ratio {:.2}, next p99 ratio {:.2}; quest/baseline throughput {:.2}",
@@ -344,5 +495,6 @@ fn main() {
             large_p99.as_secs_f64() / small_p99.as_secs_f64(),
             small_rate / baseline,
         );
+        measure_postgres(small, agents, cycles).await;
     });
 }

@@ -43,7 +43,7 @@ pub async fn create_browser_session(
     // Locked, so that a revocation on another replica waits or is seen.
     let live = sqlx::query("SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL FOR SHARE")
         .bind(token_id)
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?;
     if live.is_none() {
         return Err(StoreError::conflict(
@@ -53,7 +53,7 @@ pub async fn create_browser_session(
     }
     sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1")
         .bind(tx.now - TimeDelta::days(KEEP_EXPIRED_DAYS))
-        .execute(&mut *tx.conn)
+        .execute(tx.db())
         .await?;
     sqlx::query(
         "INSERT INTO console_sessions (hash, token_id, csrf, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)",
@@ -63,13 +63,13 @@ pub async fn create_browser_session(
     .bind(csrf)
     .bind(tx.now)
     .bind(tx.now + TimeDelta::seconds(i64::from(seconds)))
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "{BROWSER_SESSION} WHERE c.hash = $1"
     )))
     .bind(hash)
-    .fetch_optional(&mut *tx.conn)
+    .fetch_optional(tx.db())
     .await?
     .ok_or(StoreError::NotFound("browser session"))?;
     browser_session_row(&row)
@@ -101,7 +101,7 @@ pub async fn end_browser_session(tx: &mut Tx, hash: String) -> Result<(), StoreE
     )
     .bind(tx.now)
     .bind(hash)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     Ok(())
 }

@@ -40,7 +40,7 @@ pub async fn record(tx: &mut Tx, origin: Uuid) -> Result<(), StoreError> {
     .bind(origin)
     .bind(&bodies)
     .bind(CHANNEL)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     Ok(())
 }

@@ -27,7 +27,7 @@ pub async fn claim(tx: &mut Tx, holder: Uuid, job: Job, seconds: u32) -> Result<
     .bind(holder)
     .bind(tx.now)
     .bind(until)
-    .fetch_optional(&mut *tx.conn)
+    .fetch_optional(tx.db())
     .await?;
     Ok(claimed.is_some())
 }
@@ -41,7 +41,7 @@ pub async fn orphaned(tx: &mut Tx, grace_seconds: u32) -> Result<Vec<Job>, Store
     )
     .bind(before)
     .bind(tx.now)
-    .fetch_all(&mut *tx.conn)
+    .fetch_all(tx.db())
     .await?;
     let verifies: Vec<Uuid> = sqlx::query_scalar(
         "SELECT j.id FROM l2_jobs j LEFT JOIN job_claims c ON c.job = 'verify:' || j.id
@@ -50,7 +50,7 @@ pub async fn orphaned(tx: &mut Tx, grace_seconds: u32) -> Result<Vec<Job>, Store
     )
     .bind(before)
     .bind(tx.now)
-    .fetch_all(&mut *tx.conn)
+    .fetch_all(tx.db())
     .await?;
     Ok(gates
         .into_iter()

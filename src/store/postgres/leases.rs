@@ -17,7 +17,7 @@ pub async fn session(tx: &mut Tx, id: SessionId) -> Result<SessionRow, StoreErro
     let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(id)
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?
         .ok_or(StoreError::NotFound("session"))?;
     session_row(&row)
@@ -47,7 +47,7 @@ pub async fn lease_next(
     if let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(session_id)
         .bind(agent.to_string())
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?
     {
         let lease = prefixed_lease(&row)?.ok_or_else(|| corrupt("held lease"))?;
@@ -89,7 +89,7 @@ pub async fn lease_next(
     .bind(tx.now)
     .bind(lease.agent.to_string())
     .bind(lease.expires_at)
-    .fetch_optional(&mut *tx.conn)
+    .fetch_optional(tx.db())
     .await?;
     if let Some(row) = claimed {
         let quest = quest_row(&row)?;
@@ -117,7 +117,7 @@ async fn unleased(tx: &mut Tx, session_id: SessionId) -> Result<(bool, LeaseOutc
                 EXISTS (SELECT 1 FROM quests WHERE session_id = $1 AND phase = 'open') AS open",
     )
     .bind(session_id)
-    .fetch_one(&mut *tx.conn)
+    .fetch_one(tx.db())
     .await?;
     let todo: bool = sqlx::Row::try_get(&row, "todo")?;
     let outcome = if todo {
@@ -148,7 +148,7 @@ pub async fn lock_quest_with_lease(
     Ok(sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(quest)
         .bind(lease)
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?)
 }
 
@@ -205,7 +205,7 @@ pub async fn release(
 async fn lease_cap(tx: &mut Tx, token: TokenId) -> Result<Result<(), Refusal>, StoreError> {
     let max: Option<i32> = sqlx::query_scalar("SELECT max_leases FROM tokens WHERE id = $1")
         .bind(token)
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?
         .flatten();
     let Some(max) = max else {
@@ -213,13 +213,13 @@ async fn lease_cap(tx: &mut Tx, token: TokenId) -> Result<Result<(), Refusal>, S
     };
     sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))")
         .bind(token)
-        .execute(&mut *tx.conn)
+        .execute(tx.db())
         .await?;
     let held: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM leases WHERE left(agent, 36) = $1::text AND ended_at IS NULL",
     )
     .bind(token)
-    .fetch_one(&mut *tx.conn)
+    .fetch_one(tx.db())
     .await?;
     Ok(work::check_lease_cap(held as u32, Some(max as u32)))
 }
@@ -239,7 +239,7 @@ async fn prune_leases(tx: &mut Tx, quest: QuestId) -> Result<(), StoreError> {
     )
     .bind(quest)
     .bind(i64::from(work::ENDED_LEASES_KEPT))
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     Ok(())
 }
@@ -274,7 +274,7 @@ async fn forget_idle_agent(
     .bind(session_id)
     .bind(agent.to_string())
     .bind(folded.to_string())
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     Ok(())
 }
@@ -293,7 +293,7 @@ pub async fn sweep(tx: &mut Tx, session_id: Option<SessionId>) -> Result<u64, St
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(tx.now)
         .bind(session_id)
-        .fetch_all(&mut *tx.conn)
+        .fetch_all(tx.db())
         .await?;
     for row in &rows {
         let mut quest = quest_row(row)?;
@@ -344,7 +344,7 @@ pub async fn save_quest(
     .bind(q.review_claim_expires_at)
     .bind(q.repeated_failure)
     .bind(q.updated_at)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?
     .rows_affected();
     expect_rows("the quest update", touched, 1)
@@ -357,7 +357,7 @@ pub async fn end_lease(tx: &mut Tx, id: LeaseId, end: LeaseEnd) -> Result<(), St
     .bind(id)
     .bind(tx.now)
     .bind(end.as_str())
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?
     .rows_affected();
     expect_rows("the ended lease", touched, 1)
@@ -372,7 +372,7 @@ pub async fn renew_lease(
         sqlx::query("UPDATE leases SET expires_at = $2 WHERE id = $1 AND ended_at IS NULL")
             .bind(id)
             .bind(until)
-            .execute(&mut *tx.conn)
+            .execute(tx.db())
             .await?
             .rows_affected();
     expect_rows("the renewed lease", touched, 1)

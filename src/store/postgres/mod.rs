@@ -187,6 +187,8 @@ impl PgStore {
             conn,
             now,
             events: Vec::new(),
+            // BEGIN, and the read of "now" when the database gives it.
+            trips: 1 + u64::from(matches!(self.time, TimeSource::Database)),
         };
         let out = match op(&mut tx, args).await {
             Ok(v) => events::record(&mut tx, self.origin).await.map(|()| v),
@@ -194,7 +196,9 @@ impl PgStore {
         };
         match out {
             Ok(v) => {
+                metrics::counter!("quest_store_round_trips_total").increment(tx.trips + 1);
                 tx.conn.commit().await?;
+                metrics::counter!("quest_store_commits_total").increment(1);
                 for e in tx.events {
                     let _ = self.events.send(e);
                 }

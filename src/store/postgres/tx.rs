@@ -6,7 +6,7 @@
 
 use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
-use sqlx::{Postgres, Transaction};
+use sqlx::{PgConnection, Postgres, Transaction};
 
 use crate::domain::{EventKind, QuestEvent};
 use crate::store::common::quest_event;
@@ -17,9 +17,17 @@ pub struct Tx {
     pub conn: Transaction<'static, Postgres>,
     pub now: DateTime<Utc>,
     pub events: Vec<QuestEvent>,
+    /// Statements sent so far (`quest_store_round_trips_total`).
+    pub trips: u64,
 }
 
 impl Tx {
+    /// The connection, for one statement: counted as a round trip.
+    pub fn db(&mut self) -> &mut PgConnection {
+        self.trips += 1;
+        &mut self.conn
+    }
+
     /// Records that `quest` moved (its status as it is now): its event after commit.
     pub fn moved(&mut self, kind: EventKind, quest: &QuestRow, submission: Option<&SubmissionRow>) {
         self.events

@@ -25,7 +25,7 @@ pub async fn remaining(tx: &mut Tx, session_id: SessionId) -> Result<u64, StoreE
         "SELECT COALESCE(SUM(n), 0)::bigint FROM session_counts WHERE session_id = $1 AND bucket LIKE 'TODO/%'",
     )
     .bind(session_id)
-    .fetch_one(&mut *tx.conn)
+    .fetch_one(tx.db())
     .await?;
     Ok(n.max(0) as u64)
 }
@@ -43,7 +43,7 @@ pub async fn submit(
         "SELECT * FROM submissions WHERE quest_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1",
     )
     .bind(quest.id)
-    .fetch_optional(&mut *tx.conn)
+    .fetch_optional(tx.db())
     .await?;
     if let Some(latest) = latest {
         let hash: String = latest.try_get("result_hash")?;
@@ -122,7 +122,7 @@ pub async fn apply_verdict(
     let (submission_id, decision) = &*args;
     let quest_id: QuestId = sqlx::query_scalar("SELECT quest_id FROM submissions WHERE id = $1")
         .bind(submission_id)
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?
         .ok_or(StoreError::NotFound("submission"))?;
     let sql = format!(
@@ -131,7 +131,7 @@ pub async fn apply_verdict(
     );
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(quest_id)
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?
         .ok_or(StoreError::NotFound("quest"))?;
     let (mut quest, lease) = (quest_row(&row)?, prefixed_lease(&row)?);
@@ -139,7 +139,7 @@ pub async fn apply_verdict(
     let mut submission = submission_row(
         &sqlx::query("SELECT * FROM submissions WHERE id = $1")
             .bind(submission_id)
-            .fetch_one(&mut *tx.conn)
+            .fetch_one(tx.db())
             .await?,
     )?;
     if submission.verdict != SubmissionVerdict::Pending {
@@ -182,7 +182,7 @@ pub async fn apply_verdict(
     .bind(submission.state_after.map(|s| s.as_str()))
     .bind(submission.tries_after.map(|t| t as i32))
     .bind(submission.decided_at)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?
     .rows_affected();
     expect_rows("the decided submission", touched, 1)?;
@@ -222,7 +222,7 @@ async fn insert_submission(
     .bind(s.tries_after.map(|t| t as i32))
     .bind(s.created_at)
     .bind(s.decided_at)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     Ok(())
 }
@@ -274,7 +274,7 @@ impl Writes {
             .bind(job.flag_on)
             .bind(job.request)
             .bind(tx.now)
-            .execute(&mut *tx.conn)
+            .execute(tx.db())
             .await?;
         }
         Ok(())

@@ -20,7 +20,7 @@ use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreE
 async fn lock_quest(tx: &mut Tx, id: QuestId) -> Result<QuestRow, StoreError> {
     let row = sqlx::query("SELECT * FROM quests WHERE id = $1 FOR UPDATE")
         .bind(id)
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?
         .ok_or(StoreError::NotFound("quest"))?;
     quest_row(&row)
@@ -29,7 +29,7 @@ async fn lock_quest(tx: &mut Tx, id: QuestId) -> Result<QuestRow, StoreError> {
 async fn fetch_l2_job(tx: &mut Tx, id: L2JobId) -> Result<L2Job, StoreError> {
     let row = sqlx::query("SELECT * FROM l2_jobs WHERE id = $1")
         .bind(id)
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?
         .ok_or(StoreError::NotFound("L2 job"))?;
     l2_job_row(&row)
@@ -38,7 +38,7 @@ async fn fetch_l2_job(tx: &mut Tx, id: L2JobId) -> Result<L2Job, StoreError> {
 async fn fetch_l2_answer(tx: &mut Tx, job_id: L2JobId) -> Result<L2AnswerRow, StoreError> {
     let row = sqlx::query("SELECT * FROM l2_answers WHERE job_id = $1")
         .bind(job_id)
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?
         .ok_or(StoreError::NotFound("L2 answer"))?;
     l2_answer_row(&row)
@@ -73,7 +73,7 @@ pub async fn record_l2_answer(
         .bind(job.submission_id)
         .bind(job.question_index as i32)
         .bind(&job.verifier)
-        .fetch_all(&mut *tx.conn)
+        .fetch_all(tx.db())
         .await?;
         for row in others {
             let other: String = row.try_get("verifier")?;
@@ -108,19 +108,19 @@ pub async fn record_l2_answer(
     .bind(new.attempts as i32)
     .bind(new.latency_ms.min(i64::MAX as u64) as i64)
     .bind(tx.now)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     sqlx::query("UPDATE l2_jobs SET status = $2, answered_at = $3 WHERE id = $1")
         .bind(job.id)
         .bind(L2JobStatus::Answered.as_str())
         .bind(tx.now)
-        .execute(&mut *tx.conn)
+        .execute(tx.db())
         .await?;
     let queued: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM l2_jobs WHERE submission_id = $1 AND status = $2")
             .bind(job.submission_id)
             .bind(L2JobStatus::Queued.as_str())
-            .fetch_one(&mut *tx.conn)
+            .fetch_one(tx.db())
             .await?;
     let verified = if queued == 0 {
         Some(finish_verification(tx, quest, job.submission_id).await?)
@@ -154,7 +154,7 @@ async fn finish_verification(
          WHERE submission_id = $1 ORDER BY question_index",
     )
     .bind(submission_id)
-    .fetch_all(&mut *tx.conn)
+    .fetch_all(tx.db())
     .await?;
     let mut questions = Vec::with_capacity(asked.len());
     for row in &asked {
@@ -172,7 +172,7 @@ async fn finish_verification(
         "SELECT * FROM l2_answers WHERE submission_id = $1 ORDER BY question_index, verifier",
     )
     .bind(submission_id)
-    .fetch_all(&mut *tx.conn)
+    .fetch_all(tx.db())
     .await?
     .iter()
     .map(|r| {
@@ -195,7 +195,7 @@ async fn finish_verification(
     let submission = submission_row(
         &sqlx::query("SELECT * FROM submissions WHERE id = $1")
             .bind(submission_id)
-            .fetch_one(&mut *tx.conn)
+            .fetch_one(tx.db())
             .await?,
     )?;
     sqlx::query(
@@ -208,7 +208,7 @@ async fn finish_verification(
     .bind(next.state.as_str())
     .bind(json(&decision.facts))
     .bind(tx.now)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     let mut facts = submission.facts.clone();
     facts.extend(decision.facts);
@@ -255,7 +255,7 @@ pub async fn claim_review(
 async fn live_token(tx: &mut Tx, reviewer: &ReviewerId) -> Result<(), StoreError> {
     sqlx::query("SELECT 1 FROM tokens WHERE id = $1 AND revoked_at IS NULL FOR SHARE")
         .bind(reviewer.token)
-        .fetch_optional(&mut *tx.conn)
+        .fetch_optional(tx.db())
         .await?
         .map(drop)
         .ok_or(StoreError::Unauthorized(REVOKED))
@@ -299,7 +299,7 @@ pub async fn decide_review(
         (true, Some(sub)) => {
             sqlx::query_scalar::<_, Option<String>>("SELECT receipt FROM submissions WHERE id = $1")
                 .bind(sub)
-                .fetch_optional(&mut *tx.conn)
+                .fetch_optional(tx.db())
                 .await?
                 .flatten()
         }
@@ -316,7 +316,7 @@ pub async fn decide_review(
     .bind(decision.as_str())
     .bind(note)
     .bind(tx.now)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     set_status(&mut quest, next);
     quest.receipt = receipt;

@@ -35,7 +35,7 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
     .bind(s.config.lease_seconds as i32)
     .bind(&s.created_by)
     .bind(tx.now)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     // An empty file is one empty piece, so every session has a piece 0.
     let pieces = s
@@ -49,7 +49,7 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
         .bind(s.id)
         .bind(seq as i32)
         .bind(piece)
-        .execute(&mut *tx.conn)
+        .execute(tx.db())
         .await?;
     }
     for (c, chunk) in s.rows.chunks(ROWS_PER_INSERT).enumerate() {
@@ -70,7 +70,7 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
         .bind(&indexes)
         .bind(&keys)
         .bind(&inputs)
-        .execute(&mut *tx.conn)
+        .execute(tx.db())
         .await?;
     }
     tx.events.push(session_event(s.id, tx.now));
@@ -97,7 +97,7 @@ pub async fn create_token(
     .bind(&hash)
     .bind(max_leases.map(|n| n.min(i32::MAX as u32) as i32))
     .bind(tx.now)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?
     .rows_affected();
     if inserted == 0 {
@@ -134,7 +134,7 @@ pub async fn ensure_token(
     .bind(tx.now)
     .bind(&name)
     .bind(&hash)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     sqlx::query(
         "INSERT INTO tokens (id, name, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)
@@ -145,7 +145,7 @@ pub async fn ensure_token(
     .bind(role.as_str())
     .bind(hash)
     .bind(tx.now)
-    .execute(&mut *tx.conn)
+    .execute(tx.db())
     .await?;
     Ok(())
 }
@@ -157,7 +157,7 @@ pub async fn revoke_token(tx: &mut Tx, id: TokenId) -> Result<TokenRow, StoreErr
     )
     .bind(tx.now)
     .bind(id)
-    .fetch_optional(&mut *tx.conn)
+    .fetch_optional(tx.db())
     .await?
     .ok_or(StoreError::NotFound("token"))?;
     token_row(&row)
