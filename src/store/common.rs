@@ -2,10 +2,12 @@
 //! quest's status in and out of its row, the event and count buckets of a
 //! move, and the constant-time match of secret digests. Nothing here knows SQL.
 
-use crate::domain::ids::SessionId;
+use std::collections::HashMap;
+
+use crate::domain::ids::{SessionId, TokenId};
 use chrono::{DateTime, Utc};
 
-use crate::domain::work::LeaseFacts;
+use crate::domain::work::{self, LeaseFacts, Refusal};
 use crate::domain::{EventKind, QuestEvent, QuestStatus, SubmissionVerdict, Verdict};
 use crate::store::{Counts, LeaseRow, QuestRow, StoreError, SubmissionRow};
 
@@ -108,4 +110,34 @@ pub fn same_digest(stored: &str, given: &str) -> bool {
         stored.as_bytes(),
         given.as_bytes(),
     ))
+}
+
+/// A token's lease cap and the live leases it holds.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cap {
+    pub max: Option<u32>,
+    pub held: u32,
+}
+
+/// Splits the `next`s of agents that hold nothing (their tokens in order)
+/// into the positions a claim may serve and those their token's cap refuses,
+/// as if they ran one by one: each admitted request counts against its token.
+pub fn admit(
+    tokens: impl IntoIterator<Item = (usize, TokenId)>,
+    caps: &HashMap<TokenId, Cap>,
+) -> (Vec<usize>, Vec<(usize, Refusal)>) {
+    let (mut admitted, mut capped) = (Vec::new(), Vec::new());
+    let mut asked: HashMap<TokenId, u32> = HashMap::new();
+    for (i, token) in tokens {
+        let cap = caps.get(&token).copied().unwrap_or_default();
+        let asked = asked.entry(token).or_default();
+        match work::check_lease_cap(cap.held + *asked, cap.max) {
+            Ok(()) => {
+                *asked += 1;
+                admitted.push(i);
+            }
+            Err(refusal) => capped.push((i, refusal)),
+        }
+    }
+    (admitted, capped)
 }

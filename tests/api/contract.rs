@@ -63,7 +63,7 @@ async fn backends(test: &str) -> Vec<Backend> {
     all
 }
 
-async fn session(store: &dyn Store, n: usize) -> SessionId {
+pub(crate) async fn session(store: &dyn Store, n: usize) -> SessionId {
     let rows = (0..n)
         .map(|i| {
             let input: Map<String, Value> = json!({"company": format!("c{i}")})
@@ -124,7 +124,7 @@ fn result(quest: QuestId, lease: LeaseId, token: TokenId, email: &str) -> NewSub
     }
 }
 
-fn code<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str {
+pub(crate) fn code<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str {
     match r {
         Err(StoreError::Conflict { code, .. }) => code,
         other => panic!("expected a conflict, got {other:?}"),

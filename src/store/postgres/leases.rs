@@ -4,13 +4,17 @@
 //! at once pass over each other's rows instead of waiting or colliding.
 
 use crate::domain::ids::{LeaseId, QuestId, SessionId, TokenId};
+use std::collections::HashMap;
+
 use sqlx::postgres::PgRow;
+
+use super::batch::{Answers, Keyed};
 
 use super::codec::*;
 use super::tx::{Tx, expect_rows};
-use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts, Refusal};
+use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts};
 use crate::domain::{EventKind, QuestStatus, Transition};
-use crate::store::common::{FOLDED_AGENTS, lease_of, set_status, status_of};
+use crate::store::common::{Cap, FOLDED_AGENTS, admit, lease_of, set_status, status_of};
 use crate::store::{LeaseOutcome, LeaseRow, QuestRow, SessionRow, StoreError};
 
 pub async fn session(tx: &mut Tx, id: SessionId) -> Result<SessionRow, StoreError> {
@@ -31,80 +35,179 @@ fn corrupt(what: &str) -> StoreError {
     StoreError::Corrupt(format!("inconsistent rows in {what}"))
 }
 
-/// The agent's held quest, or the first open one in upload order; expired
-/// leases of the session are reclaimed first, in the same transaction.
-pub async fn lease_next(
+impl Keyed for (SessionId, AgentId) {
+    type Key = (SessionId, AgentId);
+    fn key(&self) -> Self::Key {
+        self.clone()
+    }
+}
+
+/// `next` for each request (session, agent): the agent's held quest, or the
+/// first open one in upload order. Expired leases of the session are
+/// reclaimed first; then a few statements serve every request of a session
+/// together (one claim for all its idle agents).
+pub async fn lease_many(
+    tx: &mut Tx,
+    reqs: &[(SessionId, AgentId)],
+) -> Result<Answers<LeaseOutcome>, StoreError> {
+    let mut out: Vec<Option<Result<LeaseOutcome, StoreError>>> =
+        (0..reqs.len()).map(|_| None).collect();
+    let mut sessions: Vec<SessionId> = reqs.iter().map(|r| r.0).collect();
+    sessions.sort();
+    sessions.dedup();
+    for session_id in sessions {
+        let of_session: Vec<usize> = (0..reqs.len())
+            .filter(|&i| reqs[i].0 == session_id)
+            .collect();
+        let s = match session(tx, session_id).await {
+            Ok(s) => s,
+            Err(StoreError::NotFound(what)) => {
+                for &i in &of_session {
+                    out[i] = Some(Err(StoreError::NotFound(what)));
+                }
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        sweep(tx, Some(session_id)).await?;
+        for (i, outcome) in held_leases(tx, session_id, &of_session, reqs).await? {
+            out[i] = Some(Ok(outcome));
+        }
+        let idle: Vec<usize> = of_session
+            .into_iter()
+            .filter(|&i| out[i].is_none())
+            .collect();
+        if idle.is_empty() {
+            continue;
+        }
+        let caps = lease_caps(tx, idle.iter().map(|&i| reqs[i].1.token)).await?;
+        let (admitted, capped) = admit(idle.iter().map(|&i| (i, reqs[i].1.token)), &caps);
+        let agents: Vec<&AgentId> = admitted.iter().map(|&i| &reqs[i].1).collect();
+        let claimed = claim(tx, &s, &agents).await?;
+        let served = claimed.len();
+        for (n, outcome) in claimed {
+            out[admitted[n]] = Some(Ok(outcome));
+        }
+        if served == admitted.len() && capped.is_empty() {
+            continue;
+        }
+        // Every open quest taken (or held by a concurrent claim): the rest
+        // wait or are done. The cap refuses only a lease it would stop: with
+        // nothing open, a capped `next` hears `finished` or `wait` like any other.
+        let (open, outcome) = unleased(tx, session_id).await?;
+        for &i in &admitted {
+            out[i].get_or_insert_with(|| Ok(outcome.clone()));
+        }
+        for (i, refusal) in capped {
+            out[i] = Some(if open {
+                Err(refusal.into())
+            } else {
+                Ok(outcome.clone())
+            });
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|o| o.unwrap_or(Err(StoreError::Unavailable)))
+        .collect())
+}
+
+/// The quests the agents `which` of `reqs` already hold in `session_id`.
+async fn held_leases(
     tx: &mut Tx,
     session_id: SessionId,
-    agent: AgentId,
-) -> Result<LeaseOutcome, StoreError> {
-    let s = session(tx, session_id).await?;
-    sweep(tx, Some(session_id)).await?;
+    which: &[usize],
+    reqs: &[(SessionId, AgentId)],
+) -> Result<Vec<(usize, LeaseOutcome)>, StoreError> {
+    let agents: Vec<String> = which.iter().map(|&i| reqs[i].1.to_string()).collect();
     let sql = format!(
-        "SELECT q.*, {LEASE_PREFIXED} FROM leases l JOIN quests q ON q.id = l.quest_id
-         WHERE l.session_id = $1 AND l.agent = $2 AND l.ended_at IS NULL"
+        "SELECT a.n, q.*, {LEASE_PREFIXED} FROM unnest($2::text[]) WITH ORDINALITY AS a(agent, n)
+         JOIN leases l ON l.session_id = $1 AND l.agent = a.agent AND l.ended_at IS NULL
+         JOIN quests q ON q.id = l.quest_id"
     );
-    if let Some(row) = sqlx::query(sqlx::AssertSqlSafe(sql))
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(session_id)
-        .bind(agent.to_string())
-        .fetch_optional(tx.db())
-        .await?
-    {
-        let lease = prefixed_lease(&row)?.ok_or_else(|| corrupt("held lease"))?;
-        return Ok(LeaseOutcome::Assigned {
-            quest: quest_row(&row)?,
-            lease: lease_of(&lease),
-        });
+        .bind(&agents)
+        .fetch_all(tx.db())
+        .await?;
+    let mut held = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let n: i64 = sqlx::Row::try_get(row, "n")?;
+        let lease = prefixed_lease(row)?.ok_or_else(|| corrupt("held lease"))?;
+        let i = *which
+            .get(n as usize - 1)
+            .ok_or_else(|| corrupt("held lease"))?;
+        held.push((
+            i,
+            LeaseOutcome::Assigned {
+                quest: quest_row(row)?,
+                lease: lease_of(&lease),
+            },
+        ));
     }
-    if let Err(refusal) = lease_cap(tx, agent.token).await? {
-        // The cap refuses only a lease it would stop: with nothing open, a
-        // capped `next` hears `finished` or `wait` like any other.
-        return match unleased(tx, session_id).await? {
-            (false, outcome) => Ok(outcome),
-            (true, _) => Err(refusal.into()),
-        };
+    Ok(held)
+}
+
+/// Claims up to one open quest for each of `agents` (that hold nothing in
+/// the session `s`), in one statement: the first open quests in upload
+/// order that no concurrent claim holds, with a lease each. Returns the
+/// position in `agents` of each agent served, with its quest and lease.
+async fn claim(
+    tx: &mut Tx,
+    s: &SessionRow,
+    agents: &[&AgentId],
+) -> Result<Vec<(usize, LeaseOutcome)>, StoreError> {
+    if agents.is_empty() {
+        return Ok(Vec::new());
     }
     let leased = work::step(QuestStatus::new(), Transition::Lease)?;
-    let lease = LeaseRow {
-        id: LeaseId::new(),
-        quest_id: QuestId::from(uuid::Uuid::nil()),
-        agent,
-        expires_at: tx.now + lease_seconds(&s),
-    };
+    let ids: Vec<LeaseId> = agents.iter().map(|_| LeaseId::new()).collect();
+    let names: Vec<String> = agents.iter().map(|a| a.to_string()).collect();
+    let expires_at = tx.now + lease_seconds(s);
     let claimed = sqlx::query(
         "WITH c AS MATERIALIZED (
-             SELECT id FROM quests WHERE session_id = $1 AND phase = 'open'
-             ORDER BY row_index LIMIT 1 FOR UPDATE SKIP LOCKED),
+             SELECT id, row_index FROM quests WHERE session_id = $1 AND phase = 'open'
+             ORDER BY row_index LIMIT $2 FOR UPDATE SKIP LOCKED),
+         n AS (SELECT id, row_number() OVER (ORDER BY row_index) AS n FROM c),
+         w AS (SELECT * FROM unnest($3::uuid[], $4::text[]) WITH ORDINALITY AS w(lease_id, agent, n)),
          q AS (
-             UPDATE quests SET phase = $2, lease_id = $3, leases = leases + 1, updated_at = $4
-             FROM c WHERE quests.id = c.id RETURNING quests.*),
+             UPDATE quests SET phase = $5, lease_id = w.lease_id, leases = leases + 1, updated_at = $6
+             FROM n JOIN w ON w.n = n.n WHERE quests.id = n.id
+             RETURNING quests.*, w.agent AS lease_agent),
          l AS (
              INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at)
-             SELECT $3, q.id, $1, $5, $4, $6 FROM q RETURNING id)
-         SELECT q.* FROM q, l",
+             SELECT q.lease_id, q.id, $1, q.lease_agent, $6, $7 FROM q)
+         SELECT * FROM q",
     )
-    .bind(session_id)
+    .bind(s.id)
+    .bind(agents.len() as i64)
+    .bind(&ids)
+    .bind(&names)
     .bind(leased.phase.map(|p| p.as_str()))
-    .bind(lease.id)
     .bind(tx.now)
-    .bind(lease.agent.to_string())
-    .bind(lease.expires_at)
-    .fetch_optional(tx.db())
+    .bind(expires_at)
+    .fetch_all(tx.db())
     .await?;
-    if let Some(row) = claimed {
-        let quest = quest_row(&row)?;
+    let mut out = Vec::with_capacity(claimed.len());
+    for row in &claimed {
+        let quest = quest_row(row)?;
+        let n = quest
+            .lease_id
+            .and_then(|id| ids.iter().position(|l| *l == id))
+            .ok_or_else(|| corrupt("claim"))?;
         if quest.leases > work::ENDED_LEASES_KEPT + 1 {
             prune_leases(tx, quest.id).await?;
         }
         tx.moved(EventKind::Leased, &quest, None);
         let lease = LeaseRow {
+            id: ids[n],
             quest_id: quest.id,
-            ..lease
+            agent: agents[n].clone(),
+            expires_at,
         };
-        return Ok(LeaseOutcome::Assigned { quest, lease });
+        out.push((n, LeaseOutcome::Assigned { quest, lease }));
     }
-    // Nothing open, or every open quest held by a concurrent claim: wait or done.
-    Ok(unleased(tx, session_id).await?.1)
+    Ok(out)
 }
 
 /// What a `next` given no quest hears: `finished` when none is left in TODO,
@@ -199,29 +302,57 @@ pub async fn release(
     Ok(())
 }
 
-/// Refuses a claim past the token's lease cap. The token's claims take turns
-/// (a lock on the token until commit), so that concurrent claims on several
-/// replicas cannot together pass the cap; a token without a cap is not counted.
-async fn lease_cap(tx: &mut Tx, token: TokenId) -> Result<Result<(), Refusal>, StoreError> {
-    let max: Option<i32> = sqlx::query_scalar("SELECT max_leases FROM tokens WHERE id = $1")
-        .bind(token)
-        .fetch_optional(tx.db())
-        .await?
-        .flatten();
-    let Some(max) = max else {
-        return Ok(Ok(()));
-    };
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 0))")
-        .bind(token)
+/// The caps of these tokens and the live leases each holds (a token without
+/// a cap is not counted). Each capped token's claims take turns (a lock on the
+/// token until commit, taken in token order), so that concurrent claims on
+/// several replicas cannot together pass its cap.
+async fn lease_caps(
+    tx: &mut Tx,
+    tokens: impl Iterator<Item = TokenId>,
+) -> Result<HashMap<TokenId, Cap>, StoreError> {
+    let mut tokens: Vec<TokenId> = tokens.collect();
+    tokens.sort();
+    tokens.dedup();
+    let rows = sqlx::query("SELECT id, max_leases FROM tokens WHERE id = ANY($1) AND max_leases IS NOT NULL ORDER BY id")
+        .bind(&tokens)
+        .fetch_all(tx.db())
+        .await?;
+    let mut caps = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let max: i32 = sqlx::Row::try_get(row, "max_leases")?;
+        let cap = Cap {
+            max: Some(max as u32),
+            held: 0,
+        };
+        caps.insert(sqlx::Row::try_get::<TokenId, _>(row, "id")?, cap);
+    }
+    if caps.is_empty() {
+        return Ok(caps);
+    }
+    let capped: Vec<TokenId> = tokens
+        .into_iter()
+        .filter(|t| caps.contains_key(t))
+        .collect();
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended(t::text, 0)) FROM unnest($1::uuid[]) AS t ORDER BY t")
+        .bind(&capped)
         .execute(tx.db())
         .await?;
-    let held: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM leases WHERE left(agent, 36) = $1::text AND ended_at IS NULL",
+    // Counted after the locks: a claim that held one before committed by now.
+    let held = sqlx::query(
+        "SELECT left(agent, 36) AS token, COUNT(*) AS n FROM leases
+         WHERE left(agent, 36) = ANY($1::text[]) AND ended_at IS NULL GROUP BY 1",
     )
-    .bind(token)
-    .fetch_one(tx.db())
+    .bind(capped.iter().map(|t| t.to_string()).collect::<Vec<_>>())
+    .fetch_all(tx.db())
     .await?;
-    Ok(work::check_lease_cap(held as u32, Some(max as u32)))
+    for row in &held {
+        let token: String = sqlx::Row::try_get(row, "token")?;
+        let n: i64 = sqlx::Row::try_get(row, "n")?;
+        if let Some(cap) = token.parse().ok().and_then(|t: TokenId| caps.get_mut(&t)) {
+            cap.held = n as u32;
+        }
+    }
+    Ok(caps)
 }
 
 /// Keeps a quest's lease history bounded, so that a `next`/`release` loop

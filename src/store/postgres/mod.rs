@@ -16,6 +16,7 @@
 //! - [`events`]: the events of every replica's commits, relayed to this one's watchers;
 //! - [`codec`]: how rows are decoded.
 
+mod batch;
 mod codec;
 mod console;
 mod events;
@@ -43,7 +44,8 @@ use uuid::Uuid;
 use super::*;
 use crate::domain::work::ReviewerId;
 use crate::domain::{Clock, QuestEvent};
-use tx::{ATTEMPTS, Op, Tx, as_refusal, is_retryable};
+use batch::Batcher;
+use tx::{Db, Op};
 
 /// The key of the advisory lock under which replicas starting together run
 /// the migrations one at a time ("quest" in ASCII).
@@ -61,11 +63,9 @@ pub enum TimeSource {
 /// The PostgreSQL implementation of [`Store`].
 #[derive(Clone)]
 pub struct PgStore {
-    pool: PgPool,
-    time: TimeSource,
-    events: broadcast::Sender<QuestEvent>,
-    /// This store's id in the `events` table: its own events it publishes at once.
-    origin: Uuid,
+    db: Db,
+    /// Concurrent `next`s of this replica, claimed together.
+    nexts: Batcher<(SessionId, AgentId), LeaseOutcome>,
     /// Stops the event relay when the last clone of the store is dropped.
     _relay: Arc<DropGuard>,
 }
@@ -129,94 +129,46 @@ impl PgStore {
             events.clone(),
             stop.clone(),
         ));
-        Ok(PgStore {
+        let db = Db {
             pool,
             time,
             events,
             origin,
+        };
+        Ok(PgStore {
+            nexts: Batcher::start(db.clone(), |tx, reqs| {
+                Box::pin(leases::lease_many(tx, reqs))
+            }),
+            db,
             _relay: Arc::new(stop.drop_guard()),
         })
     }
 
     /// The channel this store publishes events on (its own and the relayed ones).
     pub fn events_for_tests(&self) -> &broadcast::Sender<QuestEvent> {
-        &self.events
+        &self.db.events
     }
 
     /// The pool, for tests that reach below the store (raw SQL against the ratchet).
     pub fn pool(&self) -> &PgPool {
-        &self.pool
+        &self.db.pool
     }
 
-    /// Runs `op` in a transaction of its own; retried from the start when
-    /// PostgreSQL aborted it to resolve a race. Events are published after commit.
+    /// Runs `op` in a transaction of its own (see [`Db::write`]).
     async fn write<A, T>(&self, args: A, op: Op<A, T>) -> Result<T, StoreError>
     where
         A: Clone + Send + Sync + 'static,
         T: Send + 'static,
     {
-        let mut attempt = 1;
-        loop {
-            match self.attempt(args.clone(), op).await {
-                Err(e) if attempt < ATTEMPTS && is_retryable(&e) => {
-                    attempt += 1;
-                    // A short, growing pause lets the winner of the race commit.
-                    tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
-                }
-                Err(e) => return Err(as_refusal(e)),
-                Ok(v) => return Ok(v),
-            }
-        }
-    }
-
-    async fn attempt<A, T>(&self, args: A, op: Op<A, T>) -> Result<T, StoreError>
-    where
-        A: Send + 'static,
-        T: Send + 'static,
-    {
-        let mut conn = self.pool.begin().await?;
-        let now = match &self.time {
-            TimeSource::Clock(c) => c.now(),
-            TimeSource::Database => {
-                sqlx::query_scalar::<_, DateTime<Utc>>("SELECT now()")
-                    .fetch_one(&mut *conn)
-                    .await?
-            }
-        };
-        let mut tx = Tx {
-            conn,
-            now,
-            events: Vec::new(),
-            // BEGIN, and the read of "now" when the database gives it.
-            trips: 1 + u64::from(matches!(self.time, TimeSource::Database)),
-        };
-        let out = match op(&mut tx, args).await {
-            Ok(v) => events::record(&mut tx, self.origin).await.map(|()| v),
-            Err(e) => Err(e),
-        };
-        match out {
-            Ok(v) => {
-                metrics::counter!("quest_store_round_trips_total").increment(tx.trips + 1);
-                tx.conn.commit().await?;
-                metrics::counter!("quest_store_commits_total").increment(1);
-                for e in tx.events {
-                    let _ = self.events.send(e);
-                }
-                Ok(v)
-            }
-            Err(e) => {
-                let _ = tx.conn.rollback().await;
-                Err(e)
-            }
-        }
+        self.db.write(args, op).await
     }
 
     /// "Now" for reads: the injected clock, or the database's.
     async fn read_now(&self) -> Result<DateTime<Utc>, StoreError> {
-        match &self.time {
+        match &self.db.time {
             TimeSource::Clock(c) => Ok(c.now()),
             TimeSource::Database => Ok(sqlx::query_scalar("SELECT now()")
-                .fetch_one(&self.pool)
+                .fetch_one(&self.db.pool)
                 .await?),
         }
     }
@@ -225,7 +177,7 @@ impl PgStore {
 #[async_trait]
 impl Store for PgStore {
     async fn ping(&self) -> Result<(), StoreError> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1").execute(&self.db.pool).await?;
         Ok(())
     }
 
@@ -246,19 +198,19 @@ impl Store for PgStore {
     }
 
     async fn list_sessions(&self) -> Result<Vec<SessionRow>, StoreError> {
-        reads::list_sessions(&self.pool).await
+        reads::list_sessions(&self.db.pool).await
     }
 
     async fn get_session(&self, id: SessionId) -> Result<SessionRow, StoreError> {
-        reads::get_session(&self.pool, id).await
+        reads::get_session(&self.db.pool, id).await
     }
 
     async fn session_source(&self, id: SessionId) -> Result<(String, String, Vec<u8>), StoreError> {
-        reads::whole_source(&self.pool, id).await
+        reads::whole_source(&self.db.pool, id).await
     }
 
     async fn session_status(&self, id: SessionId) -> Result<SessionStatus, StoreError> {
-        reads::session_status(&self.pool, id, self.read_now().await?).await
+        reads::session_status(&self.db.pool, id, self.read_now().await?).await
     }
 
     async fn lease_next(
@@ -266,10 +218,7 @@ impl Store for PgStore {
         session: SessionId,
         agent: &AgentId,
     ) -> Result<LeaseOutcome, StoreError> {
-        self.write((session, agent.clone()), |tx, (s, a)| {
-            Box::pin(leases::lease_next(tx, s, a))
-        })
-        .await
+        self.nexts.run((session, agent.clone())).await
     }
 
     async fn heartbeat(
@@ -324,15 +273,15 @@ impl Store for PgStore {
     }
 
     async fn pending_submissions(&self) -> Result<Vec<SubmissionId>, StoreError> {
-        reads::pending_submissions(&self.pool).await
+        reads::pending_submissions(&self.db.pool).await
     }
 
     async fn gate_job(&self, submission_id: SubmissionId) -> Result<GateJob, StoreError> {
-        reads::gate_job(&self.pool, submission_id).await
+        reads::gate_job(&self.db.pool, submission_id).await
     }
 
     async fn get_submission(&self, id: SubmissionId) -> Result<SubmissionRow, StoreError> {
-        reads::get_submission(&self.pool, id).await
+        reads::get_submission(&self.db.pool, id).await
     }
 
     async fn result_holders(
@@ -343,19 +292,19 @@ impl Store for PgStore {
         value: &str,
         limit: u32,
     ) -> Result<Vec<String>, StoreError> {
-        reads::result_holders(&self.pool, session_id, except, field, value, limit).await
+        reads::result_holders(&self.db.pool, session_id, except, field, value, limit).await
     }
 
     async fn submission_view(&self, id: SubmissionId) -> Result<SubmissionView, StoreError> {
-        reads::submission_view(&self.pool, id).await
+        reads::submission_view(&self.db.pool, id).await
     }
 
     async fn pending_l2_jobs(&self) -> Result<Vec<L2JobId>, StoreError> {
-        reads::pending_l2_jobs(&self.pool).await
+        reads::pending_l2_jobs(&self.db.pool).await
     }
 
     async fn l2_job(&self, id: L2JobId) -> Result<L2Job, StoreError> {
-        reads::l2_job(&self.pool, id).await
+        reads::l2_job(&self.db.pool, id).await
     }
 
     async fn record_l2_answer(&self, answer: NewL2Answer) -> Result<L2Recorded, StoreError> {
@@ -366,18 +315,18 @@ impl Store for PgStore {
     }
 
     async fn l2_answers(&self, quest_id: QuestId) -> Result<Vec<L2AnswerRow>, StoreError> {
-        reads::l2_answers(&self.pool, quest_id).await
+        reads::l2_answers(&self.db.pool, quest_id).await
     }
 
     async fn get_quest(&self, id: QuestId) -> Result<QuestRow, StoreError> {
-        reads::get_quest(&self.pool, id).await
+        reads::get_quest(&self.db.pool, id).await
     }
 
     async fn quest_history(
         &self,
         id: QuestId,
     ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError> {
-        reads::quest_history(&self.pool, id).await
+        reads::quest_history(&self.db.pool, id).await
     }
 
     async fn review_queue(
@@ -386,7 +335,7 @@ impl Store for PgStore {
         check: Option<&CheckFilter>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError> {
-        reads::review_queue(&self.pool, session_id, check, limit).await
+        reads::review_queue(&self.db.pool, session_id, check, limit).await
     }
 
     async fn claim_review(
@@ -427,7 +376,7 @@ impl Store for PgStore {
     }
 
     async fn result_fields(&self, session_id: SessionId) -> Result<Vec<String>, StoreError> {
-        reads::result_fields(&self.pool, session_id).await
+        reads::result_fields(&self.db.pool, session_id).await
     }
 
     async fn export_page(
@@ -436,7 +385,7 @@ impl Store for PgStore {
         after_row: Option<u64>,
         limit: u32,
     ) -> Result<Vec<ExportRow>, StoreError> {
-        reads::export_page(&self.pool, session_id, after_row, limit).await
+        reads::export_page(&self.db.pool, session_id, after_row, limit).await
     }
 
     async fn create_token(
@@ -461,7 +410,7 @@ impl Store for PgStore {
     }
 
     async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
-        reads::list_tokens(&self.pool).await
+        reads::list_tokens(&self.db.pool).await
     }
 
     async fn revoke_token(&self, id: TokenId) -> Result<TokenRow, StoreError> {
@@ -470,15 +419,15 @@ impl Store for PgStore {
     }
 
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
-        reads::find_token(&self.pool, hash).await
+        reads::find_token(&self.db.pool, hash).await
     }
 
     async fn source_info(&self, id: SessionId) -> Result<SourceInfo, StoreError> {
-        reads::source_info(&self.pool, id).await
+        reads::source_info(&self.db.pool, id).await
     }
 
     async fn source_chunk(&self, id: SessionId, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        reads::source_chunk(&self.pool, id, seq).await
+        reads::source_chunk(&self.db.pool, id, seq).await
     }
 
     async fn agent_lease(
@@ -486,7 +435,7 @@ impl Store for PgStore {
         session_id: SessionId,
         agent: &AgentId,
     ) -> Result<Option<AgentLeaseRow>, StoreError> {
-        reads::agent_lease(&self.pool, session_id, agent, self.read_now().await?).await
+        reads::agent_lease(&self.db.pool, session_id, agent, self.read_now().await?).await
     }
 
     async fn create_browser_session(
@@ -507,7 +456,7 @@ impl Store for PgStore {
         &self,
         hash: &str,
     ) -> Result<Option<BrowserSessionRow>, StoreError> {
-        console::find_browser_session(&self.pool, self.read_now().await?, hash).await
+        console::find_browser_session(&self.db.pool, self.read_now().await?, hash).await
     }
 
     async fn end_browser_session(&self, hash: &str) -> Result<(), StoreError> {
@@ -518,7 +467,7 @@ impl Store for PgStore {
     }
 
     async fn agent_stats(&self, session_id: SessionId) -> Result<Vec<AgentStatsRow>, StoreError> {
-        console::agent_stats(&self.pool, session_id).await
+        console::agent_stats(&self.db.pool, session_id).await
     }
 
     async fn failing_checks(
@@ -526,7 +475,7 @@ impl Store for PgStore {
         session_id: SessionId,
         limit: u32,
     ) -> Result<Vec<FailingCheckRow>, StoreError> {
-        console::failing_checks(&self.pool, session_id, limit).await
+        console::failing_checks(&self.db.pool, session_id, limit).await
     }
 
     async fn throughput(
@@ -534,7 +483,7 @@ impl Store for PgStore {
         session_id: SessionId,
         minutes: u32,
     ) -> Result<Throughput, StoreError> {
-        console::throughput(&self.pool, self.read_now().await?, session_id, minutes).await
+        console::throughput(&self.db.pool, self.read_now().await?, session_id, minutes).await
     }
 
     async fn quest_page(
@@ -542,11 +491,11 @@ impl Store for PgStore {
         session_id: SessionId,
         query: &QuestQuery,
     ) -> Result<QuestPage, StoreError> {
-        console::quest_page(&self.pool, session_id, query).await
+        console::quest_page(&self.db.pool, session_id, query).await
     }
 
     async fn claim_job(&self, job: Job, seconds: u32) -> Result<bool, StoreError> {
-        self.write((self.origin, job, seconds), |tx, (o, j, s)| {
+        self.write((self.db.origin, job, seconds), |tx, (o, j, s)| {
             Box::pin(jobs::claim(tx, o, j, s))
         })
         .await
@@ -554,8 +503,8 @@ impl Store for PgStore {
 
     async fn release_jobs(&self) -> Result<(), StoreError> {
         sqlx::query("DELETE FROM job_claims WHERE holder = $1")
-            .bind(self.origin)
-            .execute(&self.pool)
+            .bind(self.db.origin)
+            .execute(&self.db.pool)
             .await?;
         Ok(())
     }
@@ -566,7 +515,7 @@ impl Store for PgStore {
     }
 
     fn now(&self) -> DateTime<Utc> {
-        match &self.time {
+        match &self.db.time {
             TimeSource::Clock(c) => c.now(),
             // Pages judge ages with it; the writes take the database's.
             TimeSource::Database => Utc::now(),

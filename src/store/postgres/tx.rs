@@ -1,16 +1,108 @@
-//! One write, one transaction: [`PgStore::write`](super::PgStore) opens it,
-//! reads "now" once, runs the operation, commits, and only then publishes the
-//! operation's events. Conflicts between replicas that PostgreSQL resolves by
-//! aborting one side (a deadlock, a serialization failure, two claims of one
-//! agent racing for its one live lease) are retried from the start.
+//! Transactions: [`Db::write`] opens one, reads "now" once, runs the
+//! operation, commits, and only then publishes the operation's events.
+//! Conflicts between replicas that PostgreSQL resolves by aborting one side (a
+//! deadlock, a serialization failure, two claims of one agent racing for its
+//! one live lease) are retried from the start. [`Db::begin`] and
+//! [`Db::finish`] are the two halves, for a batch of requests
+//! ([`super::batch`]).
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
-use sqlx::{PgConnection, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use tokio::sync::broadcast;
+use uuid::Uuid;
 
+use super::TimeSource;
+use super::events;
 use crate::domain::{EventKind, QuestEvent};
 use crate::store::common::quest_event;
 use crate::store::{QuestRow, StoreError, SubmissionRow};
+
+/// The pool, the time source and where committed events go: what every
+/// transaction of a replica needs.
+#[derive(Clone)]
+pub struct Db {
+    pub pool: PgPool,
+    pub time: TimeSource,
+    pub events: broadcast::Sender<QuestEvent>,
+    /// This replica's id in the `events` table: its own events it publishes at once.
+    pub origin: Uuid,
+}
+
+impl Db {
+    /// Runs `op` in a transaction of its own; retried from the start when
+    /// PostgreSQL aborted it to resolve a race. Events are published after commit.
+    pub async fn write<A, T>(&self, args: A, op: Op<A, T>) -> Result<T, StoreError>
+    where
+        A: Clone + Send + Sync + 'static,
+        T: Send + 'static,
+    {
+        let mut attempt = 1;
+        loop {
+            let mut tx = self.begin().await?;
+            let out = op(&mut tx, args.clone()).await;
+            match self.finish(tx, out).await {
+                Err(e) if attempt < ATTEMPTS && is_retryable(&e) => {
+                    attempt += 1;
+                    pause(attempt).await;
+                }
+                Err(e) => return Err(as_refusal(e)),
+                Ok(v) => return Ok(v),
+            }
+        }
+    }
+
+    /// Opens a transaction and reads its "now".
+    pub async fn begin(&self) -> Result<Tx, StoreError> {
+        let mut conn = self.pool.begin().await?;
+        let now = match &self.time {
+            TimeSource::Clock(c) => c.now(),
+            TimeSource::Database => {
+                sqlx::query_scalar::<_, DateTime<Utc>>("SELECT now()")
+                    .fetch_one(&mut *conn)
+                    .await?
+            }
+        };
+        Ok(Tx {
+            conn,
+            now,
+            events: Vec::new(),
+            // BEGIN, and the read of "now" when the database gives it.
+            trips: 1 + u64::from(matches!(self.time, TimeSource::Database)),
+        })
+    }
+
+    /// Commits what `out` says succeeded (with its events, for the other
+    /// replicas), then publishes the events; rolls back on an error.
+    pub async fn finish<T>(&self, mut tx: Tx, out: Result<T, StoreError>) -> Result<T, StoreError> {
+        let out = match out {
+            Ok(v) => events::record(&mut tx, self.origin).await.map(|()| v),
+            Err(e) => Err(e),
+        };
+        match out {
+            Ok(v) => {
+                metrics::counter!("quest_store_round_trips_total").increment(tx.trips + 1);
+                tx.conn.commit().await?;
+                metrics::counter!("quest_store_commits_total").increment(1);
+                for e in tx.events {
+                    let _ = self.events.send(e);
+                }
+                Ok(v)
+            }
+            Err(e) => {
+                let _ = tx.conn.rollback().await;
+                Err(e)
+            }
+        }
+    }
+}
+
+/// A short pause, growing with the attempt, that lets the winner of a race commit.
+pub async fn pause(attempt: u32) {
+    tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
+}
 
 /// An open write transaction, its "now", and what to publish after commit.
 pub struct Tx {

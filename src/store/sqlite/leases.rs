@@ -10,7 +10,7 @@ use super::codec::*;
 use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
 use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts};
 use crate::domain::{EventKind, QuestStatus, Transition};
-use crate::store::common::FOLDED_AGENTS;
+use crate::store::common::{Cap, FOLDED_AGENTS, admit};
 use crate::store::{LeaseOutcome, LeaseRow, QuestRow, StoreError};
 
 /// `next`: the agent's held quest, or the first open one in upload order.
@@ -87,22 +87,8 @@ impl Kind for Lease {
             let idle: Vec<usize> = (0..reqs.len())
                 .filter(|&i| out[i].is_none() && reqs[i].session == session)
                 .collect();
-            // The cap holds across the whole group, as if its requests ran one
-            // by one: each admitted request counts against its token.
-            let (mut admitted, mut capped) = (Vec::new(), Vec::new());
-            let mut asked: HashMap<TokenId, u32> = HashMap::new();
-            for &i in &idle {
-                let token = reqs[i].agent.token;
-                let cap = caps.get(&token).copied().unwrap_or_default();
-                let asked = asked.entry(token).or_default();
-                match work::check_lease_cap(cap.held + *asked, cap.max) {
-                    Ok(()) => {
-                        *asked += 1;
-                        admitted.push(i);
-                    }
-                    Err(refusal) => capped.push((i, refusal)),
-                }
-            }
+            // The cap holds across the whole group, as if its requests ran one by one.
+            let (admitted, capped) = admit(idle.iter().map(|&i| (i, reqs[i].agent.token)), &caps);
             let claimed = if admitted.is_empty() {
                 Vec::new()
             } else {
@@ -138,13 +124,6 @@ impl Kind for Lease {
             .map(|o| o.unwrap_or(Err(StoreError::Unavailable)))
             .collect())
     }
-}
-
-/// A token's lease cap and the live leases it holds.
-#[derive(Debug, Clone, Copy, Default)]
-struct Cap {
-    max: Option<u32>,
-    held: u32,
 }
 
 /// The caps of these tokens and their live leases, in one statement (a token
