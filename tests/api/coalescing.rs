@@ -1,15 +1,17 @@
-//! Coalesced writes on PostgreSQL: the concurrent `next`s of one replica are
-//! claimed in shared transactions, each still gets its own quest, and a claim
-//! the database refuses fails only its own request.
+//! Coalesced writes on PostgreSQL: the concurrent `next`s and submits of one
+//! replica run in shared transactions, each still gets its own answer, and a
+//! write the database refuses fails only its own request (for submits:
+//! `contract::on_postgres_a_write_the_database_refuses_fails_only_its_own_request`).
 
 use futures_util::future::join_all;
 use quest::domain::ids::TokenId;
 use quest::domain::work::AgentId;
+use quest::domain::{State, Verdict};
 use quest::store::postgres::{PgStore, TimeSource};
-use quest::store::{LeaseOutcome, Store};
+use quest::store::{LeaseOutcome, Store, SubmitOutcome};
 use tokio::sync::broadcast;
 
-use crate::contract::{code, session};
+use crate::contract::{code, decision, lease_all, result, session};
 use crate::postgres::TestDatabase;
 
 /// A store on a fresh database whose "now" is the database's, as in production.
@@ -21,9 +23,10 @@ async fn replica(test: &str) -> Option<(TestDatabase, PgStore)> {
     Some((db, store))
 }
 
-/// How many transactions inserted the session's leases.
-async fn lease_transactions(store: &PgStore) -> i64 {
-    sqlx::query_scalar("SELECT COUNT(DISTINCT xmin::text) FROM leases")
+/// How many transactions inserted the rows of `table`.
+async fn transactions(store: &PgStore, table: &str) -> i64 {
+    let sql = format!("SELECT COUNT(DISTINCT xmin::text) FROM {table}");
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql))
         .fetch_one(store.pool())
         .await
         .unwrap()
@@ -57,7 +60,7 @@ async fn on_postgres_concurrent_nexts_share_transactions_and_each_gets_its_own_q
         (0..64).collect::<Vec<_>>(),
         "the first 64 in upload order, each once"
     );
-    let transactions = lease_transactions(&store).await;
+    let transactions = transactions(&store, "leases").await;
     assert!(
         transactions <= 32,
         "64 concurrent nexts were claimed in {transactions} transactions: they are not coalesced"
@@ -129,4 +132,62 @@ async fn on_postgres_a_claim_the_database_refuses_in_a_batch_fails_only_its_own_
     let status = store.session_status(s).await.unwrap().counts;
     assert_eq!(status.leased, 24, "the refused claim left its quest open");
     assert_eq!(status.open, 16);
+}
+
+#[tokio::test]
+async fn on_postgres_concurrent_submits_share_transactions_and_each_gets_its_own_verdict() {
+    let test = "on_postgres_concurrent_submits_share_transactions_and_each_gets_its_own_verdict";
+    let Some((_db, store)) = replica(test).await else {
+        return;
+    };
+    let s = session(&store, 48).await;
+    let token = TokenId::new();
+    let held = lease_all(&store, s, token, 48).await;
+    // Every third fails, the rest pass; one of them is sent twice (a retry).
+    let verdict = |i: usize| {
+        if i.is_multiple_of(3) {
+            Verdict::Fail
+        } else {
+            Verdict::Pass
+        }
+    };
+    let mut calls: Vec<_> = held
+        .iter()
+        .enumerate()
+        .map(|(i, (q, l))| (i, result(*q, *l, token, &format!("a{i}@b.test"))))
+        .collect();
+    calls.push((1, result(held[1].0, held[1].1, token, "a1@b.test")));
+    let answers = join_all(
+        calls
+            .iter()
+            .map(|(i, new)| store.submit(new.clone(), Some(decision(verdict(*i))))),
+    )
+    .await;
+    for ((i, new), answer) in calls.iter().zip(answers) {
+        let view = match answer.unwrap() {
+            SubmitOutcome::Recorded { view, .. } | SubmitOutcome::Replayed(view) => view,
+        };
+        assert_eq!(
+            view.quest.id, new.quest_id,
+            "each answer is its own request's"
+        );
+        assert_eq!(view.submission.result, new.result);
+        let state = if verdict(*i) == Verdict::Pass {
+            State::Pass
+        } else {
+            State::Todo
+        };
+        assert_eq!(view.quest.state, state, "quest {i}");
+    }
+    let submissions = transactions(&store, "submissions").await;
+    assert!(
+        submissions <= 24,
+        "48 concurrent submits were recorded in {submissions} transactions: they are not coalesced"
+    );
+    let c = store.session_status(s).await.unwrap().counts;
+    assert_eq!(
+        (c.pass, c.submissions),
+        (32, 48),
+        "the retry recorded nothing new"
+    );
 }

@@ -91,7 +91,7 @@ pub(crate) async fn session(store: &dyn Store, n: usize) -> SessionId {
         .id
 }
 
-fn decision(verdict: Verdict) -> GateDecision {
+pub(crate) fn decision(verdict: Verdict) -> GateDecision {
     let facts = match verdict {
         Verdict::Pass => vec![],
         _ => vec![Fact::new(
@@ -113,7 +113,7 @@ fn decision(verdict: Verdict) -> GateDecision {
     }
 }
 
-fn result(quest: QuestId, lease: LeaseId, token: TokenId, email: &str) -> NewSubmission {
+pub(crate) fn result(quest: QuestId, lease: LeaseId, token: TokenId, email: &str) -> NewSubmission {
     let result = json!({"email": email});
     NewSubmission {
         quest_id: quest,
@@ -132,7 +132,7 @@ pub(crate) fn code<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str
 }
 
 /// Leases for `agents` agents of `token` at once; returns `(quest, lease)` each.
-async fn lease_all(
+pub(crate) async fn lease_all(
     store: &dyn Store,
     session: SessionId,
     token: TokenId,

@@ -17,14 +17,20 @@ use crate::domain::{EventKind, QuestStatus, Transition};
 use crate::store::common::{Cap, FOLDED_AGENTS, admit, lease_of, set_status, status_of};
 use crate::store::{LeaseOutcome, LeaseRow, QuestRow, SessionRow, StoreError};
 
+/// The session, read once per transaction.
 pub async fn session(tx: &mut Tx, id: SessionId) -> Result<SessionRow, StoreError> {
+    if let Some(s) = tx.sessions.get(&id) {
+        return Ok(s.clone());
+    }
     let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
     let row = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(id)
         .fetch_optional(tx.db())
         .await?
         .ok_or(StoreError::NotFound("session"))?;
-    session_row(&row)
+    let s = session_row(&row)?;
+    tx.sessions.insert(id, s.clone());
+    Ok(s)
 }
 
 fn lease_seconds(s: &SessionRow) -> chrono::Duration {

@@ -23,6 +23,8 @@ mod events;
 mod jobs;
 mod leases;
 mod reads;
+mod saves;
+mod submits;
 mod tx;
 mod verdicts;
 mod verify;
@@ -66,6 +68,8 @@ pub struct PgStore {
     db: Db,
     /// Concurrent `next`s of this replica, claimed together.
     nexts: Batcher<(SessionId, AgentId), LeaseOutcome>,
+    /// Concurrent submits of this replica, recorded together.
+    submits: Batcher<submits::Submit, SubmitOutcome>,
     /// Stops the event relay when the last clone of the store is dropped.
     _relay: Arc<DropGuard>,
 }
@@ -138,6 +142,9 @@ impl PgStore {
         Ok(PgStore {
             nexts: Batcher::start(db.clone(), |tx, reqs| {
                 Box::pin(leases::lease_many(tx, reqs))
+            }),
+            submits: Batcher::start(db.clone(), |tx, reqs| {
+                Box::pin(submits::submit_many(tx, reqs))
             }),
             db,
             _relay: Arc::new(stop.drop_guard()),
@@ -255,10 +262,7 @@ impl Store for PgStore {
         new: NewSubmission,
         decision: Option<GateDecision>,
     ) -> Result<SubmitOutcome, StoreError> {
-        self.write(Arc::new((new, decision)), |tx, a| {
-            Box::pin(verdicts::submit(tx, a))
-        })
-        .await
+        self.submits.run(Arc::new((new, decision))).await
     }
 
     async fn apply_verdict(

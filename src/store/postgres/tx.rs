@@ -6,6 +6,7 @@
 //! [`Db::finish`] are the two halves, for a batch of requests
 //! ([`super::batch`]).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -16,9 +17,10 @@ use uuid::Uuid;
 
 use super::TimeSource;
 use super::events;
+use crate::domain::ids::SessionId;
 use crate::domain::{EventKind, QuestEvent};
 use crate::store::common::quest_event;
-use crate::store::{QuestRow, StoreError, SubmissionRow};
+use crate::store::{QuestRow, SessionRow, StoreError, SubmissionRow};
 
 /// The pool, the time source and where committed events go: what every
 /// transaction of a replica needs.
@@ -71,6 +73,7 @@ impl Db {
             events: Vec::new(),
             // BEGIN, and the read of "now" when the database gives it.
             trips: 1 + u64::from(matches!(self.time, TimeSource::Database)),
+            sessions: HashMap::new(),
         })
     }
 
@@ -111,6 +114,8 @@ pub struct Tx {
     pub events: Vec<QuestEvent>,
     /// Statements sent so far (`quest_store_round_trips_total`).
     pub trips: u64,
+    /// The sessions read so far: they never change after the scan.
+    pub sessions: HashMap<SessionId, SessionRow>,
 }
 
 impl Tx {

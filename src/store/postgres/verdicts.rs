@@ -6,17 +6,16 @@
 use std::sync::Arc;
 
 use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId};
-use sqlx::Row;
 
 use super::codec::*;
-use super::leases::{end_lease, lock_quest_with_lease, renew_lease, save_quest, session};
+use super::leases::session;
+use super::saves::{L2JobWrite, end_leases, insert_l2_jobs, renew_leases, save_quests};
 use super::tx::{Tx, expect_rows};
 use crate::domain::work::{self, Before, LeaseAfter, LeaseFacts, Limits};
 use crate::domain::{EventKind, Phase, SubmissionVerdict};
 use crate::store::common::{lease_of, set_status, status_of};
 use crate::store::{
-    Decided, GateDecision, LeaseRow, NewSubmission, QuestRow, SessionRow, StoreError,
-    SubmissionRow, SubmissionView, SubmitOutcome,
+    Decided, GateDecision, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow,
 };
 
 /// The count of a session's quests still TODO, as this transaction sees it.
@@ -28,91 +27,6 @@ pub async fn remaining(tx: &mut Tx, session_id: SessionId) -> Result<u64, StoreE
     .fetch_one(tx.db())
     .await?;
     Ok(n.max(0) as u64)
-}
-
-pub async fn submit(
-    tx: &mut Tx,
-    args: Arc<(NewSubmission, Option<GateDecision>)>,
-) -> Result<SubmitOutcome, StoreError> {
-    let (new, decision) = &*args;
-    let row = lock_quest_with_lease(tx, new.quest_id, new.lease_id)
-        .await?
-        .ok_or(StoreError::NotFound("quest"))?;
-    let (mut quest, lease) = (quest_row(&row)?, prefixed_lease(&row)?);
-    let latest = sqlx::query(
-        "SELECT * FROM submissions WHERE quest_id = $1 ORDER BY created_at DESC, id DESC LIMIT 1",
-    )
-    .bind(quest.id)
-    .fetch_optional(tx.db())
-    .await?;
-    if let Some(latest) = latest {
-        let hash: String = latest.try_get("result_hash")?;
-        let latest = submission_row(&latest)?;
-        if latest.lease_id == new.lease_id
-            && hash == new.result_hash
-            && latest.agent.belongs_to(new.token_id)
-        {
-            let s = session(tx, quest.session_id).await?;
-            let lease = lease.filter(|l| l.ended.is_none() && quest.lease_id == Some(l.id));
-            return Ok(SubmitOutcome::Replayed(SubmissionView {
-                submission: latest,
-                max_tries: s.config.max_tries,
-                remaining: remaining(tx, quest.session_id).await?,
-                lease: lease.as_ref().map(lease_of),
-                quest,
-            }));
-        }
-    }
-    work::check_hold(
-        status_of(&quest),
-        quest.lease_id,
-        lease.as_ref(),
-        new.lease_id,
-        new.token_id,
-        tx.now,
-    )?;
-    let lease = lease.ok_or(StoreError::NotFound("lease"))?;
-    let s = session(tx, quest.session_id).await?;
-    let checking = work::check_submit(status_of(&quest))?;
-    let mut submission = SubmissionRow {
-        id: SubmissionId::new(),
-        quest_id: quest.id,
-        session_id: quest.session_id,
-        lease_id: new.lease_id,
-        agent: lease.agent.clone(),
-        result: new.result.clone(),
-        verdict: SubmissionVerdict::Pending,
-        facts: Vec::new(),
-        evidence: Vec::new(),
-        gate: None,
-        gate_version: None,
-        receipt: None,
-        state_after: None,
-        tries_after: None,
-        created_at: tx.now,
-        decided_at: None,
-    };
-    // Watchers see the same two steps whether the gate ran here or on the runner.
-    set_status(&mut quest, checking);
-    quest.updated_at = tx.now;
-    tx.moved(EventKind::Submitted, &quest, Some(&submission));
-    let mut writes = Writes::default();
-    let (kept, l2_jobs) = match decision.clone() {
-        Some(d) => decide(tx, &mut writes, &s, &mut quest, &mut submission, &lease, d)?,
-        None => (Some(lease_of(&lease)), Vec::new()),
-    };
-    insert_submission(tx, &submission, &new.result_hash).await?;
-    writes.apply(tx, &quest, lease.id).await?;
-    Ok(SubmitOutcome::Recorded {
-        view: SubmissionView {
-            submission,
-            max_tries: s.config.max_tries,
-            remaining: remaining(tx, quest.session_id).await?,
-            lease: kept,
-            quest,
-        },
-        l2_jobs,
-    })
 }
 
 pub async fn apply_verdict(
@@ -186,7 +100,7 @@ pub async fn apply_verdict(
     .await?
     .rows_affected();
     expect_rows("the decided submission", touched, 1)?;
-    writes.apply(tx, &quest, lease.id).await?;
+    writes.apply(tx).await?;
     Ok(Decided {
         submission,
         quest,
@@ -194,97 +108,41 @@ pub async fn apply_verdict(
     })
 }
 
-async fn insert_submission(
-    tx: &mut Tx,
-    s: &SubmissionRow,
-    result_hash: &str,
-) -> Result<(), StoreError> {
-    sqlx::query(
-        "INSERT INTO submissions (id, quest_id, session_id, lease_id, agent, result, result_hash,
-           verdict, facts, evidence, gate, gate_version, receipt, state_after, tries_after,
-           created_at, decided_at)
-         VALUES ($1, $2, $3, $4, $5, $6::json, $7, $8, $9::json, $10::json, $11, $12, $13, $14, $15, $16, $17)",
-    )
-    .bind(s.id)
-    .bind(s.quest_id)
-    .bind(s.session_id)
-    .bind(s.lease_id)
-    .bind(s.agent.to_string())
-    .bind(json(&s.result))
-    .bind(result_hash)
-    .bind(s.verdict.as_str())
-    .bind(json(&s.facts))
-    .bind(json(&s.evidence))
-    .bind(s.gate.as_deref())
-    .bind(s.gate_version.as_deref())
-    .bind(s.receipt.as_deref())
-    .bind(s.state_after.map(|st| st.as_str()))
-    .bind(s.tries_after.map(|t| t as i32))
-    .bind(s.created_at)
-    .bind(s.decided_at)
-    .execute(tx.db())
-    .await?;
-    Ok(())
-}
-
-/// What a verdict writes besides its submission.
+/// What the verdicts of one transaction write besides their submissions:
+/// the quests (each fenced by the lease it was checked with), lease ends and
+/// renewals, L2 jobs; each kind one statement.
 #[derive(Default)]
-struct Writes {
-    lease: Option<LeaseAfterWrite>,
-    l2_jobs: Vec<L2JobWrite>,
-}
-
-enum LeaseAfterWrite {
-    Renewed(chrono::DateTime<chrono::Utc>),
-    Ended(work::LeaseEnd),
-}
-
-struct L2JobWrite {
-    id: L2JobId,
-    submission_id: SubmissionId,
-    verifier: String,
-    index: u32,
-    question: String,
-    flag_on: &'static str,
-    request: String,
+pub struct Writes {
+    pub quests: Vec<(QuestRow, LeaseId)>,
+    pub renewals: Vec<(LeaseId, chrono::DateTime<chrono::Utc>)>,
+    pub ends: Vec<(LeaseId, work::LeaseEnd)>,
+    pub l2_jobs: Vec<L2JobWrite>,
 }
 
 impl Writes {
-    /// The quest (fenced by the lease it was checked with), the lease, the L2 jobs.
-    async fn apply(self, tx: &mut Tx, quest: &QuestRow, lease: LeaseId) -> Result<(), StoreError> {
-        save_quest(tx, quest, Some(lease)).await?;
-        match self.lease {
-            Some(LeaseAfterWrite::Renewed(until)) => renew_lease(tx, lease, until).await?,
-            Some(LeaseAfterWrite::Ended(end)) => end_lease(tx, lease, end).await?,
-            None => {}
-        }
-        for job in self.l2_jobs {
-            sqlx::query(
-                "INSERT INTO l2_jobs (id, submission_id, quest_id, session_id, verifier, question_index,
-                   question, flag_on, request, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9::json, $10)",
-            )
-            .bind(job.id)
-            .bind(job.submission_id)
-            .bind(quest.id)
-            .bind(quest.session_id)
-            .bind(job.verifier)
-            .bind(job.index as i32)
-            .bind(job.question)
-            .bind(job.flag_on)
-            .bind(job.request)
-            .bind(tx.now)
-            .execute(tx.db())
-            .await?;
-        }
-        Ok(())
+    /// Adds what another request wrote.
+    pub fn extend(&mut self, other: Writes) {
+        self.quests.extend(other.quests);
+        self.renewals.extend(other.renewals);
+        self.ends.extend(other.ends);
+        self.l2_jobs.extend(other.l2_jobs);
+    }
+
+    pub async fn apply(self, tx: &mut Tx) -> Result<(), StoreError> {
+        let quests: Vec<(&QuestRow, Option<LeaseId>)> =
+            self.quests.iter().map(|(q, l)| (q, Some(*l))).collect();
+        save_quests(tx, &quests).await?;
+        end_leases(tx, &self.ends).await?;
+        renew_leases(tx, &self.renewals).await?;
+        insert_l2_jobs(tx, &self.l2_jobs).await
     }
 }
 
 /// Applies `d` to `quest` through `submission` (PENDING until now): fills in
-/// both rows as [`work::on_verdict`] says and gathers the other writes.
-/// Returns the lease the holder keeps, if any, and the L2 jobs created.
-fn decide(
+/// both rows as [`work::on_verdict`] says and gathers the other writes (the
+/// quest's among them). Returns the lease the holder keeps, if any, and the
+/// L2 jobs created.
+pub fn decide(
     tx: &mut Tx,
     writes: &mut Writes,
     session: &SessionRow,
@@ -335,12 +193,12 @@ fn decide(
             let mut kept = lease_of(lease);
             kept.expires_at =
                 tx.now + chrono::Duration::seconds(i64::from(session.config.lease_seconds));
-            writes.lease = Some(LeaseAfterWrite::Renewed(kept.expires_at));
+            writes.renewals.push((lease.id, kept.expires_at));
             Some(kept)
         }
         LeaseAfter::Ended(end) => {
             quest.lease_id = None;
-            writes.lease = Some(LeaseAfterWrite::Ended(end));
+            writes.ends.push((lease.id, end));
             None
         }
     };
@@ -358,6 +216,8 @@ fn decide(
             writes.l2_jobs.push(L2JobWrite {
                 id,
                 submission_id: submission.id,
+                quest_id: quest.id,
+                session_id: quest.session_id,
                 verifier: verifier.to_owned(),
                 index: index as u32,
                 question: question.text.clone(),
@@ -367,6 +227,7 @@ fn decide(
             jobs.push(id);
         }
     }
+    writes.quests.push((quest.clone(), lease.id));
     tx.moved(EventKind::Decided, quest, Some(submission));
     Ok((kept, jobs))
 }
