@@ -4,12 +4,12 @@
 
 use std::collections::HashMap;
 
-use crate::domain::ids::{SessionId, TokenId};
+use crate::domain::ids::{SessionId, SubmissionId, TokenId};
 use chrono::{DateTime, Utc};
 
-use crate::domain::work::{self, LeaseFacts, Refusal};
+use crate::domain::work::{self, AgentId, LeaseFacts, Refusal};
 use crate::domain::{EventKind, QuestEvent, QuestStatus, SubmissionVerdict, Verdict};
-use crate::store::{Counts, LeaseRow, QuestRow, StoreError, SubmissionRow};
+use crate::store::{Counts, LeaseRow, NewSubmission, QuestRow, StoreError, SubmissionRow};
 
 /// The agent name under which a release keeps a token's console figures of
 /// idle agents it folded away (`<token id>/*`).
@@ -140,4 +140,31 @@ pub fn admit(
         }
     }
     (admitted, capped)
+}
+
+/// The PENDING submission `new` makes on `quest` for the lease's `agent`.
+pub fn pending_submission(
+    quest: &QuestRow,
+    new: &NewSubmission,
+    agent: &AgentId,
+    now: DateTime<Utc>,
+) -> SubmissionRow {
+    SubmissionRow {
+        id: SubmissionId::new(),
+        quest_id: quest.id,
+        session_id: quest.session_id,
+        lease_id: new.lease_id,
+        agent: agent.clone(),
+        result: new.result.clone(),
+        verdict: SubmissionVerdict::Pending,
+        facts: Vec::new(),
+        evidence: Vec::new(),
+        gate: None,
+        gate_version: None,
+        receipt: None,
+        state_after: None,
+        tries_after: None,
+        created_at: now,
+        decided_at: None,
+    }
 }

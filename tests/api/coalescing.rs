@@ -12,7 +12,7 @@ use quest::store::{LeaseOutcome, Store, SubmitOutcome};
 use tokio::sync::broadcast;
 
 use crate::contract::{code, decision, lease_all, result, session};
-use crate::postgres::TestDatabase;
+use crate::postgres::{TestDatabase, refuse_rows};
 
 /// A store on a fresh database whose "now" is the database's, as in production.
 async fn replica(test: &str) -> Option<(TestDatabase, PgStore)> {
@@ -95,22 +95,8 @@ async fn on_postgres_a_claim_the_database_refuses_in_a_batch_fails_only_its_own_
     let token = TokenId::new();
     let guilty = AgentId::new(token, "guilty");
     // A rule only the database knows refuses the guilty agent's lease.
-    for sql in [
-        format!(
-            "CREATE FUNCTION test_refuses_one() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN IF NEW.agent = '{guilty}' THEN
-                 RAISE EXCEPTION 'test: this agent may not lease' USING ERRCODE = '23000';
-             END IF; RETURN NEW; END $$"
-        ),
-        "CREATE TRIGGER test_refuses_one BEFORE INSERT ON leases
-         FOR EACH ROW EXECUTE FUNCTION test_refuses_one()"
-            .to_owned(),
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(store.pool())
-            .await
-            .unwrap();
-    }
+    let condition = format!("NEW.agent = '{guilty}'");
+    refuse_rows(store.pool(), "INSERT", "leases", &condition).await;
     let mut agents: Vec<AgentId> = (0..24)
         .map(|i| AgentId::new(token, format!("a{i}")))
         .collect();

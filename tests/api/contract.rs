@@ -20,7 +20,7 @@ use serde_json::{Map, Value, json};
 use tokio::sync::broadcast;
 
 use crate::helpers::contact_config;
-use crate::postgres::TestDatabase;
+use crate::postgres::{TestDatabase, refuse_rows};
 
 /// A fresh store of one backend, its events, and what keeps it alive.
 struct Backend {
@@ -302,22 +302,8 @@ async fn on_postgres_a_write_the_database_refuses_fails_only_its_own_request() {
     let (guilty, _) = held[5];
     // A rule only the database knows: the write that touches this quest is
     // refused, and must not take the concurrent others down with it.
-    for sql in [
-        format!(
-            "CREATE FUNCTION test_refuses_one() RETURNS trigger LANGUAGE plpgsql AS $$
-             BEGIN IF NEW.id = '{guilty}' AND NEW.state <> OLD.state THEN
-                 RAISE EXCEPTION 'test: this quest may not be decided' USING ERRCODE = '23000';
-             END IF; RETURN NEW; END $$"
-        ),
-        "CREATE TRIGGER test_refuses_one BEFORE UPDATE ON quests
-         FOR EACH ROW EXECUTE FUNCTION test_refuses_one()"
-            .to_owned(),
-    ] {
-        sqlx::query(sqlx::AssertSqlSafe(sql))
-            .execute(store.pool())
-            .await
-            .unwrap();
-    }
+    let condition = format!("NEW.id = '{guilty}' AND NEW.state <> OLD.state");
+    refuse_rows(store.pool(), "UPDATE", "quests", &condition).await;
     let answers = join_all(held.iter().map(|(q, l)| {
         store.submit(
             result(*q, *l, token, "a@b.test"),

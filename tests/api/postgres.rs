@@ -3,7 +3,7 @@
 //! answers, the test prints why and skips, except with `CI=true`, where
 //! PostgreSQL must be running and its absence is a failure.
 
-use sqlx::{Connection, PgConnection};
+use sqlx::{Connection, PgConnection, PgPool};
 
 /// The maintenance databases tried, as the users this machine and CI have.
 const ADMIN_URLS: [&str; 2] = [
@@ -92,5 +92,28 @@ impl Drop for TestDatabase {
         if !matches!(dropped, Ok(Ok(()))) {
             eprintln!("the test database {} could not be dropped", self.name);
         }
+    }
+}
+
+/// Installs a rule only the database knows: a trigger `BEFORE <event> ON
+/// <table>` that refuses, as a constraint would (SQLSTATE 23000), every row
+/// for which `condition` (PL/pgSQL over `NEW` and `OLD`) holds.
+pub async fn refuse_rows(pool: &PgPool, event: &str, table: &str, condition: &str) {
+    for sql in [
+        format!(
+            "CREATE FUNCTION test_refuses_one() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN IF {condition} THEN
+                 RAISE EXCEPTION 'test: the database refuses this row' USING ERRCODE = '23000';
+             END IF; RETURN NEW; END $$"
+        ),
+        format!(
+            "CREATE TRIGGER test_refuses_one BEFORE {event} ON {table}
+             FOR EACH ROW EXECUTE FUNCTION test_refuses_one()"
+        ),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(pool)
+            .await
+            .expect("the test's trigger is installed");
     }
 }

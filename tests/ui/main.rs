@@ -8,6 +8,10 @@
 )]
 #[path = "../api/helpers.rs"]
 mod helpers;
+#[expect(
+    dead_code,
+    reason = "the API tests' databases; the console's tests do not install triggers"
+)]
 #[path = "../api/postgres.rs"]
 mod postgres;
 

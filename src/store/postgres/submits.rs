@@ -17,10 +17,10 @@ use super::leases::session;
 use super::saves::insert_submissions;
 use super::tx::Tx;
 use super::verdicts::{Writes, decide, remaining};
-use crate::domain::ids::{LeaseId, QuestId, SessionId, SubmissionId};
+use crate::domain::EventKind;
+use crate::domain::ids::{LeaseId, QuestId, SessionId};
 use crate::domain::work;
-use crate::domain::{EventKind, SubmissionVerdict};
-use crate::store::common::{lease_of, set_status, status_of};
+use crate::store::common::{lease_of, pending_submission, set_status, status_of};
 use crate::store::{
     GateDecision, LeaseRow, NewSubmission, QuestRow, StoreError, SubmissionRow, SubmissionView,
     SubmitOutcome,
@@ -199,24 +199,7 @@ async fn one(
     let lease = lease.ok_or(StoreError::NotFound("lease"))?;
     let s = session(tx, quest.session_id).await?;
     let checking = work::check_submit(status_of(&quest))?;
-    let mut submission = SubmissionRow {
-        id: SubmissionId::new(),
-        quest_id: quest.id,
-        session_id: quest.session_id,
-        lease_id: new.lease_id,
-        agent: lease.agent.clone(),
-        result: new.result.clone(),
-        verdict: SubmissionVerdict::Pending,
-        facts: Vec::new(),
-        evidence: Vec::new(),
-        gate: None,
-        gate_version: None,
-        receipt: None,
-        state_after: None,
-        tries_after: None,
-        created_at: tx.now,
-        decided_at: None,
-    };
+    let mut submission = pending_submission(&quest, new, &lease.agent, tx.now);
     // Watchers see the same two steps whether the gate ran here or on the runner.
     set_status(&mut quest, checking);
     quest.updated_at = tx.now;

@@ -12,6 +12,7 @@ use super::leases::{end_leases, renew_leases, save_quests};
 use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
 use crate::domain::work::{self, Before, LeaseAfter, LeaseEnd, LeaseFacts, Limits};
 use crate::domain::{EventKind, Phase, SubmissionVerdict};
+use crate::store::common::pending_submission;
 use crate::store::{
     Counts, Decided, GateDecision, LeaseRow, NewSubmission, QuestRow, SessionRow, StoreError,
     SubmissionRow, SubmissionView, SubmitOutcome,
@@ -340,24 +341,7 @@ async fn record(
     let session = ctx.session(quest.session_id).await?;
     let before = status_of(&quest);
     let checking = work::check_submit(before)?;
-    let mut submission = SubmissionRow {
-        id: SubmissionId::new(),
-        quest_id: quest.id,
-        session_id: quest.session_id,
-        lease_id: new.lease_id,
-        agent: lease.agent.clone(),
-        result: new.result.clone(),
-        verdict: SubmissionVerdict::Pending,
-        facts: Vec::new(),
-        evidence: Vec::new(),
-        gate: None,
-        gate_version: None,
-        receipt: None,
-        state_after: None,
-        tries_after: None,
-        created_at: ctx.now,
-        decided_at: None,
-    };
+    let mut submission = pending_submission(&quest, new, &lease.agent, ctx.now);
     ctx.submitted(quest.session_id);
     // Watchers see the same two steps whether the gate ran here or on the runner.
     set_status(&mut quest, checking);
