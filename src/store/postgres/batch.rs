@@ -5,7 +5,8 @@
 //!
 //! A batcher takes whatever requests are queued (up to [`MAX_BATCH`], two of
 //! the same key never in one batch) and runs them together while the next
-//! ones queue. A batch answers each request on its own: a request the rules
+//! ones queue; up to [`IN_FLIGHT`] batches run at once, so that the wait for
+//! one commit's flush does not hold the others up. A batch answers each request on its own: a request the rules
 //! refuse (a lease cap, a session that does not exist) is answered so and
 //! writes nothing. When the database refuses the batch (a constraint or a
 //! trigger), its requests run again one by one, each in a transaction of its
@@ -16,13 +17,19 @@ use std::collections::{HashSet, VecDeque};
 use std::hash::Hash;
 
 use futures_util::future::{BoxFuture, join_all};
-use tokio::sync::{mpsc, oneshot};
+use std::sync::Arc;
+
+use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use super::tx::{ATTEMPTS, Db, Tx, as_refusal, is_retryable, pause};
 use crate::store::StoreError;
 
 /// The most requests one transaction carries.
 pub const MAX_BATCH: usize = 128;
+
+/// How many batches of one kind run at once: a batch waits for its commit's
+/// flush to disk, and the next one is gathered and run meanwhile.
+pub const IN_FLIGHT: usize = 4;
 
 /// Each request's answer.
 pub type Answers<T> = Vec<Result<T, StoreError>>;
@@ -88,7 +95,12 @@ async fn serve<A, T>(
 {
     // Requests that met one of the same key in their batch: first in the next.
     let mut held_back: VecDeque<Request<A, T>> = VecDeque::new();
+    let in_flight = Arc::new(Semaphore::new(IN_FLIGHT));
     loop {
+        // While every batch slot is busy, requests queue up for the next batch.
+        if in_flight.available_permits() == 0 {
+            let _ = in_flight.acquire().await;
+        }
         let first = match held_back.pop_front() {
             Some(r) => r,
             None => match requests.recv().await {
@@ -112,11 +124,18 @@ async fn serve<A, T>(
             }
             held_back.extend(waiting);
         }
-        let (args, replies): (Vec<A>, Vec<_>) = batch.into_iter().unzip();
-        let answers = run_batch(&db, op, &args).await;
-        for (reply, answer) in replies.into_iter().zip(answers) {
-            let _ = reply.send(answer);
-        }
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            return;
+        };
+        let db = db.clone();
+        tokio::spawn(async move {
+            let (args, replies): (Vec<A>, Vec<_>) = batch.into_iter().unzip();
+            let answers = run_batch(&db, op, &args).await;
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
+            }
+            drop(permit);
+        });
     }
 }
 
