@@ -25,6 +25,7 @@ mod ratchet;
 mod restart;
 mod revocation;
 mod schemathesis;
+mod server;
 mod sessions;
 mod store;
 mod verifiers;
