@@ -22,6 +22,7 @@ mod openapi;
 mod operations;
 mod postgres;
 mod ratchet;
+mod replicas;
 mod restart;
 mod revocation;
 mod schemathesis;
