@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::store::{JobClaim, Store};
+use crate::store::{JobClaim, Store, StoreError};
 
 /// How long a job claim lasts unless renewed.
 pub const CLAIM_SECONDS: u32 = 15;
@@ -41,6 +41,20 @@ pub async fn hold<T>(
         done = work => Held::Done(done),
         () = renew_until_lost(store, claim) => Held::Lost,
     }
+}
+
+/// The fence before recording a job's result: `record` runs only if a
+/// renewal says `claim` still lives, which leaves it a whole claim length to
+/// finish in; `None` (nothing recorded) when the claim is lost.
+pub async fn record_if_held<T>(
+    store: &dyn Store,
+    claim: &JobClaim,
+    record: impl Future<Output = Result<T, StoreError>>,
+) -> Result<Option<T>, StoreError> {
+    if !store.renew_job(claim, CLAIM_SECONDS).await? {
+        return Ok(None);
+    }
+    record.await.map(Some)
 }
 
 async fn renew_until_lost(store: &dyn Store, claim: &JobClaim) {

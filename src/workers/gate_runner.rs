@@ -304,11 +304,11 @@ impl Inner {
             return Ok(Claimed::AlreadyDecided);
         }
         let decision = self.decide_job(&job).await?;
-        // The fence: the renewal gives a whole claim length to record in.
-        if !self.store.renew_job(claim, claims::CLAIM_SECONDS).await? {
+        let record = self.store.apply_verdict(submission_id, decision);
+        let Some(decided) = claims::record_if_held(self.store.as_ref(), claim, record).await?
+        else {
             return Ok(Claimed::Lost);
-        }
-        let decided = self.store.apply_verdict(submission_id, decision).await?;
+        };
         self.verifiers.enqueue(decided.l2_jobs.iter().copied());
         Ok(Claimed::Decided)
     }

@@ -181,16 +181,14 @@ impl Inner {
                 None => None,
             };
             let (answer, latency) = self.ask(&job).await;
-            // The fence: the renewal gives a whole claim length to record in.
-            let renewed = until_stored(id, shutdown, || {
-                self.store.renew_job(&claim, claims::CLAIM_SECONDS)
+            let recorded = until_stored(id, shutdown, || {
+                let record = self.store.record_l2_answer(answer.clone());
+                claims::record_if_held(self.store.as_ref(), &claim, record)
             })
             .await?;
-            if !renewed {
+            let Some(recorded) = recorded else {
                 return Some(false);
-            }
-            let recorded =
-                until_stored(id, shutdown, || self.store.record_l2_answer(answer.clone())).await?;
+            };
             record_metrics(&recorded, latency);
             Some(true)
         };

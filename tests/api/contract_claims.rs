@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use quest::domain::Verdict;
 use quest::domain::ids::TokenId;
 use quest::store::postgres::{PgStore, TimeSource};
 use quest::store::{Job, Store, SubmitOutcome};
@@ -15,7 +16,7 @@ use quest::testing::ManualClock;
 use quest::workers::claims::{self, CLAIM_SECONDS, Held};
 use tokio::sync::broadcast;
 
-use crate::contract::{backends, lease_all, result, session};
+use crate::contract::{backends, decision, lease_all, result, session};
 use crate::postgres::TestDatabase;
 
 /// A PENDING submission's gate job, recorded through `store`.
@@ -205,4 +206,52 @@ async fn on_postgres_work_under_a_claim_that_another_replica_took_over_is_droppe
         claims::hold(&b, &taken, async { "decided" }).await,
         Held::Done("decided")
     );
+}
+
+#[tokio::test]
+async fn on_postgres_a_holder_whose_claim_was_taken_over_records_no_verdict() {
+    let test = "on_postgres_a_holder_whose_claim_was_taken_over_records_no_verdict";
+    let Some(db) = TestDatabase::create_or_skip(test).await else {
+        return;
+    };
+    let clock = Arc::new(ManualClock::new());
+    let (a, b) = (replica(&db, &clock).await, replica(&db, &clock).await);
+    let job = pending_gate_job(&a).await;
+    let Job::Gate(submission) = job else {
+        unreachable!()
+    };
+    let claim = a
+        .claim_job(job, CLAIM_SECONDS)
+        .await
+        .unwrap()
+        .expect("A claims it");
+    // A's gate ran longer than the claim, unrenewed, and B took the job over.
+    clock.advance(Duration::from_secs(u64::from(CLAIM_SECONDS) + 1));
+    let taken = b
+        .claim_job(job, CLAIM_SECONDS)
+        .await
+        .unwrap()
+        .expect("B takes it over");
+
+    let late = a.apply_verdict(submission, decision(Verdict::Fail));
+    assert!(
+        claims::record_if_held(&a, &claim, late)
+            .await
+            .unwrap()
+            .is_none(),
+        "A's verdict is not recorded"
+    );
+    let stored = a.get_submission(submission).await.unwrap();
+    assert_eq!(
+        stored.verdict,
+        quest::domain::SubmissionVerdict::Pending,
+        "the submission waits for B"
+    );
+
+    let record = b.apply_verdict(submission, decision(Verdict::Pass));
+    let decided = claims::record_if_held(&b, &taken, record)
+        .await
+        .unwrap()
+        .expect("B records its verdict");
+    assert_eq!(decided.quest.state, quest::domain::State::Pass);
 }

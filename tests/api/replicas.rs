@@ -411,7 +411,7 @@ async fn three_replicas_and_32_agents_finish_2000_quests_without_a_double_lease(
         );
     }
 
-    let log = log.lock().unwrap();
+    let log = std::mem::take(&mut *log.lock().unwrap());
     // No lapse (the default lease is long) and a FAIL keeps its lease: each
     // quest was leased exactly once, to one agent, whatever replica it asked.
     let mut leased: HashMap<&str, Vec<(&str, &str)>> = HashMap::new();
@@ -596,7 +596,7 @@ async fn a_replica_killed_with_kill_9_loses_nothing_its_leases_lapse_and_its_che
 
     // Every acknowledged submission, on either side of the kill, is in the
     // data and decided; a verdict answered at once never changed.
-    let survivors_log = survivors_log.lock().unwrap();
+    let survivors_log = std::mem::take(&mut *survivors_log.lock().unwrap());
     for (id, verdict) in victims_log
         .acknowledged
         .iter()
