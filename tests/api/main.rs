@@ -4,6 +4,7 @@ mod auth;
 mod bad_input;
 mod cli;
 mod cli_text;
+mod cluster;
 mod coalescing;
 mod command_gate;
 mod concurrency;

@@ -4,7 +4,6 @@
 //! tests crash it; the replica tests run several on one PostgreSQL database.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -32,7 +31,7 @@ impl Server {
     }
 
     /// Starts the binary with the variables `env` set too (its environment is
-    /// otherwise empty). What it logs goes to `server.log` in `dir`, shown when
+    /// otherwise empty). What it prints goes to `server.log` in `dir`, shown when
     /// it does not become ready.
     pub(crate) async fn start_with_env(
         dir: &Path,
@@ -62,7 +61,7 @@ impl Server {
             .env("QUEST_ADMIN_TOKEN", ADMIN)
             .env("QUEST_LOG", "warn")
             .envs(env.iter().copied())
-            .stdout(Stdio::null())
+            .stdout(log.try_clone().expect("the log file, twice"))
             .stderr(log)
             .kill_on_drop(true)
             .spawn()
