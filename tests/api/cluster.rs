@@ -69,7 +69,7 @@ impl Cluster {
                 ("QUEST_DATABASE_URL", db.url.as_str()),
                 ("QUEST_DATABASE_POOL_SIZE", "8"),
                 ("QUEST_SWEEP_SECONDS", "1"),
-                ("QUEST_GATE_WORKERS", "2"),
+                ("QUEST_GATE_WORKERS", "4"),
                 ("QUEST_WORKERS", if runs { "true" } else { "false" }),
             ];
             cluster
@@ -261,8 +261,15 @@ pub(crate) async fn agent(
                 && last
                 && !park.submit
             {
-                // Holds the lease and never submits: it dies with its replica.
+                // Holds the lease, heartbeating through its replica, and never
+                // submits: once the replica dies, the lease lapses.
                 park.parked.fetch_add(1, Ordering::SeqCst);
+                let heartbeat = format!("/v1/quests/{quest}/heartbeat");
+                while let Some((200, _)) =
+                    call(&client, &base, &heartbeat, json!({"lease_id": lease})).await
+                {
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
                 std::future::pending::<()>().await;
             }
             done += 1;
@@ -270,7 +277,8 @@ pub(crate) async fn agent(
         let refuse_first = fail_first && tries == 0 && (key.ends_with('0') || key.ends_with('5'));
         let mut results = Vec::new();
         if last {
-            // A check that takes seconds: still running when the replica dies.
+            // A check held up by the gate (see [`slow_gate`]): still running
+            // when the replica dies.
             results.push(json!({"email": format!("{lease}@slow.test")}));
         } else {
             if refuse_first {
@@ -376,13 +384,14 @@ pub(crate) async fn export_rows(
         .collect()
 }
 
-/// A command gate `check` that takes a moment and refuses `bad`, in `dir`.
+/// A command gate `check` in `dir` that takes a moment and refuses `bad`;
+/// a result at `slow.test` it holds up for as long as the file `dir/hold` exists.
 pub(crate) fn slow_gate(dir: &Path) -> std::path::PathBuf {
     std::fs::write(
         dir.join("check.sh"),
         "input=$(cat)\n/bin/sleep 0.2\ncase \"$input\" in\n  *'\"bad\"'*) echo '{\"verdict\": \"FAIL\", \"facts\": \
          [{\"field\": \"/email\", \"expected\": \"an address\", \"actual\": \"bad\", \"hint\": \"send one\"}]}' ;;\n  \
-         *slow.test*) /bin/sleep 3; echo '{\"verdict\": \"PASS\"}' ;;\n  \
+         *slow.test*) while [ -e ./hold ]; do /bin/sleep 0.1; done; echo '{\"verdict\": \"PASS\"}' ;;\n  \
          *) echo '{\"verdict\": \"PASS\"}' ;;\nesac\n",
     )
     .unwrap();
@@ -390,7 +399,7 @@ pub(crate) fn slow_gate(dir: &Path) -> std::path::PathBuf {
     std::fs::write(
         &toml,
         format!(
-            "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./check.sh\"]\nworkdir = \"{}\"\ntimeout_ms = 10000\n",
+            "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./check.sh\"]\nworkdir = \"{}\"\ntimeout_ms = 120000\n",
             dir.display()
         ),
     )

@@ -111,10 +111,14 @@ async fn a_replica_killed_with_kill_9_loses_nothing_its_leases_lapse_and_its_che
     let _one = ONE_CLUSTER_AT_A_TIME.lock().await;
     let etc = tempfile::tempdir().unwrap();
     let toml = slow_gate(etc.path());
+    // The last results of half of replica 2's agents are held up in the gate
+    // until after the kill.
+    let hold = etc.path().join("hold");
+    std::fs::write(&hold, "").unwrap();
     let mut cluster = Cluster::start(&db, Some(&toml)).await;
     let quests = 300;
     let session = cluster
-        .create_session(0, checked_config(3), companies(quests))
+        .create_session(0, checked_config(5), companies(quests))
         .await;
     let stop = Arc::new(AtomicBool::new(false));
     let watchers: Vec<_> = (0..2)
@@ -190,10 +194,11 @@ async fn a_replica_killed_with_kill_9_loses_nothing_its_leases_lapse_and_its_che
         }
     }
     assert!(
-        !undecided.is_empty(),
-        "some submissions of replica 2 were still being checked when it died: {:?}",
+        undecided.len() >= victims.len() / 2,
+        "the held-up submissions of replica 2 were still being checked when it died: {:?}",
         victims_log.acknowledged
     );
+    std::fs::remove_file(&hold).unwrap();
 
     within(
         "the survivors' agents finishing the session",
