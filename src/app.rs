@@ -36,6 +36,7 @@ async fn open_store(
     database: &Database,
     clock: Arc<dyn Clock>,
     database_time: bool,
+    pool_size: u32,
     events: broadcast::Sender<QuestEvent>,
 ) -> anyhow::Result<Arc<dyn Store>> {
     Ok(match database {
@@ -50,7 +51,7 @@ async fn open_store(
             } else {
                 TimeSource::Clock(clock)
             };
-            let store = PgStore::open(url.expose(), time, events)
+            let store = PgStore::open_with_pool(url.expose(), time, events, pool_size)
                 .await
                 .map_err(|e| {
                     anyhow::anyhow!(
@@ -126,7 +127,14 @@ impl App {
         let database = config
             .database(&operator.database)
             .map_err(anyhow::Error::msg)?;
-        let store = open_store(&database, clock.clone(), database_time, events.clone()).await?;
+        let store = open_store(
+            &database,
+            clock.clone(),
+            database_time,
+            config.database_pool_size,
+            events.clone(),
+        )
+        .await?;
         let admin_token = admin_token(&config)?;
         store
             .ensure_token(BOOTSTRAP_ADMIN, Role::Admin, &token_hash(&admin_token))
@@ -167,41 +175,60 @@ impl App {
                 "operator configuration loaded"
             );
         }
-        let l2 = VerifierRunner::start(store.clone(), verifiers.clone(), shutdown.clone());
+        // An API-only replica (`workers = false`) runs no background work: its
+        // runners stop at once, so a PENDING submission it records waits for a
+        // worker replica, which hears of it from the event relay.
+        let background = if config.workers {
+            shutdown.clone()
+        } else {
+            if matches!(database, crate::config::Database::Sqlite(_)) {
+                tracing::warn!(
+                    "workers are off on a SQLite server: nothing will decide a submission that waits for its gate"
+                );
+            }
+            let stopped = CancellationToken::new();
+            stopped.cancel();
+            stopped
+        };
+        let l2 = VerifierRunner::start(store.clone(), verifiers.clone(), background.clone());
         let runner = GateRunner::start(
             store.clone(),
             registry.clone(),
             l2.clone(),
             config.gate_workers,
             Duration::from_secs(config.gate_timeout_seconds),
-            shutdown.clone(),
+            background.clone(),
         );
-        // L2 jobs first: re-running a submission that was still being checked
-        // writes and queues its own jobs, which must not be queued twice.
-        let resumed = l2.requeue_pending().await?;
-        if resumed > 0 {
-            tracing::info!(resumed, "resuming AI verifier jobs that were still queued");
+        if config.workers {
+            // L2 jobs first: re-running a submission that was still being checked
+            // writes and queues its own jobs, which must not be queued twice.
+            let resumed = l2.requeue_pending().await?;
+            if resumed > 0 {
+                tracing::info!(resumed, "resuming AI verifier jobs that were still queued");
+            }
+            let requeued = runner.requeue_pending().await?;
+            if requeued > 0 {
+                tracing::info!(
+                    requeued,
+                    "re-running submissions that were still being checked"
+                );
+            }
+            tokio::spawn(sweeper::run(
+                store.clone(),
+                Duration::from_secs(config.sweep_seconds.max(1)),
+                shutdown.clone(),
+            ));
+            // Replicas on one database take over the work of one that died, and
+            // the checks recorded by API-only replicas.
+            tokio::spawn(orphans::run(
+                store.clone(),
+                runner.clone(),
+                l2.clone(),
+                events.subscribe(),
+                Duration::from_secs(config.sweep_seconds.max(1)),
+                shutdown.clone(),
+            ));
         }
-        let requeued = runner.requeue_pending().await?;
-        if requeued > 0 {
-            tracing::info!(
-                requeued,
-                "re-running submissions that were still being checked"
-            );
-        }
-        tokio::spawn(sweeper::run(
-            store.clone(),
-            Duration::from_secs(config.sweep_seconds.max(1)),
-            shutdown.clone(),
-        ));
-        // Replicas on one database take over the work of one that died.
-        tokio::spawn(orphans::run(
-            store.clone(),
-            runner.clone(),
-            l2.clone(),
-            Duration::from_secs(config.sweep_seconds.max(1)),
-            shutdown.clone(),
-        ));
 
         // XLSX exports are built beside the database, not in a RAM-backed /tmp.
         let export_dir = config.data_dir.join("exports");

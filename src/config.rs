@@ -37,6 +37,18 @@ pub struct Config {
     /// Wins over the configuration file's `[database] url`.
     #[arg(long, env = "QUEST_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+    /// Connections each replica keeps to PostgreSQL at most (no use with SQLite).
+    /// The database's `max_connections` must cover every replica's pool.
+    #[arg(long, env = "QUEST_DATABASE_POOL_SIZE", default_value_t = DEFAULT_POOL_SIZE,
+          value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub database_pool_size: u32,
+    /// Whether this server runs the background work: gate runs of PENDING
+    /// submissions, AI verifier questions, the lease sweep and the takeover of
+    /// a dead replica's work. `false` makes an API-only replica of a
+    /// PostgreSQL deployment: what it records is done by the replicas that
+    /// run workers (at least one must).
+    #[arg(long, env = "QUEST_WORKERS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub workers: bool,
     /// The admin bearer token. When unset, one is generated into `<data-dir>/admin.token`.
     #[arg(long, env = "QUEST_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -96,6 +108,8 @@ pub type AllowedRanges = Vec<IpNet>;
 const FETCH_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=600_000;
 const DNS_TIMEOUT_MS_RANGE: std::ops::RangeInclusive<u64> = 1..=60_000;
 const DEFAULT_FETCH_TIMEOUT_MS: u64 = 15_000;
+/// PostgreSQL connections per replica unless `--database-pool-size` says otherwise.
+pub const DEFAULT_POOL_SIZE: u32 = 16;
 const DEFAULT_DNS_TIMEOUT_MS: u64 = 5_000;
 
 /// How the email gate reaches the web and DNS, resolved from the defaults,
@@ -151,6 +165,8 @@ impl Config {
             bind: "127.0.0.1:8080".parse().expect("a valid literal address"),
             data_dir: data_dir.into(),
             database_url: None,
+            database_pool_size: DEFAULT_POOL_SIZE,
+            workers: true,
             admin_token: None,
             gate_workers: 16,
             gate_timeout_seconds: 120,
@@ -248,6 +264,8 @@ impl std::fmt::Debug for Config {
                 "admin_token",
                 &self.admin_token.as_ref().map(|_| "<redacted>"),
             )
+            .field("database_pool_size", &self.database_pool_size)
+            .field("workers", &self.workers)
             .field("gate_workers", &self.gate_workers)
             .field("gate_timeout_seconds", &self.gate_timeout_seconds)
             .field("sweep_seconds", &self.sweep_seconds)

@@ -18,6 +18,7 @@ pub use rows::*;
 use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use uuid::Uuid;
 
 use crate::domain::work::{AgentId, CheckFilter, Refusal, ReviewerId};
 use crate::domain::{Decision, Role};
@@ -81,6 +82,30 @@ pub enum Job {
     Gate(SubmissionId),
     /// Asking an AI verifier one question.
     Verify(L2JobId),
+}
+
+/// One claim on a [`Job`]: renewals and the release name it, so that a holder
+/// whose claim lapsed and was taken over (by another replica, or by another
+/// runner of its own) can no longer act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JobClaim {
+    pub job: Job,
+    id: Uuid,
+}
+
+impl JobClaim {
+    /// A new claim on `job`, with an id of its own.
+    pub fn new(job: Job) -> JobClaim {
+        JobClaim {
+            job,
+            id: Uuid::new_v4(),
+        }
+    }
+
+    /// The claim's id, unique to this claim.
+    pub fn id(&self) -> Uuid {
+        self.id
+    }
 }
 
 #[async_trait]
@@ -289,11 +314,24 @@ pub trait Store: Send + Sync + 'static {
         query: &QuestQuery,
     ) -> Result<QuestPage, StoreError>;
     /// Claims `job` for `seconds` unless a live claim already holds it (one of
-    /// this process's included): whether the caller may do it now. A store
-    /// that one process alone uses needs no claims and always says yes.
-    async fn claim_job(&self, job: Job, seconds: u32) -> Result<bool, StoreError> {
-        let _ = (job, seconds);
+    /// this process's included): the claim when the caller may do it now,
+    /// `None` when another holds it. A store that one process alone uses
+    /// needs no claims and always grants one.
+    async fn claim_job(&self, job: Job, seconds: u32) -> Result<Option<JobClaim>, StoreError> {
+        let _ = seconds;
+        Ok(Some(JobClaim::new(job)))
+    }
+    /// Extends `claim` to `seconds` from now, if it still lives: whether the
+    /// holder still owns its job. A claim that expired (taken over or not) or
+    /// was released is not renewed, and its holder must not record a result.
+    async fn renew_job(&self, claim: &JobClaim, seconds: u32) -> Result<bool, StoreError> {
+        let _ = (claim, seconds);
         Ok(true)
+    }
+    /// Gives `claim` up once its job is done, so that it holds nothing back.
+    async fn release_job(&self, claim: &JobClaim) -> Result<(), StoreError> {
+        let _ = claim;
+        Ok(())
     }
     /// Gives back this process's claims when it shuts down, so that the next
     /// start (or another replica) takes its unfinished work over at once.

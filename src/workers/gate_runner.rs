@@ -10,7 +10,8 @@
 //! its L2 jobs, which are then handed to the [`VerifierRunner`].
 
 use crate::domain::ids::{L2JobId, QuestId, SessionId, SubmissionId};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,10 +25,13 @@ use crate::domain::prompt;
 use crate::domain::receipt::ReceiptParts;
 use crate::domain::session::GateConfig;
 use crate::domain::verify::{Artifact, Contract, VerifierRequest};
-use crate::domain::{Fact, Verdict};
+use crate::domain::{Fact, SubmissionVerdict, Verdict};
 use crate::gates::{Gate, GateOutcome, GateRegistry, HOLDERS_SHOWN, SessionView};
-use crate::store::{Decided, GateDecision, Job, Store, StoreError, is_plain_field};
+use crate::store::{
+    Decided, GateDecision, GateJob, Job, JobClaim, Store, StoreError, is_plain_field,
+};
 use crate::workers::VerifierRunner;
+use crate::workers::claims::{self, Held};
 
 /// One result to check for one quest.
 pub struct Check<'a> {
@@ -52,6 +56,9 @@ struct Inner {
     verifiers: VerifierRunner,
     /// The longest a check may take, unless its gate declares its own.
     timeout: Duration,
+    /// Submissions queued or running here, so that one queued twice (by the
+    /// orphan scan or an event) is checked once.
+    in_flight: Mutex<HashSet<SubmissionId>>,
     /// Built gates of the sessions used most recently: a session's gate config
     /// never changes, so a gate dropped here is simply built again.
     gates: Mutex<RecentGates>,
@@ -118,17 +125,24 @@ impl GateRunner {
             registry,
             verifiers,
             timeout,
+            in_flight: Mutex::new(HashSet::new()),
             gates: Mutex::new(RecentGates::new(KEPT_GATES)),
         });
         tokio::spawn(run(inner.clone(), rx, workers.max(1), shutdown));
         GateRunner { inner, queue }
     }
 
-    /// Queues a PENDING submission.
+    /// Queues a PENDING submission, unless it is queued or running here already.
     pub fn enqueue(&self, submission_id: SubmissionId) {
-        // The receiver lives as long as the runner; after shutdown the submission
-        // stays PENDING in the store and is re-run at the next start.
-        let _ = self.queue.send(submission_id);
+        if !self.inner.in_flight().insert(submission_id) {
+            return;
+        }
+        // The receiver lives as long as the runner; after shutdown (or on an
+        // API-only replica) the submission stays PENDING in the store, for the
+        // next start or a replica with workers.
+        if self.queue.send(submission_id).is_err() {
+            self.inner.in_flight().remove(&submission_id);
+        }
     }
 
     /// Queues every PENDING submission in the store (at start-up).
@@ -194,46 +208,81 @@ async fn run(
         let (inner, shutdown) = (inner.clone(), shutdown.clone());
         tokio::spawn(async move {
             inner.run_until_decided(id, &shutdown).await;
+            inner.in_flight().remove(&id);
             drop(permit);
         });
     }
+}
+
+/// What a claimed check came to.
+enum Claimed {
+    Decided,
+    /// An earlier holder decided it: not checked again.
+    AlreadyDecided,
+    /// The claim lapsed before the verdict was recorded: nothing recorded.
+    Lost,
 }
 
 /// The longest pause between two attempts at a submission the store failed on.
 const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
 
 impl Inner {
-    /// Runs a submission until its decision is stored. A store failure is retried
-    /// with back-off (a quest must never stay `checking` for want of a retry);
-    /// only shutdown stops it, leaving the submission PENDING for the next start.
+    fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<SubmissionId>> {
+        self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs a submission until its decision is stored, under a renewed claim
+    /// (see [`claims`]). A store failure is retried with back-off (a quest must
+    /// never stay `checking` for want of a retry); only shutdown stops it,
+    /// leaving the submission PENDING for the next start, or a lost claim,
+    /// leaving it to the holder that took it over.
     async fn run_until_decided(&self, id: SubmissionId, shutdown: &CancellationToken) {
+        let claimed = self
+            .retrying(id, shutdown, || {
+                self.store.claim_job(Job::Gate(id), claims::CLAIM_SECONDS)
+            })
+            .await;
+        // `None`: another runner (of this replica or another) holds the check.
+        let Some(Some(claim)) = claimed else {
+            return;
+        };
+        let work = self.retrying(id, shutdown, || self.decide_claimed(id, &claim));
+        if let Held::Lost | Held::Done(Some(Claimed::Lost)) =
+            claims::hold(self.store.as_ref(), &claim, work).await
+        {
+            tracing::warn!(submission = %id, "the claim on this check was lost: its verdict is not recorded here");
+            return;
+        }
+        if let Err(e) = self.store.release_job(&claim).await {
+            // It lapses by itself within moments.
+            tracing::warn!(submission = %id, error = %e, "the claim on a decided check was not released");
+        }
+    }
+
+    /// Runs a store call until it succeeds; `None` on shutdown, or when the
+    /// submission or its quest is gone.
+    async fn retrying<T, F, Fut>(
+        &self,
+        id: SubmissionId,
+        shutdown: &CancellationToken,
+        mut call: F,
+    ) -> Option<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, StoreError>>,
+    {
         let mut delay = Duration::from_millis(100);
-        // The claim outlasts the gate's own deadline, so that no other replica
-        // runs the same check while this one still may finish it.
-        let claim = (self.timeout.as_secs() * 2 + 60).min(u64::from(u32::MAX)) as u32;
-        let mut claimed = false;
         loop {
-            let attempt = async {
-                if !claimed {
-                    claimed = self.store.claim_job(Job::Gate(id), claim).await?;
-                    if !claimed {
-                        return Ok(None);
-                    }
-                }
-                self.run_once(id).await.map(Some)
-            };
-            match attempt.await {
-                // Another replica holds the check: it decides the submission.
-                Ok(None) => return,
-                Ok(Some(_)) => return,
+            match call().await {
+                Ok(value) => return Some(value),
                 Err(StoreError::NotFound(what)) => {
                     tracing::error!(submission = %id, what, "nothing to decide: the submission or its quest is gone");
-                    return;
+                    return None;
                 }
                 Err(e) => {
                     tracing::warn!(submission = %id, error = %e, retry_in_ms = delay.as_millis() as u64, "gate run failed; retrying");
                     tokio::select! {
-                        _ = shutdown.cancelled() => return,
+                        _ = shutdown.cancelled() => return None,
                         _ = tokio::time::sleep(delay) => {}
                     }
                     delay = (delay * 2).min(MAX_RETRY_DELAY);
@@ -242,8 +291,38 @@ impl Inner {
         }
     }
 
+    /// [`Inner::run_once`] for the holder of `claim`: a submission decided
+    /// meanwhile (by an earlier holder) is not checked again, and the verdict
+    /// is recorded only if a renewal just before says the claim still lives.
+    async fn decide_claimed(
+        &self,
+        submission_id: SubmissionId,
+        claim: &JobClaim,
+    ) -> Result<Claimed, StoreError> {
+        let job = self.store.gate_job(submission_id).await?;
+        if job.submission.verdict != SubmissionVerdict::Pending {
+            return Ok(Claimed::AlreadyDecided);
+        }
+        let decision = self.decide_job(&job).await?;
+        let record = self.store.apply_verdict(submission_id, decision);
+        let Some(decided) = claims::record_if_held(self.store.as_ref(), claim, record).await?
+        else {
+            return Ok(Claimed::Lost);
+        };
+        self.verifiers.enqueue(decided.l2_jobs.iter().copied());
+        Ok(Claimed::Decided)
+    }
+
     async fn run_once(&self, submission_id: SubmissionId) -> Result<Decided, StoreError> {
         let job = self.store.gate_job(submission_id).await?;
+        let decision = self.decide_job(&job).await?;
+        let decided = self.store.apply_verdict(submission_id, decision).await?;
+        self.verifiers.enqueue(decided.l2_jobs.iter().copied());
+        Ok(decided)
+    }
+
+    /// Runs the session's gate on a submission.
+    async fn decide_job(&self, job: &GateJob) -> Result<GateDecision, StoreError> {
         let gate = self.gate(job.submission.session_id, &job.config.gate);
         let check = Check {
             session_id: job.submission.session_id,
@@ -253,10 +332,7 @@ impl Inner {
             result: &job.submission.result,
             config: &job.config,
         };
-        let decision = self.decide(&check, gate).await?;
-        let decided = self.store.apply_verdict(submission_id, decision).await?;
-        self.verifiers.enqueue(decided.l2_jobs.iter().copied());
-        Ok(decided)
+        self.decide(&check, gate).await
     }
 
     /// Runs `gate` on one result and seals the decision: verdict, facts,

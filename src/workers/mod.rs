@@ -3,6 +3,7 @@
 //! sweeper and the orphan scan (work of a replica that died). Each exposes one idempotent step that tests drive directly; a thin
 //! loop around it runs until shutdown.
 
+pub mod claims;
 pub mod gate_runner;
 pub mod orphans;
 pub mod sweeper;

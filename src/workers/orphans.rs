@@ -2,11 +2,15 @@
 //! unanswered L2 job whose claim expired, or that was never claimed because
 //! the replica that took it died) goes to this replica's runners, whose claims
 //! make sure it runs once. A store that one process alone uses has no orphans.
+//! The scan runs on replicas with workers only.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
+
+use crate::domain::{EventKind, Phase, QuestEvent};
 
 use crate::store::{Job, Store, StoreError};
 use crate::workers::{GateRunner, VerifierRunner};
@@ -31,11 +35,14 @@ pub async fn run_once(
     Ok(jobs.len())
 }
 
-/// Scans every `every` until `shutdown` fires.
+/// Scans every `every` until `shutdown` fires. Between scans, a submission
+/// another replica recorded PENDING (it may run no workers) is queued as soon
+/// as its event arrives; the claims keep it from running twice.
 pub async fn run(
     store: Arc<dyn Store>,
     gates: GateRunner,
     verifiers: VerifierRunner,
+    mut events: broadcast::Receiver<QuestEvent>,
     every: Duration,
     shutdown: CancellationToken,
 ) {
@@ -44,6 +51,19 @@ pub async fn run(
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
+            event = events.recv() => {
+                match event {
+                    Ok(e) => {
+                        if let (EventKind::Submitted, Some(Phase::Checking), Some(id)) = (e.kind, e.phase, e.submission_id) {
+                            gates.enqueue(id);
+                        }
+                    }
+                    // Missed events are found by the next scan.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => break,
+                }
+                continue;
+            }
             _ = tick.tick() => {}
         }
         match run_once(store.as_ref(), &gates, &verifiers).await {

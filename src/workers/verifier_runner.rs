@@ -35,12 +35,9 @@ use crate::domain::State;
 use crate::domain::verify::{Answer, L2JobStatus, Question};
 use crate::store::{Job, L2Job, L2Recorded, NewL2Answer, Store, StoreError};
 use crate::verifiers::{AskError, Declared, VerifierRegistry};
+use crate::workers::claims::{self, Held};
 
 /// The first pause after a transient failure; it doubles up to [`MAX_BACKOFF`].
-/// How much longer than its verifier's deadline a replica's claim on one L2
-/// question lasts (waiting for a permit, recording the answer), so that no
-/// other replica asks the same question (no second LLM call) while it lives.
-const CLAIM_MARGIN: Duration = Duration::from_secs(300);
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// The first pause after a store failure; it doubles up to [`MAX_STORE_RETRY`].
@@ -96,9 +93,10 @@ impl VerifierRunner {
     /// running here is skipped.
     pub fn enqueue(&self, jobs: impl IntoIterator<Item = L2JobId>) {
         for id in jobs {
-            if self.inner.in_flight().insert(id) {
-                // After shutdown the job stays queued in the store for the next start.
-                let _ = self.queue.send(id);
+            // After shutdown (or on an API-only replica) the job stays queued
+            // in the store, for the next start or a replica with workers.
+            if self.inner.in_flight().insert(id) && self.queue.send(id).is_err() {
+                self.inner.in_flight().remove(&id);
             }
         }
     }
@@ -163,30 +161,51 @@ impl Inner {
             return; // an earlier run asked and recorded it
         }
         // Of several replicas, the one holding the claim asks; the others leave it.
-        let deadline = self
-            .verifiers
-            .get(&job.verifier)
-            .map_or(Duration::ZERO, |d| d.timeout);
-        let seconds = (deadline + CLAIM_MARGIN).as_secs().min(u64::from(u32::MAX)) as u32;
         let claimed = until_stored(id, shutdown, || {
-            self.store.claim_job(Job::Verify(id), seconds)
+            self.store.claim_job(Job::Verify(id), claims::CLAIM_SECONDS)
         })
         .await;
-        if claimed != Some(true) {
+        let Some(Some(claim)) = claimed else {
             return;
+        };
+        let work = async {
+            // Read again under the claim: an earlier holder may have answered it
+            // since the read above.
+            let job = until_stored(id, shutdown, || self.store.l2_job(id)).await?;
+            if job.status == L2JobStatus::Answered {
+                return Some(true);
+            }
+            let _permit = match self.permits.get(&job.verifier) {
+                // The semaphores are never closed.
+                Some(permits) => permits.clone().acquire_owned().await.ok(),
+                None => None,
+            };
+            let (answer, latency) = self.ask(&job).await;
+            let recorded = until_stored(id, shutdown, || {
+                let record = self.store.record_l2_answer(answer.clone());
+                claims::record_if_held(self.store.as_ref(), &claim, record)
+            })
+            .await?;
+            let Some(recorded) = recorded else {
+                return Some(false);
+            };
+            record_metrics(&recorded, latency);
+            Some(true)
+        };
+        match claims::hold(self.store.as_ref(), &claim, work).await {
+            Held::Done(Some(true)) => {
+                if let Err(e) = self.store.release_job(&claim).await {
+                    // It lapses by itself within moments.
+                    tracing::warn!(job = %id, error = %e, "the claim on an answered L2 job was not released");
+                }
+            }
+            // Shut down (its claims are given back with all of this replica's),
+            // or the job is gone.
+            Held::Done(None) => {}
+            Held::Done(Some(false)) | Held::Lost => {
+                tracing::warn!(job = %id, "the claim on this L2 job was lost: its answer is not recorded here");
+            }
         }
-        let _permit = match self.permits.get(&job.verifier) {
-            // The semaphores are never closed.
-            Some(permits) => permits.clone().acquire_owned().await.ok(),
-            None => None,
-        };
-        let (answer, latency) = self.ask(&job).await;
-        let Some(recorded) =
-            until_stored(id, shutdown, || self.store.record_l2_answer(answer.clone())).await
-        else {
-            return;
-        };
-        record_metrics(&recorded, latency);
     }
 
     /// Asks the job's verifier, retries included; the outcome and how long it took.

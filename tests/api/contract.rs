@@ -23,9 +23,9 @@ use crate::helpers::contact_config;
 use crate::postgres::{TestDatabase, refuse_rows};
 
 /// A fresh store of one backend, its events, and what keeps it alive.
-struct Backend {
-    name: &'static str,
-    store: Arc<dyn Store>,
+pub(crate) struct Backend {
+    pub(crate) name: &'static str,
+    pub(crate) store: Arc<dyn Store>,
     events: broadcast::Receiver<QuestEvent>,
     _dir: tempfile::TempDir,
     /// Dropped after the store (fields drop in order), which ends its connections.
@@ -34,7 +34,7 @@ struct Backend {
 
 /// A fresh store of every backend available: SQLite always, PostgreSQL when
 /// the local server answers (else the test says it skipped that backend).
-async fn backends(test: &str) -> Vec<Backend> {
+pub(crate) async fn backends(test: &str) -> Vec<Backend> {
     let dir = tempfile::tempdir().unwrap();
     let (tx, events) = broadcast::channel(65_536);
     let store = SqliteStore::open(&dir.path().join("q.db"), Arc::new(SystemClock), tx)
@@ -633,62 +633,6 @@ async fn on_postgres_an_event_committed_after_a_later_numbered_one_is_not_skippe
     next_of(&mut seen, EventKind::Lapsed).await;
     slow.commit().await.unwrap();
     next_of(&mut seen, EventKind::Released).await;
-}
-
-#[tokio::test]
-async fn on_postgres_a_job_claimed_by_one_replica_is_left_alone_by_the_others_until_its_claim_expires()
- {
-    let test = "on_postgres_a_job_claimed_by_one_replica_is_left_alone_by_the_others_until_its_claim_expires";
-    let Some(db) = TestDatabase::create_or_skip(test).await else {
-        return;
-    };
-    let clock = Arc::new(quest::testing::ManualClock::new());
-    let open = || {
-        PgStore::open(
-            &db.url,
-            TimeSource::Clock(clock.clone()),
-            broadcast::channel(1024).0,
-        )
-    };
-    let (a, b) = (open().await.unwrap(), open().await.unwrap());
-    let s = session(&a, 1).await;
-    let token = TokenId::new();
-    let [(quest, lease)] = lease_all(&a, s, token, 1).await[..] else {
-        panic!()
-    };
-    let SubmitOutcome::Recorded { view, .. } = a
-        .submit(result(quest, lease, token, "a@b.test"), None)
-        .await
-        .unwrap()
-    else {
-        panic!("recorded")
-    };
-    let job = quest::store::Job::Gate(view.submission.id);
-    assert_eq!(
-        b.orphaned_jobs(0).await.unwrap(),
-        [job],
-        "nobody holds the PENDING submission yet"
-    );
-    assert!(
-        b.orphaned_jobs(60).await.unwrap().is_empty(),
-        "within the grace its own replica is about to claim it"
-    );
-    assert!(a.claim_job(job, 60).await.unwrap(), "A claims it");
-    assert!(
-        !b.claim_job(job, 60).await.unwrap(),
-        "B may not while A's claim lives"
-    );
-    assert!(!a.claim_job(job, 60).await.unwrap(), "nor A a second time");
-    assert!(b.orphaned_jobs(0).await.unwrap().is_empty());
-    // A dies; its claim runs out.
-    clock.advance(std::time::Duration::from_secs(61));
-    assert_eq!(b.orphaned_jobs(0).await.unwrap(), [job]);
-    let claims = join_all((0..8).map(|_| b.claim_job(job, 60))).await;
-    assert_eq!(
-        claims.into_iter().filter(|c| *c.as_ref().unwrap()).count(),
-        1,
-        "of concurrent claims exactly one gets the job"
-    );
 }
 
 #[tokio::test]

@@ -2,7 +2,6 @@
 //! quest ends in an impossible state, leases are honoured or swept, and
 //! submissions that were still being checked are decided after the restart.
 
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +9,7 @@ use quest::store::{NewSubmission, SubmitOutcome};
 use serde_json::{Value, json};
 
 use crate::helpers::*;
+use crate::server::{Server, call};
 
 #[tokio::test]
 async fn a_graceful_restart_keeps_leases_and_decisions() {
@@ -106,92 +106,6 @@ async fn poll_verdict(app: &TestApp, submission: &str) -> Value {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     panic!("submission {submission} was never decided");
-}
-
-/// The real binary, started on a data dir; killed with SIGKILL on drop.
-pub(crate) struct Server {
-    child: Child,
-    pub(crate) base: String,
-}
-
-impl Server {
-    /// Starts the binary, with `--config FILE` when given.
-    pub(crate) async fn start_with(
-        dir: &std::path::Path,
-        config: Option<&std::path::Path>,
-    ) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_quest"))
-            .args([
-                "serve",
-                "--bind",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-            ])
-            .arg(dir)
-            .args(
-                config
-                    .map(|c| ["--config".as_ref(), c.as_os_str()])
-                    .into_iter()
-                    .flatten(),
-            )
-            .env("QUEST_ADMIN_TOKEN", "crash-admin")
-            .env("QUEST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("the quest binary starts");
-        // Owned by a `Server` at once, so that a panic below still kills and reaps it.
-        let server = Server {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-        };
-        let client = reqwest::Client::new();
-        for _ in 0..500 {
-            if client
-                .get(format!("{}/readyz", server.base))
-                .send()
-                .await
-                .is_ok_and(|r| r.status() == 200)
-            {
-                return server;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        panic!("the server did not become ready");
-    }
-
-    pub(crate) fn kill(&mut self) {
-        let _ = self.child.kill(); // SIGKILL: no graceful anything
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-pub(crate) async fn call(
-    client: &reqwest::Client,
-    base: &str,
-    path: &str,
-    body: Value,
-) -> Option<(u16, Value)> {
-    let r = client
-        .post(format!("{base}{path}"))
-        .bearer_auth("crash-admin")
-        .json(&body)
-        .send()
-        .await
-        .ok()?;
-    let status = r.status().as_u16();
-    Some((status, r.json().await.ok()?))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -308,7 +222,7 @@ async fn kill_9_loop(
     while acknowledged.lock().unwrap().len() < 60 {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    server.kill();
+    server.kill().await;
     for agent in agents {
         agent.await.unwrap();
     }
@@ -327,7 +241,7 @@ async fn kill_9_loop(
         async move {
             client
                 .get(url)
-                .bearer_auth("crash-admin")
+                .bearer_auth(crate::server::ADMIN)
                 .send()
                 .await
                 .unwrap()

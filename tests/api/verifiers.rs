@@ -713,7 +713,7 @@ async fn pending_jobs_finish_after_a_restart_and_end_pass_or_review() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_while_verifiers_work_loses_no_job_and_the_quests_end_pass_or_review() {
-    use crate::restart::{Server, call};
+    use crate::server::{Server, call};
     let hang = || Behaviour::Hang;
     let hanging = [
         FakeLlm::start("judge-alpha", hang()).await,
@@ -781,7 +781,7 @@ async fn kill_9_while_verifiers_work_loses_no_job_and_the_quests_end_pass_or_rev
             "the verifiers were asked before the crash"
         );
     }
-    server.kill();
+    server.kill().await;
 
     let judge = || {
         Behaviour::flags_when(
@@ -803,7 +803,7 @@ async fn kill_9_while_verifiers_work_loses_no_job_and_the_quests_end_pass_or_rev
         for _ in 0..1500 {
             view = client
                 .get(format!("{}/v1/quests/{quest}", server.base))
-                .bearer_auth("crash-admin")
+                .bearer_auth(crate::server::ADMIN)
                 .send()
                 .await
                 .unwrap()

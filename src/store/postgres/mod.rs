@@ -99,11 +99,22 @@ pub fn describe_open_error(e: &StoreError) -> String {
 impl PgStore {
     /// Connects to the database `url` names, runs the migrations under an
     /// advisory lock (replicas starting together migrate once) and returns the
-    /// store. Events of committed writes go to `events`.
+    /// store, with a pool of [`crate::config::DEFAULT_POOL_SIZE`] connections.
+    /// Events of committed writes go to `events`.
     pub async fn open(
         url: &str,
         time: TimeSource,
         events: broadcast::Sender<QuestEvent>,
+    ) -> Result<PgStore, StoreError> {
+        PgStore::open_with_pool(url, time, events, crate::config::DEFAULT_POOL_SIZE).await
+    }
+
+    /// [`PgStore::open`] with at most `pool_size` connections.
+    pub async fn open_with_pool(
+        url: &str,
+        time: TimeSource,
+        events: broadcast::Sender<QuestEvent>,
+        pool_size: u32,
     ) -> Result<PgStore, StoreError> {
         let options = PgConnectOptions::from_str(url)?;
         // One connection first: an unreachable server or a refusal is its
@@ -121,7 +132,7 @@ impl PgStore {
         migrated?;
         let _ = conn.close().await;
         let pool = PgPoolOptions::new()
-            .max_connections(16)
+            .max_connections(pool_size.max(1))
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(options)
             .await?;
@@ -498,11 +509,23 @@ impl Store for PgStore {
         console::quest_page(&self.db.pool, session_id, query).await
     }
 
-    async fn claim_job(&self, job: Job, seconds: u32) -> Result<bool, StoreError> {
+    async fn claim_job(&self, job: Job, seconds: u32) -> Result<Option<JobClaim>, StoreError> {
         self.write((self.db.origin, job, seconds), |tx, (o, j, s)| {
             Box::pin(jobs::claim(tx, o, j, s))
         })
         .await
+    }
+
+    async fn renew_job(&self, claim: &JobClaim, seconds: u32) -> Result<bool, StoreError> {
+        self.write((*claim, seconds), |tx, (c, s)| {
+            Box::pin(jobs::renew(tx, c, s))
+        })
+        .await
+    }
+
+    async fn release_job(&self, claim: &JobClaim) -> Result<(), StoreError> {
+        self.write(*claim, |tx, c| Box::pin(jobs::release(tx, c)))
+            .await
     }
 
     async fn release_jobs(&self) -> Result<(), StoreError> {
