@@ -5,8 +5,8 @@
 //!
 //! A batcher takes whatever requests are queued (up to [`MAX_BATCH`], two of
 //! the same key never in one batch) and runs them together while the next
-//! ones queue ([`IN_FLIGHT`] says why one batch of a kind runs at a time). A batch answers each request on its own: a request the rules
-//! refuse (a lease cap, a session that does not exist) is answered so and
+//! ones queue ([`IN_FLIGHT`] says why one batch of a kind runs at a time).
+//! A batch answers each request on its own: a request the rules refuse (a lease cap, a session that does not exist) is answered so and
 //! writes nothing. When the database refuses the batch (a constraint or a
 //! trigger), its requests run again one by one, each in a transaction of its
 //! own, so that only the guilty one fails; a race another replica won
