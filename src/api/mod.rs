@@ -1,18 +1,19 @@
 //! Wire types of the HTTP/JSON API (v1), shared by the server, clients and the
 //! OpenAPI document. Conversions from store rows live here too, so handlers stay thin.
 
-use crate::domain::ids::{LeaseId, QuestId, SessionId, SubmissionId, TokenId};
+use crate::domain::ids::{LeaseId, QuestId, RecheckRunId, SessionId, SubmissionId, TokenId};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::domain::recheck::{self, Mark};
 use crate::domain::session::SessionConfig;
 use crate::domain::verify::{Answer, FlagOn};
-use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict};
+use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict, Verdict};
 use crate::store::{
-    Counts, L2AnswerRow, PairStats, QuestRow, ReviewDecisionRow, SessionRow, SessionStatus,
-    SubmissionRow, TokenRow, VerifierStats,
+    Counts, L2AnswerRow, PairStats, QuestRow, RecheckRow, RecheckRunRow, RecheckSummary,
+    ReviewDecisionRow, SessionRow, SessionStatus, SubmissionRow, TokenRow, VerifierStats,
 };
 
 /// The body of every refusal.
@@ -82,6 +83,95 @@ pub struct Status {
     /// How often each pair of AI verifiers gave the same answer to the same question.
     #[serde(default)]
     pub agreement: Vec<VerifierAgreement>,
+    /// PASS quests whose latest re-check found the world contradicting them
+    /// (they stay PASS and count in `pass`).
+    #[serde(default)]
+    pub stale: u64,
+    /// PASS quests whose latest re-check found no answer from the world.
+    #[serde(default)]
+    pub unconfirmed: u64,
+    /// When the latest re-check run finished; null while it runs, or before the first.
+    #[serde(default)]
+    pub rechecked_at: Option<DateTime<Utc>>,
+    /// The latest re-check run, finished or not.
+    #[serde(default)]
+    pub recheck: Option<RecheckRun>,
+}
+
+/// One re-check run over a session's PASS quests.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct RecheckRun {
+    pub id: RecheckRunId,
+    pub session_id: SessionId,
+    /// The token name that started it, or `schedule`.
+    pub started_by: String,
+    pub started_at: DateTime<Utc>,
+    /// The PASS quests it re-checks.
+    pub total: u64,
+    /// Those re-checked so far.
+    pub done: u64,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+impl From<RecheckRunRow> for RecheckRun {
+    fn from(r: RecheckRunRow) -> Self {
+        RecheckRun {
+            id: r.id,
+            session_id: r.session_id,
+            started_by: r.started_by,
+            started_at: r.started_at,
+            total: r.total,
+            done: r.done,
+            finished_at: r.finished_at,
+        }
+    }
+}
+
+/// One re-check of a PASS quest: its gate run again on the accepted result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct Recheck {
+    pub run_id: RecheckRunId,
+    /// The accepted submission that was re-checked.
+    pub submission_id: Option<SubmissionId>,
+    pub verdict: Verdict,
+    pub outcome: recheck::Outcome,
+    /// What it left on the quest: `stale`, `unconfirmed`, or null (confirmed).
+    pub mark: Option<Mark>,
+    pub facts: Vec<Fact>,
+    #[schema(value_type = Vec<Object>)]
+    pub evidence: Vec<Value>,
+    pub gate: String,
+    pub gate_version: String,
+    /// The gate version that passed the quest.
+    pub passed_gate_version: Option<String>,
+    /// Whether the gate's version differs from the one that passed the quest.
+    pub gate_changed: bool,
+    /// SHA-256 over input, result, facts, evidence and gate: the re-check's own receipt.
+    pub digest: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl From<RecheckRow> for Recheck {
+    fn from(r: RecheckRow) -> Self {
+        Recheck {
+            gate_changed: r
+                .passed_gate_version
+                .as_deref()
+                .is_some_and(|v| v != r.gate_version),
+            run_id: r.run_id,
+            submission_id: r.submission_id,
+            verdict: r.verdict,
+            outcome: r.outcome,
+            mark: r.mark,
+            facts: r.facts,
+            evidence: r.evidence,
+            gate: r.gate,
+            gate_version: r.gate_version,
+            passed_gate_version: r.passed_gate_version,
+            digest: r.digest,
+            created_at: r.created_at,
+        }
+    }
 }
 
 /// One AI verifier's figures in one session.
@@ -184,7 +274,20 @@ impl Status {
             eta_seconds,
             verifiers: s.verifiers.iter().map(VerifierStatus::from).collect(),
             agreement: s.agreement.iter().map(VerifierAgreement::from).collect(),
+            stale: 0,
+            unconfirmed: 0,
+            rechecked_at: None,
+            recheck: None,
         }
+    }
+
+    /// Adds a session's re-check figures.
+    pub fn with_recheck(mut self, r: RecheckSummary) -> Status {
+        self.stale = r.stale;
+        self.unconfirmed = r.unconfirmed;
+        self.rechecked_at = r.last_run.as_ref().and_then(|run| run.finished_at);
+        self.recheck = r.last_run.map(RecheckRun::from);
+        self
     }
 }
 
@@ -435,6 +538,19 @@ pub struct Quest {
     /// `last_facts`, with `check` = `l2:<verifier>`.
     #[serde(default)]
     pub l2_answers: Vec<L2Answer>,
+    /// What the latest re-check left on a PASS quest: `stale` (the world now
+    /// contradicts the result), `unconfirmed` (it could not confirm it), or
+    /// null. The quest stays PASS either way.
+    #[serde(default)]
+    pub recheck_mark: Option<Mark>,
+    #[serde(default)]
+    pub rechecked_at: Option<DateTime<Utc>>,
+    /// The facts of the latest re-check.
+    #[serde(default)]
+    pub recheck_facts: Vec<Fact>,
+    /// Every re-check of the quest, oldest first.
+    #[serde(default)]
+    pub rechecks: Vec<Recheck>,
 }
 
 /// One AI verifier's answer to one question about an accepted submission.
@@ -511,7 +627,17 @@ impl Quest {
             submissions: submissions.into_iter().map(Submission::from).collect(),
             reviews: reviews.into_iter().map(ReviewDecision::from).collect(),
             l2_answers: l2_answers.into_iter().map(L2Answer::from).collect(),
+            recheck_mark: q.recheck_mark,
+            rechecked_at: q.rechecked_at,
+            recheck_facts: q.recheck_facts,
+            rechecks: Vec::new(),
         }
+    }
+
+    /// Adds the quest's re-checks.
+    pub fn with_rechecks(mut self, rechecks: Vec<RecheckRow>) -> Quest {
+        self.rechecks = rechecks.into_iter().map(Recheck::from).collect();
+        self
     }
 }
 

@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::work::{self, LeaseFacts, Refusal};
 use crate::domain::{EventKind, QuestEvent, QuestStatus, SubmissionVerdict, Verdict};
-use crate::store::{Counts, LeaseRow, QuestRow, StoreError, SubmissionRow};
+use crate::store::{Counts, LeaseRow, QuestRow, RecheckRow, StoreError, SubmissionRow};
 
 /// The agent name under which a release keeps a token's console figures of
 /// idle agents it folded away (`<token id>/*`).
@@ -64,7 +64,24 @@ pub fn quest_event(
             SubmissionVerdict::Review => Some(Verdict::Review),
             SubmissionVerdict::Pending => None,
         }),
+        mark: None,
         at,
+    }
+}
+
+/// The event of a PASS quest re-checked: its state is unchanged, the
+/// verdict is the re-check's, and the mark is what it left.
+pub fn recheck_event(quest: &QuestRow, recheck: &RecheckRow) -> QuestEvent {
+    QuestEvent {
+        kind: EventKind::Rechecked,
+        session_id: quest.session_id,
+        quest_id: Some(quest.id),
+        submission_id: recheck.submission_id,
+        state: Some(quest.state),
+        phase: quest.phase,
+        verdict: Some(recheck.verdict),
+        mark: recheck.mark,
+        at: recheck.created_at,
     }
 }
 
@@ -78,6 +95,7 @@ pub fn session_event(session: SessionId, at: DateTime<Utc>) -> QuestEvent {
         state: None,
         phase: None,
         verdict: None,
+        mark: None,
         at,
     }
 }
@@ -140,4 +158,17 @@ pub fn admit(
         }
     }
     (admitted, capped)
+}
+
+/// Fails unless a statement touched exactly `expected` rows: a write that
+/// found other rows than it checked changes nothing.
+pub fn expect_touched(what: &str, touched: u64, expected: u64) -> Result<(), StoreError> {
+    if touched == expected {
+        Ok(())
+    } else {
+        Err(StoreError::conflict(
+            "illegal_transition",
+            format!("{what} touched {touched} rows instead of {expected}; nothing was changed"),
+        ))
+    }
 }

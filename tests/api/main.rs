@@ -21,6 +21,7 @@ mod openapi;
 mod operations;
 mod postgres;
 mod ratchet;
+mod recheck;
 mod restart;
 mod revocation;
 mod schemathesis;
