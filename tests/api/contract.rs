@@ -23,10 +23,10 @@ use crate::helpers::contact_config;
 use crate::postgres::TestDatabase;
 
 /// A fresh store of one backend, its events, and what keeps it alive.
-struct Backend {
-    name: &'static str,
-    store: Arc<dyn Store>,
-    events: broadcast::Receiver<QuestEvent>,
+pub(crate) struct Backend {
+    pub name: &'static str,
+    pub store: Arc<dyn Store>,
+    pub events: broadcast::Receiver<QuestEvent>,
     _dir: tempfile::TempDir,
     /// Dropped after the store (fields drop in order), which ends its connections.
     _db: Option<TestDatabase>,
@@ -34,7 +34,7 @@ struct Backend {
 
 /// A fresh store of every backend available: SQLite always, PostgreSQL when
 /// the local server answers (else the test says it skipped that backend).
-async fn backends(test: &str) -> Vec<Backend> {
+pub(crate) async fn backends(test: &str) -> Vec<Backend> {
     let dir = tempfile::tempdir().unwrap();
     let (tx, events) = broadcast::channel(65_536);
     let store = SqliteStore::open(&dir.path().join("q.db"), Arc::new(SystemClock), tx)
@@ -549,7 +549,10 @@ async fn two_replicas(test: &str) -> Option<(TestDatabase, PgStore, PgStore)> {
 }
 
 /// The next event of `kind` a receiver gets, waiting up to five seconds.
-async fn next_of(events: &mut broadcast::Receiver<QuestEvent>, kind: EventKind) -> QuestEvent {
+pub(crate) async fn next_of(
+    events: &mut broadcast::Receiver<QuestEvent>,
+    kind: EventKind,
+) -> QuestEvent {
     tokio::time::timeout(std::time::Duration::from_secs(5), async {
         loop {
             let e = events

@@ -8,6 +8,7 @@ mod coalescing;
 mod command_gate;
 mod concurrency;
 mod contract;
+mod contract_rechecks;
 mod exports;
 mod fake_llm;
 mod guard;

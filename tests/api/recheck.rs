@@ -391,3 +391,49 @@ async fn a_recheck_interrupted_by_a_restart_finishes_after_it_once() {
         1
     );
 }
+
+#[tokio::test]
+async fn a_session_with_recheck_every_is_rechecked_on_schedule_and_a_bad_period_is_refused() {
+    let refused = spawn_app().await;
+    let mut config = contact_config(3);
+    config["recheck"] = json!({"every": "7 days"});
+    let answer = refused
+        .post(
+            "/v1/sessions",
+            &refused.admin,
+            json!({"config": config, "items": companies(1)}),
+        )
+        .await;
+    assert_eq!(answer.status, 422, "{}", answer.body);
+    let message = answer.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("config.recheck.every") && message.contains("\"7d\""),
+        "the message names the field and shows a good value: {message}"
+    );
+
+    let app = spawn_app_tuned(tempfile::tempdir().unwrap(), None, |c| c.sweep_seconds = 1).await;
+    let mut config = contact_config(3);
+    config["recheck"] = json!({"every": "1h"});
+    let session = app.scan(config, companies(2)).await;
+    let agent = app.token("agent", "bot").await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let pass = app
+        .submit(&agent, &quest, &lease, json!({"email": "a@firm.test"}))
+        .await
+        .expect(200);
+    assert_eq!(pass["state"], "PASS");
+    assert_eq!(
+        app.status(&session).await["recheck"],
+        Value::Null,
+        "not due yet"
+    );
+
+    app.clock.advance(Duration::from_secs(2 * 3600));
+    let view = rechecked(&app, &quest, 1).await;
+    assert_eq!(view["rechecks"][0]["outcome"], "confirmed", "{view}");
+    assert_eq!(view["recheck_mark"], Value::Null);
+    let status = app.status(&session).await;
+    assert_eq!(status["recheck"]["started_by"], "schedule", "{status}");
+    assert_eq!(status["recheck"]["total"], 1, "only the PASS quest");
+    assert_eq!(status["remaining"], 1);
+}

@@ -4,7 +4,7 @@
 //! its record, sets its mark and clears the marker in one transaction, so a
 //! restart re-runs exactly the quests still marked.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::PgPool;
 use sqlx::Row;
 use sqlx::postgres::PgRow;
@@ -95,7 +95,8 @@ pub async fn start_recheck(
         return Err(StoreError::conflict("nothing_to_recheck", NOTHING));
     }
     let id = RecheckRunId::new();
-    let now = tx.now;
+    // Times as stored (microseconds), so that what is returned reads back equal.
+    let now = tx.now.trunc_subsecs(6);
     sqlx::query(
         "INSERT INTO recheck_runs (id, session_id, started_by, started_at, total) VALUES ($1, $2, $3, $4, $5)",
     )
@@ -164,7 +165,7 @@ pub async fn record_recheck(tx: &mut Tx, new: NewRecheck) -> Result<RecheckRecor
         gate_version: new.gate_version,
         passed_gate_version: new.passed_gate_version,
         digest: new.digest,
-        created_at: tx.now,
+        created_at: tx.now.trunc_subsecs(6),
     };
     let facts = json(&recheck.facts);
     sqlx::query(

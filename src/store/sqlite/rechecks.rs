@@ -3,7 +3,7 @@
 //! record, sets its mark and clears the marker in one write, so a restart
 //! re-runs exactly the quests still marked. Writes run alone on the writer.
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteRow;
 
@@ -98,6 +98,8 @@ pub async fn start_recheck(
         return Err(StoreError::conflict("nothing_to_recheck", NOTHING));
     }
     let id = RecheckRunId::new();
+    // Times as stored (microseconds), so that what is returned reads back equal.
+    let now = ctx.now.trunc_subsecs(6);
     ctx.exec(
         sqlx::query(
             "INSERT INTO recheck_runs (id, session_id, started_by, started_at, total) VALUES (?, ?, ?, ?, ?)",
@@ -105,7 +107,7 @@ pub async fn start_recheck(
         .bind(id.to_string())
         .bind(sid.clone())
         .bind(by.clone())
-        .bind(ts(ctx.now))
+        .bind(ts(now))
         .bind(pass),
     )
     .await?;
@@ -123,7 +125,7 @@ pub async fn start_recheck(
         id,
         session_id,
         started_by: by,
-        started_at: ctx.now,
+        started_at: now,
         total: pass as u64,
         done: 0,
         finished_at: None,
@@ -174,7 +176,7 @@ pub async fn record_recheck(
         gate_version: new.gate_version,
         passed_gate_version: new.passed_gate_version,
         digest: new.digest,
-        created_at: ctx.now,
+        created_at: ctx.now.trunc_subsecs(6),
     };
     let facts = json(&recheck.facts);
     ctx.exec(
@@ -197,7 +199,7 @@ pub async fn record_recheck(
         .bind(recheck.gate_version.clone())
         .bind(recheck.passed_gate_version.clone())
         .bind(recheck.digest.clone())
-        .bind(ts(ctx.now)),
+        .bind(ts(recheck.created_at)),
     )
     .await?;
     let touched = ctx
@@ -207,7 +209,7 @@ pub async fn record_recheck(
                  WHERE id = ? AND recheck_run = ?",
             )
             .bind(recheck.mark.map(Mark::as_str))
-            .bind(ts(ctx.now))
+            .bind(ts(recheck.created_at))
             .bind(facts)
             .bind(quest_id)
             .bind(run.clone()),
@@ -220,7 +222,7 @@ pub async fn record_recheck(
              WHERE id = ? AND finished_at IS NULL
                AND NOT EXISTS (SELECT 1 FROM quests WHERE recheck_run = ?)",
         )
-        .bind(ts(ctx.now))
+        .bind(ts(recheck.created_at))
         .bind(run.clone())
         .bind(run),
     )
