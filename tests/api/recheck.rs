@@ -21,6 +21,8 @@ enum Page {
     Html(String),
     /// Never answers (the re-check stays in flight).
     Hang,
+    /// An error status (the world cannot answer now).
+    Status(u16),
 }
 
 /// A web server on loopback with one contact page that a test changes.
@@ -46,6 +48,9 @@ impl Site {
                     match page {
                         Page::Html(body) => Html(body).into_response(),
                         Page::Hang => std::future::pending::<Response>().await,
+                        Page::Status(code) => axum::http::StatusCode::from_u16(code)
+                            .unwrap()
+                            .into_response(),
                     }
                 }
             }),
@@ -75,7 +80,8 @@ fn world(clock: &Arc<ManualClock>) -> EmailWorld {
     let resolver = Arc::new(
         FakeResolver::new()
             .host("acme.test", &["127.0.0.1"])
-            .with_mx("acme.test"),
+            .with_mx("acme.test")
+            .with_mx("gmail.com"),
     );
     let allow = vec!["127.0.0.0/8".parse().unwrap()];
     let settings = FetchSettings::new(Duration::from_secs(60), allow.clone());
@@ -436,4 +442,73 @@ async fn a_session_with_recheck_every_is_rechecked_on_schedule_and_a_bad_period_
     assert_eq!(status["recheck"]["started_by"], "schedule", "{status}");
     assert_eq!(status["recheck"]["total"], 1, "only the PASS quest");
     assert_eq!(status["remaining"], 1);
+}
+
+#[tokio::test]
+async fn a_review_repeating_the_approved_reason_confirms_and_a_5xx_leaves_the_quest_unconfirmed() {
+    let site = Site::serve("<p>Mail acme.korea@gmail.com</p>").await;
+    let app = spawn(None).await;
+    let config = json!({"key_column": "company", "gate": {"kind": "email"}});
+    let session = app.scan(config, json!([{"company": "Acme"}])).await;
+    let agent = app.token("agent", "bot").await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let mut result = site.result();
+    result["email"] = json!("acme.korea@gmail.com");
+    let answer = app.submit(&agent, &quest, &lease, result).await;
+    assert!(answer.status.is_success(), "{}", answer.body);
+    let view = app.settled(&quest).await;
+    assert_eq!(
+        view["state"], "REVIEW",
+        "a free-mail address goes to a person: {view}"
+    );
+    let reviewer = app.token("reviewer", "rita").await;
+    app.post(&format!("/v1/review/{quest}/claim"), &reviewer, json!({}))
+        .await
+        .expect(200);
+    app.post(
+        &format!("/v1/review/{quest}"),
+        &reviewer,
+        json!({"decision": "approve", "note": "a small firm uses gmail"}),
+    )
+    .await
+    .expect(200);
+
+    app.clock.advance(Duration::from_secs(86_400));
+    app.post(
+        &format!("/v1/sessions/{session}/recheck"),
+        &app.admin,
+        json!({}),
+    )
+    .await
+    .expect(202);
+    let view = rechecked(&app, &quest, 1).await;
+    assert_eq!(view["rechecks"][0]["verdict"], "REVIEW", "{view}");
+    assert_eq!(view["rechecks"][0]["outcome"], "approved_again");
+    assert_eq!(
+        view["recheck_mark"],
+        Value::Null,
+        "what the reviewer accepted is no news"
+    );
+
+    site.set(Page::Status(503));
+    app.clock.advance(Duration::from_secs(86_400));
+    app.post(
+        &format!("/v1/sessions/{session}/recheck"),
+        &app.admin,
+        json!({}),
+    )
+    .await
+    .expect(202);
+    let view = rechecked(&app, &quest, 2).await;
+    assert_eq!(view["rechecks"][1]["verdict"], "REVIEW", "{view}");
+    assert_eq!(
+        view["recheck_mark"], "unconfirmed",
+        "no answer is not wrong: {view}"
+    );
+    assert_eq!(view["state"], "PASS");
+    let status = app.status(&session).await;
+    assert_eq!(
+        (status["stale"].as_u64(), status["unconfirmed"].as_u64()),
+        (Some(0), Some(1))
+    );
 }
