@@ -83,8 +83,14 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- Only updates of a PASS quest or of re-check columns call the function: the
+-- agents' loop on TODO quests pays for a comparison, not a call.
 CREATE TRIGGER quests_recheck_ratchet BEFORE UPDATE ON quests
-FOR EACH ROW EXECUTE FUNCTION quests_recheck_ratchet();
+FOR EACH ROW WHEN (OLD.state = 'PASS'
+    OR NEW.recheck_mark IS DISTINCT FROM OLD.recheck_mark OR NEW.rechecked_at IS DISTINCT FROM OLD.rechecked_at
+    OR NEW.recheck_facts::text IS DISTINCT FROM OLD.recheck_facts::text
+    OR NEW.recheck_run IS DISTINCT FROM OLD.recheck_run)
+EXECUTE FUNCTION quests_recheck_ratchet();
 
 CREATE FUNCTION rechecks_only_of_pass_quests() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
