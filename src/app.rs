@@ -28,7 +28,7 @@ use crate::service::{BOOTSTRAP_ADMIN, Service, new_secret};
 use crate::store::postgres::{PgStore, TimeSource, describe_open_error};
 use crate::store::{SqliteStore, Store};
 use crate::verifiers::VerifierRegistry;
-use crate::workers::{GateRunner, VerifierRunner, orphans, sweeper};
+use crate::workers::{GateRunner, Rechecker, VerifierRunner, orphans, sweeper};
 
 /// Opens the store `database` names. A PostgreSQL database that cannot be
 /// used is one line saying why (a bad URL, no answer, a refusal).
@@ -230,6 +230,16 @@ impl App {
             ));
         }
 
+        // Re-checks of PASS quests: resumed from their markers at once, then
+        // scanned (and schedules looked at) every sweep.
+        let rechecker = Rechecker::start(
+            store.clone(),
+            runner.clone(),
+            config.gate_workers,
+            Duration::from_secs(config.sweep_seconds.max(1)),
+            shutdown.clone(),
+        );
+
         // XLSX exports are built beside the database, not in a RAM-backed /tmp.
         let export_dir = config.data_dir.join("exports");
         std::fs::create_dir_all(&export_dir)
@@ -244,7 +254,8 @@ impl App {
                 events,
                 shutdown.clone(),
             )
-            .with_exports(exports),
+            .with_exports(exports)
+            .with_rechecker(rechecker),
         );
         let router = http::router(AppState {
             service,

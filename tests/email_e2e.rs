@@ -1208,7 +1208,10 @@ async fn a_scanned_session_of_twenty_companies_is_decided_by_the_email_gate() {
             "result_source",
             "quest_facts",
             "quest_evidence",
-            "quest_receipt"
+            "quest_receipt",
+            "quest_stale",
+            "quest_rechecked_at",
+            "quest_recheck_facts"
         ]
     );
     let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();

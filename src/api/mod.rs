@@ -7,13 +7,17 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use crate::domain::recheck::Mark;
 use crate::domain::session::SessionConfig;
 use crate::domain::verify::{Answer, FlagOn};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict};
 use crate::store::{
-    Counts, L2AnswerRow, PairStats, QuestRow, ReviewDecisionRow, SessionRow, SessionStatus,
-    SubmissionRow, TokenRow, VerifierStats,
+    Counts, L2AnswerRow, PairStats, QuestRow, RecheckRow, RecheckSummary, ReviewDecisionRow,
+    SessionRow, SessionStatus, SubmissionRow, TokenRow, VerifierStats,
 };
+
+mod recheck;
+pub use recheck::{Recheck, RecheckRun};
 
 /// The body of every refusal.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -82,6 +86,19 @@ pub struct Status {
     /// How often each pair of AI verifiers gave the same answer to the same question.
     #[serde(default)]
     pub agreement: Vec<VerifierAgreement>,
+    /// PASS quests whose latest re-check found the world contradicting them
+    /// (they stay PASS and count in `pass`).
+    #[serde(default)]
+    pub stale: u64,
+    /// PASS quests whose latest re-check found no answer from the world.
+    #[serde(default)]
+    pub unconfirmed: u64,
+    /// When the latest re-check run finished; null while it runs, or before the first.
+    #[serde(default)]
+    pub rechecked_at: Option<DateTime<Utc>>,
+    /// The latest re-check run, finished or not.
+    #[serde(default)]
+    pub recheck: Option<RecheckRun>,
 }
 
 /// One AI verifier's figures in one session.
@@ -184,7 +201,20 @@ impl Status {
             eta_seconds,
             verifiers: s.verifiers.iter().map(VerifierStatus::from).collect(),
             agreement: s.agreement.iter().map(VerifierAgreement::from).collect(),
+            stale: 0,
+            unconfirmed: 0,
+            rechecked_at: None,
+            recheck: None,
         }
+    }
+
+    /// Adds a session's re-check figures.
+    pub fn with_recheck(mut self, r: RecheckSummary) -> Status {
+        self.stale = r.stale;
+        self.unconfirmed = r.unconfirmed;
+        self.rechecked_at = r.last_run.as_ref().and_then(|run| run.finished_at);
+        self.recheck = r.last_run.map(RecheckRun::from);
+        self
     }
 }
 
@@ -435,6 +465,19 @@ pub struct Quest {
     /// `last_facts`, with `check` = `l2:<verifier>`.
     #[serde(default)]
     pub l2_answers: Vec<L2Answer>,
+    /// What the latest re-check left on a PASS quest: `stale` (the world now
+    /// contradicts the result), `unconfirmed` (it could not confirm it), or
+    /// null. The quest stays PASS either way.
+    #[serde(default)]
+    pub recheck_mark: Option<Mark>,
+    #[serde(default)]
+    pub rechecked_at: Option<DateTime<Utc>>,
+    /// The facts of the latest re-check.
+    #[serde(default)]
+    pub recheck_facts: Vec<Fact>,
+    /// Every re-check of the quest, oldest first.
+    #[serde(default)]
+    pub rechecks: Vec<Recheck>,
 }
 
 /// One AI verifier's answer to one question about an accepted submission.
@@ -511,7 +554,17 @@ impl Quest {
             submissions: submissions.into_iter().map(Submission::from).collect(),
             reviews: reviews.into_iter().map(ReviewDecision::from).collect(),
             l2_answers: l2_answers.into_iter().map(L2Answer::from).collect(),
+            recheck_mark: q.recheck_mark,
+            rechecked_at: q.rechecked_at,
+            recheck_facts: q.recheck_facts,
+            rechecks: Vec::new(),
         }
+    }
+
+    /// Adds the quest's re-checks.
+    pub fn with_rechecks(mut self, rechecks: Vec<RecheckRow>) -> Quest {
+        self.rechecks = rechecks.into_iter().map(Recheck::from).collect();
+        self
     }
 }
 

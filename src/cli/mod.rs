@@ -11,6 +11,7 @@ pub mod client;
 pub mod demo;
 pub mod guard;
 pub mod mcp;
+pub mod recheck;
 pub mod review;
 pub mod state;
 pub mod text;
@@ -102,6 +103,8 @@ pub enum Verb {
     Scan(ScanArgs),
     /// Export the original rows plus result columns.
     Export(ExportArgs),
+    /// Re-check the session's PASS quests against the world as it is now (admin).
+    Recheck(recheck::RecheckArgs),
     /// Work the human review queue (interactive without a subcommand).
     Review(review::ReviewArgs),
     /// Manage API tokens.
@@ -308,6 +311,7 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
         Verb::Status(a) => status(&ctx, a).await,
         Verb::Scan(a) => scan(&ctx, a).await,
         Verb::Export(a) => export(&ctx, a).await,
+        Verb::Recheck(a) => recheck::run(&ctx, a).await,
         Verb::Review(a) => review::run(&ctx, a).await,
         Verb::Token(t) => token(&ctx, t).await,
         Verb::Backup(args) => backup::run(&ctx, args).await,
@@ -573,6 +577,20 @@ pub fn status_table(sessions: &[Session]) -> String {
             st.remaining,
             st.rate_per_minute
         ));
+        if let Some(at) = st.rechecked_at.filter(|_| st.recheck.is_some()) {
+            out.push_str(&format!(
+                "{:<24} re-checked {}: {} stale, {} unconfirmed (they stay PASS)\n",
+                "",
+                at.format("%Y-%m-%d %H:%M UTC"),
+                st.stale,
+                st.unconfirmed
+            ));
+        } else if let Some(run) = st.recheck.as_ref().filter(|r| r.finished_at.is_none()) {
+            out.push_str(&format!(
+                "{:<24} re-checking: {}/{} done, {} stale, {} unconfirmed so far\n",
+                "", run.done, run.total, st.stale, st.unconfirmed
+            ));
+        }
     }
     if sessions.is_empty() {
         out.push_str(
@@ -840,6 +858,10 @@ mod tests {
             eta_seconds: None,
             verifiers: Vec::new(),
             agreement: Vec::new(),
+            stale: 0,
+            unconfirmed: 0,
+            rechecked_at: None,
+            recheck: None,
         };
         assert_eq!(bar(&s, 10), "[####?x....]");
     }

@@ -77,6 +77,8 @@ id_type! {
     TokenId;
     /// One question put to one AI verifier about one submission.
     L2JobId;
+    /// One re-check run over a session's PASS quests.
+    RecheckRunId;
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ macro_rules! text_enum {
 pub mod ids;
 pub mod prompt;
 pub mod receipt;
+pub mod recheck;
 pub mod session;
 pub mod table;
 pub mod verify;
@@ -362,6 +363,8 @@ pub enum EventKind {
     /// The AI verifiers finished: the quest left `verifying` for PASS or REVIEW.
     Verified,
     Reviewed,
+    /// A PASS quest was re-checked: its mark may have changed, never its state.
+    Rechecked,
 }
 
 /// One state change, published after it is durable.
@@ -374,6 +377,9 @@ pub struct QuestEvent {
     pub state: Option<State>,
     pub phase: Option<Phase>,
     pub verdict: Option<Verdict>,
+    /// A re-check's mark on the quest (`rechecked` events only; none: confirmed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark: Option<recheck::Mark>,
     pub at: DateTime<Utc>,
 }
 

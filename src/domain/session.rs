@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::recheck::Every;
 use super::verify::VerifyConfig;
 
 /// The configuration a session is created with (the `config` part of a scan).
@@ -37,6 +38,24 @@ pub struct SessionConfig {
     /// AI verifiers (L2) that look at every L1 PASS and may only raise doubt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifyConfig>,
+    /// Re-checks of the PASS quests on a schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recheck: Option<RecheckConfig>,
+}
+
+/// When a session's PASS quests are re-checked against the world.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RecheckConfig {
+    /// How often: a number and a unit, `h`, `d` or `w` (e.g. `"7d"`).
+    pub every: String,
+}
+
+impl RecheckConfig {
+    /// The parsed schedule (checked at scan time).
+    pub fn every(&self) -> Option<Every> {
+        Every::parse(&self.every).ok()
+    }
 }
 
 /// The gate of a session: its kind and that kind's own parameters.
@@ -119,6 +138,12 @@ impl SessionConfig {
             return bad("config.gate.kind", "name a gate, e.g. \"schema\"");
         }
         config.verify = config.verify.map(VerifyConfig::check).transpose()?;
+        if let Some(recheck) = &config.recheck {
+            Every::parse(&recheck.every).map_err(|message| ConfigError {
+                field: "config.recheck.every",
+                message,
+            })?;
+        }
         Ok(config)
     }
 }
@@ -133,6 +158,14 @@ mod tests {
         let c = SessionConfig::parse(json!({"gate": {"kind": "schema", "schema": {}}})).unwrap();
         assert_eq!((c.max_tries, c.max_lapses, c.lease_seconds), (3, 3, 300));
         assert_eq!(c.gate.params["schema"], json!({}));
+        assert_eq!(c.recheck, None);
+        let c =
+            SessionConfig::parse(json!({"gate": {"kind": "schema"}, "recheck": {"every": "7d"}}))
+                .unwrap();
+        assert_eq!(
+            c.recheck.unwrap().every().unwrap().duration().as_secs(),
+            7 * 86_400
+        );
     }
 
     #[test]
@@ -150,6 +183,10 @@ mod tests {
             (
                 json!({"gate": {"kind": "schema"}, "verify": {"verifiers": []}}),
                 "config.verify.verifiers",
+            ),
+            (
+                json!({"gate": {"kind": "schema"}, "recheck": {"every": "7 days"}}),
+                "config.recheck.every",
             ),
         ] {
             assert_eq!(SessionConfig::parse(config).unwrap_err().field, field);

@@ -111,7 +111,18 @@ impl Plan {
         if extra {
             added.push("result_extra".into());
         }
-        added.extend(["quest_facts", "quest_evidence", "quest_receipt"].map(String::from));
+        added.extend(
+            [
+                "quest_facts",
+                "quest_evidence",
+                "quest_receipt",
+                // After SPEC §6's columns: what the latest re-check found.
+                "quest_stale",
+                "quest_rechecked_at",
+                "quest_recheck_facts",
+            ]
+            .map(String::from),
+        );
         // An added column never hides an original one: a clash gets a numbered suffix.
         let mut taken: std::collections::HashSet<String> = columns.iter().cloned().collect();
         let mut header = columns.clone();
@@ -174,6 +185,18 @@ impl Plan {
             Value::String(serde_json::to_string(&row.last_evidence).unwrap_or_default())
         });
         v.push(row.receipt.clone().map_or(Value::Null, Value::String));
+        v.push(
+            row.recheck_mark
+                .map_or(Value::Null, |m| Value::String(m.as_str().to_owned())),
+        );
+        v.push(row.rechecked_at.map_or(Value::Null, |t| {
+            Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
+        }));
+        v.push(if row.recheck_facts.is_empty() {
+            Value::Null
+        } else {
+            Value::String(serde_json::to_string(&row.recheck_facts).unwrap_or_default())
+        });
         v
     }
 }
@@ -398,7 +421,10 @@ mod tests {
                 "result_email_2",
                 "quest_facts",
                 "quest_evidence",
-                "quest_receipt"
+                "quest_receipt",
+                "quest_stale",
+                "quest_rechecked_at",
+                "quest_recheck_facts"
             ]
         );
     }

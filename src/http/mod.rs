@@ -138,6 +138,7 @@ fn api_router() -> OpenApiRouter<AppState> {
     let rest = OpenApiRouter::new()
         .routes(routes!(sessions::get_session))
         .routes(routes!(sessions::get_status))
+        .routes(routes!(sessions::start_recheck))
         .routes(routes!(sessions::get_source))
         .routes(routes!(sessions::stream_events))
         .routes(routes!(sessions::export_session))

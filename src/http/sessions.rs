@@ -15,7 +15,7 @@ use tokio_stream::wrappers::BroadcastStream;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::*;
-use crate::api::{CreateSessionRequest, ErrorBody, ExportQuery, Session, Status};
+use crate::api::{CreateSessionRequest, ErrorBody, ExportQuery, RecheckRun, Session, Status};
 use crate::domain::session::SessionConfig;
 use crate::domain::table::ItemsJsonl;
 use crate::export::ExportFormat;
@@ -138,6 +138,26 @@ pub async fn create_session(
         .scan(&caller.name, body.config, body.upload)
         .await?;
     Ok((StatusCode::CREATED, Json(session)))
+}
+
+/// Starts a re-check of the session's PASS quests: each one's gate runs again
+/// on its accepted result. A re-check never unlocks a quest; it marks it
+/// `stale` or `unconfirmed`, or clears the mark (see the quest's `rechecks`).
+#[utoipa::path(post, path = "/v1/sessions/{id}/recheck", tag = "sessions", operation_id = "start_recheck",
+    params(("id" = Uuid, Path, description = "Session id")),
+    responses(
+        (status = 202, body = RecheckRun, description = "The run started; status shows its progress"),
+        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 404, body = ErrorBody),
+        (status = 409, body = ErrorBody, description = "The session has no PASS quest (`nothing_to_recheck`) or a run of it is unfinished (`recheck_running`)"),
+    ))]
+pub async fn start_recheck(
+    State(state): State<AppState>,
+    caller: Caller<Administer>,
+    Path(id): Path<SessionId>,
+) -> Result<(StatusCode, Json<RecheckRun>), ApiError> {
+    let run = state.service.start_recheck(id, &caller.name).await?;
+    Ok((StatusCode::ACCEPTED, Json(run)))
 }
 
 /// Lists sessions, newest first.

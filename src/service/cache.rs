@@ -178,6 +178,9 @@ mod tests {
             review_claim_expires_at: None,
             repeated_failure: false,
             updated_at: chrono::Utc::now(),
+            recheck_mark: None,
+            rechecked_at: None,
+            recheck_facts: vec![],
         };
         let ids = [QuestId::new(), QuestId::new(), QuestId::new()];
         for id in ids {

@@ -56,6 +56,17 @@ pub struct AgentFigures {
     pub stats: AgentStatsRow,
     /// Submissions per PASS, over its PASSes; `None` before the first.
     pub mean_tries_to_pass: Option<f64>,
+    /// Of its quests that are PASS now, how many a re-check found stale.
+    pub stale: u64,
+    /// Its quests that are PASS now (the base of the stale share).
+    pub pass_now: u64,
+}
+
+impl AgentFigures {
+    /// The share of its PASS quests that later went stale; `None` without a PASS.
+    pub fn stale_share(&self) -> Option<f64> {
+        (self.pass_now > 0).then(|| self.stale as f64 / self.pass_now as f64)
+    }
 }
 
 /// Everything a session's page shows.
@@ -175,12 +186,21 @@ impl Service {
         let (least, most) = THROUGHPUT_MINUTES;
         let minutes = u32::try_from(age).unwrap_or(most).clamp(least, most);
         let throughput = self.store.throughput(id, minutes).await?;
+        let staleness: std::collections::HashMap<String, (u64, u64)> = self
+            .store
+            .agent_staleness(id)
+            .await?
+            .into_iter()
+            .map(|r| (r.agent, (r.pass, r.stale)))
+            .collect();
         let agents = self
             .store
             .agent_stats(id)
             .await?
             .into_iter()
             .map(|stats| AgentFigures {
+                pass_now: staleness.get(&stats.agent).map_or(0, |s| s.0),
+                stale: staleness.get(&stats.agent).map_or(0, |s| s.1),
                 name: stats
                     .agent
                     .split_once('/')

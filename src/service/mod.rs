@@ -28,11 +28,12 @@ use crate::store::{
     StoreError, SubmissionView, SubmitOutcome, TokenRow,
 };
 use crate::verifiers::VerifierRegistry;
-use crate::workers::GateRunner;
+use crate::workers::{GateRunner, Rechecker};
 use tokio_util::sync::CancellationToken;
 
 mod cache;
 pub mod console;
+mod recheck;
 mod review;
 mod tokens;
 
@@ -124,6 +125,8 @@ pub struct Service {
     /// Token lookups, trusted for a second.
     tokens: Tokens,
     exports: Exports,
+    /// Woken when a re-check run starts (none in tools that run no workers).
+    rechecker: Option<Rechecker>,
 }
 
 impl Service {
@@ -147,6 +150,7 @@ impl Service {
             inputs: Inputs::new(1 << 16),
             tokens: Tokens::new(Duration::from_secs(1), 1 << 14),
             exports: Exports::default(),
+            rechecker: None,
         }
     }
 
@@ -306,6 +310,12 @@ impl Service {
         self
     }
 
+    /// Wakes `rechecker` when a re-check run starts.
+    pub fn with_rechecker(mut self, rechecker: Rechecker) -> Service {
+        self.rechecker = Some(rechecker);
+        self
+    }
+
     /// A receiver of every committed state change.
     pub fn subscribe(&self) -> broadcast::Receiver<QuestEvent> {
         self.events.subscribe()
@@ -332,7 +342,11 @@ impl Service {
     pub async fn get_session(&self, id: SessionId) -> Result<Session, ServiceError> {
         let row = self.store.get_session(id).await?;
         let status = self.store.session_status(id).await?;
-        Ok(Session::new(row, &status))
+        let full = self.full_status(id, &status).await?;
+        Ok(Session {
+            status: full,
+            ..Session::new(row, &status)
+        })
     }
 
     /// Every session with its status, newest first.
@@ -340,14 +354,19 @@ impl Service {
         let mut out = Vec::new();
         for row in self.store.list_sessions().await? {
             let status = self.store.session_status(row.id).await?;
-            out.push(Session::new(row, &status));
+            let full = self.full_status(row.id, &status).await?;
+            out.push(Session {
+                status: full,
+                ..Session::new(row, &status)
+            });
         }
         Ok(out)
     }
 
     /// The progress of a session.
     pub async fn status(&self, id: SessionId) -> Result<Status, ServiceError> {
-        Ok(Status::new(id, &self.store.session_status(id).await?))
+        let status = self.store.session_status(id).await?;
+        self.full_status(id, &status).await
     }
 
     /// Creates a session from a table, all or nothing.
@@ -684,7 +703,8 @@ impl Service {
     async fn with_history(&self, quest: QuestRow) -> Result<api::Quest, ServiceError> {
         let (submissions, reviews) = self.store.quest_history(quest.id).await?;
         let l2 = self.store.l2_answers(quest.id).await?;
-        Ok(api::Quest::new(quest, submissions, reviews, l2))
+        let rechecks = self.store.rechecks(quest.id).await?;
+        Ok(api::Quest::new(quest, submissions, reviews, l2).with_rechecks(rechecks))
     }
 }
 

@@ -9,7 +9,9 @@ use chrono::{DateTime, Utc};
 
 use crate::domain::work::{self, AgentId, LeaseFacts, Refusal};
 use crate::domain::{EventKind, QuestEvent, QuestStatus, SubmissionVerdict, Verdict};
-use crate::store::{Counts, LeaseRow, NewSubmission, QuestRow, StoreError, SubmissionRow};
+use crate::store::{
+    Counts, LeaseRow, NewSubmission, QuestRow, RecheckRow, StoreError, SubmissionRow,
+};
 
 /// The agent name under which a release keeps a token's console figures of
 /// idle agents it folded away (`<token id>/*`).
@@ -64,7 +66,24 @@ pub fn quest_event(
             SubmissionVerdict::Review => Some(Verdict::Review),
             SubmissionVerdict::Pending => None,
         }),
+        mark: None,
         at,
+    }
+}
+
+/// The event of a PASS quest re-checked: its state is unchanged, the
+/// verdict is the re-check's, and the mark is what it left.
+pub fn recheck_event(quest: &QuestRow, recheck: &RecheckRow) -> QuestEvent {
+    QuestEvent {
+        kind: EventKind::Rechecked,
+        session_id: quest.session_id,
+        quest_id: Some(quest.id),
+        submission_id: recheck.submission_id,
+        state: Some(quest.state),
+        phase: quest.phase,
+        verdict: Some(recheck.verdict),
+        mark: recheck.mark,
+        at: recheck.created_at,
     }
 }
 
@@ -78,6 +97,7 @@ pub fn session_event(session: SessionId, at: DateTime<Utc>) -> QuestEvent {
         state: None,
         phase: None,
         verdict: None,
+        mark: None,
         at,
     }
 }
@@ -166,5 +186,18 @@ pub fn pending_submission(
         tries_after: None,
         created_at: now,
         decided_at: None,
+    }
+}
+
+/// Fails unless a statement touched exactly `expected` rows: a write that
+/// found other rows than it checked changes nothing.
+pub fn expect_touched(what: &str, touched: u64, expected: u64) -> Result<(), StoreError> {
+    if touched == expected {
+        Ok(())
+    } else {
+        Err(StoreError::conflict(
+            "illegal_transition",
+            format!("{what} touched {touched} rows instead of {expected}; nothing was changed"),
+        ))
     }
 }

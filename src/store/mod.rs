@@ -15,7 +15,9 @@ pub mod sqlite;
 
 pub use rows::*;
 
-use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
+use crate::domain::ids::{
+    L2JobId, LeaseId, QuestId, RecheckRunId, SessionId, SubmissionId, TokenId,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
@@ -82,6 +84,8 @@ pub enum Job {
     Gate(SubmissionId),
     /// Asking an AI verifier one question.
     Verify(L2JobId),
+    /// Re-checking one PASS quest in one re-check run.
+    Recheck(RecheckRunId, QuestId),
 }
 
 /// One claim on a [`Job`]: renewals and the release name it, so that a holder
@@ -346,6 +350,37 @@ pub trait Store: Send + Sync + 'static {
         let _ = grace_seconds;
         Ok(Vec::new())
     }
+
+    // Re-checks ----------------------------------------------------------------------
+
+    /// Starts a re-check run over the session's PASS quests, started by `by`
+    /// (a token name or `schedule`). Refused when the session has no PASS
+    /// quest or a run of it is unfinished. With `not_since`, nothing is
+    /// started (`None`) when a run started at or after it: of several
+    /// replicas following one schedule, one starts the run.
+    async fn start_recheck(
+        &self,
+        session_id: SessionId,
+        by: &str,
+        not_since: Option<DateTime<Utc>>,
+    ) -> Result<Option<RecheckRunRow>, StoreError>;
+    /// The session's re-check figures: marks and the latest run.
+    async fn recheck_summary(&self, session_id: SessionId) -> Result<RecheckSummary, StoreError>;
+    /// PASS quests awaiting a re-check in an unfinished run, oldest run first, at most `limit`.
+    async fn due_rechecks(&self, limit: u32) -> Result<Vec<(RecheckRunId, QuestId)>, StoreError>;
+    /// What the gate needs to re-check a quest; `None` when it awaits no re-check.
+    async fn recheck_job(&self, quest_id: QuestId) -> Result<Option<RecheckJob>, StoreError>;
+    /// Records a re-check and sets the quest's mark, in one transaction; the
+    /// run's last record finishes the run. Recording a quest already
+    /// re-checked in that run changes nothing and returns the earlier record.
+    async fn record_recheck(&self, recheck: NewRecheck) -> Result<RecheckRecorded, StoreError>;
+    /// Every re-check of a quest, oldest first.
+    async fn rechecks(&self, quest_id: QuestId) -> Result<Vec<RecheckRow>, StoreError>;
+    /// Per agent of a session: its PASS quests and how many of them are stale.
+    async fn agent_staleness(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Vec<AgentStalenessRow>, StoreError>;
 
     /// The store's own "now", so that pages judge claims and ages by the same
     /// clock the store writes with.

@@ -1,10 +1,13 @@
 //! The rows and values the [`Store`](super::Store) trait takes and returns:
 //! plain data, the same for every backend.
 
-use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
+use crate::domain::ids::{
+    L2JobId, LeaseId, QuestId, RecheckRunId, SessionId, SubmissionId, TokenId,
+};
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
+use crate::domain::recheck::{Mark, Outcome};
 use crate::domain::session::SessionConfig;
 use crate::domain::table::Row;
 use crate::domain::verify::{Answer, FlagOn, L2JobStatus, VerifierRequest};
@@ -67,6 +70,12 @@ pub struct QuestRow {
     /// The last two FAILs carried the same facts (a doom loop the prompt names).
     pub repeated_failure: bool,
     pub updated_at: DateTime<Utc>,
+    /// What the latest re-check left on a PASS quest (`None`: confirmed, or never re-checked).
+    pub recheck_mark: Option<Mark>,
+    /// When the quest was last re-checked.
+    pub rechecked_at: Option<DateTime<Utc>>,
+    /// The facts of the latest re-check.
+    pub recheck_facts: Vec<Fact>,
 }
 
 /// A live lease.
@@ -345,6 +354,9 @@ pub struct ExportRow {
     /// The evidence of the last decided submission (the one `last_facts` came from).
     pub last_evidence: Vec<Value>,
     pub receipt: Option<String>,
+    pub recheck_mark: Option<Mark>,
+    pub rechecked_at: Option<DateTime<Utc>>,
+    pub recheck_facts: Vec<Fact>,
 }
 
 /// An uploaded file, without its bytes.
@@ -424,6 +436,8 @@ pub struct QuestQuery {
     pub check: Option<String>,
     /// ... and, when given, of this field.
     pub field: Option<String>,
+    /// Only PASS quests whose latest re-check left this mark.
+    pub mark: Option<Mark>,
     /// The page after this row (exclusive), or before it when `backwards`.
     pub cursor: Option<u64>,
     pub backwards: bool,
@@ -466,4 +480,89 @@ pub struct AgentLeaseRow {
     pub key: String,
     pub phase: Phase,
     pub expires_at: DateTime<Utc>,
+}
+
+/// One re-check run over a session's PASS quests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecheckRunRow {
+    pub id: RecheckRunId,
+    pub session_id: SessionId,
+    /// The token name that started it, or `schedule`.
+    pub started_by: String,
+    pub started_at: DateTime<Utc>,
+    /// The PASS quests it re-checks.
+    pub total: u64,
+    /// The quests re-checked so far.
+    pub done: u64,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// A PASS quest awaiting its re-check, with everything its gate needs.
+#[derive(Debug, Clone)]
+pub struct RecheckJob {
+    pub run_id: RecheckRunId,
+    pub quest: QuestRow,
+    pub config: SessionConfig,
+    /// The gate version of the submission that passed the quest.
+    pub passed_gate_version: Option<String>,
+}
+
+/// A re-check's finding, ready to be recorded.
+#[derive(Debug, Clone)]
+pub struct NewRecheck {
+    pub run_id: RecheckRunId,
+    pub quest_id: QuestId,
+    pub verdict: Verdict,
+    pub outcome: Outcome,
+    pub facts: Vec<Fact>,
+    pub evidence: Vec<Value>,
+    pub gate: String,
+    pub gate_version: String,
+    pub passed_gate_version: Option<String>,
+    /// The re-check's own receipt digest.
+    pub digest: String,
+}
+
+/// One recorded re-check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecheckRow {
+    pub run_id: RecheckRunId,
+    pub quest_id: QuestId,
+    pub session_id: SessionId,
+    pub submission_id: Option<SubmissionId>,
+    pub verdict: Verdict,
+    pub outcome: Outcome,
+    pub mark: Option<Mark>,
+    pub facts: Vec<Fact>,
+    pub evidence: Vec<Value>,
+    pub gate: String,
+    pub gate_version: String,
+    pub passed_gate_version: Option<String>,
+    pub digest: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What recording a re-check did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecheckRecorded {
+    pub recheck: RecheckRow,
+    /// The quest had been re-checked in this run before: nothing was written now.
+    pub replayed: bool,
+}
+
+/// A session's re-check figures.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RecheckSummary {
+    pub stale: u64,
+    pub unconfirmed: u64,
+    /// The latest run, finished or not.
+    pub last_run: Option<RecheckRunRow>,
+}
+
+/// Per agent: its PASS quests, and how many of them later went stale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentStalenessRow {
+    pub agent: String,
+    pub pass: u64,
+    pub stale: u64,
 }

@@ -179,6 +179,15 @@ impl GateRunner {
         }
     }
 
+    /// Runs the session's gate on a result and seals its decision, applying
+    /// nothing: what a re-check of an accepted result needs. The same gate,
+    /// timeout and outside world (per-host limits, the SSRF guard) as a
+    /// submission's check.
+    pub async fn decide(&self, check: &Check<'_>) -> Result<GateDecision, StoreError> {
+        let gate = self.gate(check.session_id, &check.config.gate);
+        self.inner.decide(check, gate).await
+    }
+
     /// Queues the L2 jobs a PASS decided in a request created.
     pub fn enqueue_verifiers(&self, jobs: &[L2JobId]) {
         self.inner.verifiers.enqueue(jobs.iter().copied());

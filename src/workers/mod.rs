@@ -1,13 +1,15 @@
 //! Background work: the gate runner (decides PENDING submissions), the L2
 //! verifier runner (asks the AI verifiers about L1 PASSes), the lease
-//! sweeper and the orphan scan (work of a replica that died). Each exposes one idempotent step that tests drive directly; a thin
+//! sweeper, the re-checker (PASS quests against today's world) and the orphan scan (work of a replica that died). Each exposes one idempotent step that tests drive directly; a thin
 //! loop around it runs until shutdown.
 
 pub mod claims;
 pub mod gate_runner;
 pub mod orphans;
+pub mod rechecker;
 pub mod sweeper;
 pub mod verifier_runner;
 
 pub use gate_runner::{Check, GateRunner};
+pub use rechecker::Rechecker;
 pub use verifier_runner::VerifierRunner;

@@ -30,6 +30,8 @@ pub async fn run_once(
         match *job {
             Job::Gate(id) => gates.enqueue(id),
             Job::Verify(id) => verifiers.enqueue([id]),
+            // Re-checks are found by their markers, not by the orphan scan.
+            Job::Recheck(..) => {}
         }
     }
     Ok(jobs.len())

@@ -368,6 +368,23 @@ async fn operators_scan_watch_review_export_and_manage_tokens() {
         status.stdout
     );
 
+    // A re-check of the PASS quests; status then says what it found.
+    let recheck = admin.run(&["recheck"]).await;
+    exits(&recheck, 0);
+    assert!(recheck.stdout.contains("PASS quests"), "{}", recheck.stdout);
+    let mut shown = String::new();
+    for _ in 0..500 {
+        shown = admin.run(&["status"]).await.stdout;
+        if shown.contains("re-checked ") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        shown.contains("0 stale, 0 unconfirmed (they stay PASS)"),
+        "{shown}"
+    );
+
     let out = dir.path().join("firms.result.csv");
     exits(
         &admin.run(&["export", "-o", out.to_str().unwrap()]).await,

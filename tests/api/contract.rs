@@ -26,7 +26,7 @@ use crate::postgres::{TestDatabase, refuse_rows};
 pub(crate) struct Backend {
     pub(crate) name: &'static str,
     pub(crate) store: Arc<dyn Store>,
-    events: broadcast::Receiver<QuestEvent>,
+    pub(crate) events: broadcast::Receiver<QuestEvent>,
     _dir: tempfile::TempDir,
     /// Dropped after the store (fields drop in order), which ends its connections.
     _db: Option<TestDatabase>,
@@ -535,7 +535,10 @@ async fn two_replicas(test: &str) -> Option<(TestDatabase, PgStore, PgStore)> {
 }
 
 /// The next event of `kind` a receiver gets, waiting up to five seconds.
-async fn next_of(events: &mut broadcast::Receiver<QuestEvent>, kind: EventKind) -> QuestEvent {
+pub(crate) async fn next_of(
+    events: &mut broadcast::Receiver<QuestEvent>,
+    kind: EventKind,
+) -> QuestEvent {
     tokio::time::timeout(std::time::Duration::from_secs(5), async {
         loop {
             let e = events

@@ -66,6 +66,9 @@ async fn an_agent_cannot_widen_break_or_poison_the_export() {
         "quest_facts",
         "quest_evidence",
         "quest_receipt",
+        "quest_stale",
+        "quest_rechecked_at",
+        "quest_recheck_facts",
     ];
     let (status, bytes) = app
         .bytes(&format!("/v1/sessions/{session}/export?format=xlsx"))

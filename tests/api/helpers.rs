@@ -121,6 +121,33 @@ async fn spawn_app_world(
     tune: impl FnOnce(&mut Config),
     world: Option<EmailWorld>,
 ) -> TestApp {
+    spawn_app_clocked(
+        data_dir,
+        config_toml,
+        tune,
+        world,
+        Arc::new(ManualClock::new()),
+    )
+    .await
+}
+
+/// Starts a server on `data_dir` with a world for the email gate whose parts
+/// (a page cache, a fetcher) tell time by the server's own `clock`.
+pub async fn spawn_app_in_world(
+    data_dir: TempDir,
+    world: EmailWorld,
+    clock: Arc<ManualClock>,
+) -> TestApp {
+    spawn_app_clocked(data_dir, None, |_| {}, Some(world), clock).await
+}
+
+async fn spawn_app_clocked(
+    data_dir: TempDir,
+    config_toml: Option<&str>,
+    tune: impl FnOnce(&mut Config),
+    world: Option<EmailWorld>,
+    clock: Arc<ManualClock>,
+) -> TestApp {
     let mut config = Config::with_data_dir(data_dir.path());
     // The server applies command gates' resource limits through its own binary.
     config.runner_exe = Some(env!("CARGO_BIN_EXE_quest").into());
@@ -135,7 +162,6 @@ async fn spawn_app_world(
     }
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.admin_token = Some("test-admin-token".into());
-    let clock = Arc::new(ManualClock::new());
     let app_database_url = config.database_url.clone();
     let app = App::build_with(config, clock.clone(), world)
         .await

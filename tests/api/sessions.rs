@@ -158,7 +158,10 @@ async fn the_csv_export_keeps_original_rows_and_adds_the_quest_columns() {
             "result_phone",
             "quest_facts",
             "quest_evidence",
-            "quest_receipt"
+            "quest_receipt",
+            "quest_stale",
+            "quest_rechecked_at",
+            "quest_recheck_facts"
         ]
     );
     let rows: Vec<Vec<String>> = reader

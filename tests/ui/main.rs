@@ -19,5 +19,6 @@ mod browser;
 mod browsing;
 mod console;
 mod pages;
+mod rechecks;
 mod reviewer_tokens;
 mod shots;

@@ -461,14 +461,15 @@ async fn the_session_page_shows_agents_failing_checks_throughput_and_a_paged_fil
             })
             .collect()
     };
-    // leased, submissions, pass, first try, fail, review, done, lapses, tries per pass
+    // leased, submissions, pass, first try, fail, review, done, lapses, tries
+    // per pass, and the share of its PASS quests that went stale
     assert_eq!(
         cells(&row("bot-a")),
-        ["3", "3", "3", "3", "0", "0", "0", "0", "1.0"]
+        ["3", "3", "3", "3", "0", "0", "0", "0", "1.0", "0%"]
     );
     assert_eq!(
         cells(&row("bot-b")),
-        ["1", "3", "1", "0", "2", "0", "0", "0", "3.0"]
+        ["1", "3", "1", "0", "2", "0", "0", "0", "3.0", "0%"]
     );
     assert!(
         row("bot-b").contains(&agent_token_name(&session)),

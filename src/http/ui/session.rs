@@ -1,6 +1,6 @@
 //! A session's page (`/ui/sessions/{id}`): live counts, throughput, ETA, the
 //! agents table, the checks that fail most, the quest table (filtered by
-//! state, searched by key, paged by upload order) and the exports.
+//! state or re-check mark, searched by key, paged by upload order) and the exports.
 
 use crate::domain::ids::{QuestId, SessionId};
 use axum::extract::State;
@@ -12,6 +12,7 @@ use super::auth::Signed;
 use super::chart::{self, Chart};
 use super::view::{self, SessionView, query};
 use super::{PageError, PagePath, PageQuery, templates};
+use crate::domain::recheck::Mark;
 use crate::domain::{Phase, State as QuestState};
 use crate::export::ExportFormat;
 use crate::http::AppState;
@@ -28,6 +29,8 @@ pub struct TableQuery {
     q: Option<String>,
     check: Option<String>,
     field: Option<String>,
+    /// `stale` or `unconfirmed`: PASS quests a re-check marked.
+    mark: Option<String>,
     after: Option<u64>,
     before: Option<u64>,
 }
@@ -45,6 +48,10 @@ struct AgentView {
     done: u64,
     lapses: u64,
     mean_tries: Option<String>,
+    /// The share of its PASS quests that later went stale, e.g. `25%`.
+    stale_share: Option<String>,
+    stale: u64,
+    pass_now: u64,
     last_seen: DateTime<Utc>,
     last_seen_ago: String,
 }
@@ -74,6 +81,7 @@ struct QuestLine {
     lapses: u32,
     decided_by: Option<String>,
     updated_at: DateTime<Utc>,
+    mark: Option<Mark>,
 }
 
 #[derive(Serialize)]
@@ -96,9 +104,19 @@ struct SessionPage {
     state: String,
     check: String,
     field: String,
+    mark: String,
     previous_url: Option<String>,
     next_url: Option<String>,
     filtered: bool,
+}
+
+fn parse_mark(s: Option<&str>) -> Result<Option<Mark>, PageError> {
+    match s.filter(|s| !s.is_empty()) {
+        None => Ok(None),
+        Some(s) => s.to_ascii_lowercase().parse().map(Some).map_err(|_| {
+            PageError::bad_request(format!("Unknown mark `{s}`: use stale or unconfirmed."))
+        }),
+    }
 }
 
 fn parse_state(s: Option<&str>) -> Result<Option<QuestState>, PageError> {
@@ -120,12 +138,14 @@ pub async fn page(
     PageQuery(t): PageQuery<TableQuery>,
 ) -> Result<Html<String>, PageError> {
     let quest_state = parse_state(t.state.as_deref())?;
+    let mark = parse_mark(t.mark.as_deref())?;
     let search = t.q.clone().filter(|q| !q.trim().is_empty());
     let table = QuestQuery {
         state: quest_state,
         search: search.clone(),
         check: t.check.clone().filter(|c| !c.is_empty()),
         field: t.field.clone().filter(|c| !c.is_empty()),
+        mark,
         cursor: t.before.or(t.after),
         backwards: t.before.is_some(),
         limit: PAGE_SIZE,
@@ -134,10 +154,12 @@ pub async fn page(
     let now = state.service.now();
     let base = format!("/ui/sessions/{id}");
     let state_text = quest_state.map(|s| s.as_str());
-    let url = |state: Option<&str>, cursor: Option<(&str, u64)>| {
+    let mark_text = mark.map(|m| m.as_str());
+    let url_with = |state: Option<&str>, mark: Option<&str>, cursor: Option<(&str, u64)>| {
         let cursor = cursor.map(|(k, v)| (k, v.to_string()));
         let pairs = [
             ("state", state),
+            ("mark", mark),
             ("q", search.as_deref()),
             ("check", table.check.as_deref()),
             ("field", table.field.as_deref()),
@@ -147,6 +169,7 @@ pub async fn page(
         ];
         format!("{base}{}", query(&pairs))
     };
+    let url = |state: Option<&str>, cursor: Option<(&str, u64)>| url_with(state, mark_text, cursor);
     let quests = &o.quests;
     let previous_url = quests
         .quests
@@ -170,16 +193,30 @@ pub async fn page(
     .map(|(label, s, count)| Chip {
         label,
         count,
-        url: url(s.map(|s| s.as_str()), None),
-        active: s == quest_state,
+        url: url_with(s.map(|s| s.as_str()), None, None),
+        active: s == quest_state && mark.is_none(),
     })
-    .collect();
+    .chain(
+        [
+            ("Stale", Mark::Stale, st.stale),
+            ("Unconfirmed", Mark::Unconfirmed, st.unconfirmed),
+        ]
+        .into_iter()
+        .map(|(label, m, count)| Chip {
+            label,
+            count,
+            url: url_with(None, Some(m.as_str()), None),
+            active: mark == Some(m),
+        }),
+    )
+    .collect::<Vec<_>>();
     let page = SessionPage {
         chart: chart::throughput(&o.throughput),
         agents: o
             .agents
             .into_iter()
             .map(|a| AgentView {
+                stale_share: a.stale_share().map(|s| format!("{:.0}%", s * 100.0)),
                 name: a.name,
                 token_name: a.token_name,
                 leased: a.stats.leased,
@@ -191,6 +228,8 @@ pub async fn page(
                 done: a.stats.done,
                 lapses: a.stats.lapses,
                 mean_tries: a.mean_tries_to_pass.map(|m| format!("{m:.1}")),
+                stale: a.stale,
+                pass_now: a.pass_now,
                 last_seen_ago: view::ago(now, a.stats.last_seen),
                 last_seen: a.stats.last_seen,
             })
@@ -228,14 +267,19 @@ pub async fn page(
                 lapses: q.lapses,
                 decided_by: q.decided_by,
                 updated_at: q.updated_at,
+                mark: q.recheck_mark,
             })
             .collect(),
         chips,
-        filtered: quest_state.is_some() || search.is_some() || table.check.is_some(),
+        filtered: quest_state.is_some()
+            || search.is_some()
+            || table.check.is_some()
+            || mark.is_some(),
         q: search.unwrap_or_default(),
         state: state_text.unwrap_or_default().to_owned(),
         check: table.check.clone().unwrap_or_default(),
         field: table.field.clone().unwrap_or_default(),
+        mark: mark_text.unwrap_or_default().to_owned(),
         previous_url,
         next_url,
         session: SessionView::from(&o.session),

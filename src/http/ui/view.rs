@@ -356,6 +356,11 @@ pub struct QuestView {
     pub reviews: Vec<ReviewDecision>,
     /// The submission the quest's state rests on (the latest), when there is one.
     pub current: Option<SubmissionView>,
+    /// What the latest re-check left on a PASS quest.
+    pub recheck_mark: Option<crate::domain::recheck::Mark>,
+    pub rechecked_at: Option<DateTime<Utc>>,
+    /// Every re-check, newest first.
+    pub rechecks: Vec<api::Recheck>,
 }
 
 impl QuestView {
@@ -402,7 +407,11 @@ impl QuestView {
                     .collect(),
             })
             .collect();
+        let rechecks = q.rechecks.iter().rev().cloned().collect();
         QuestView {
+            recheck_mark: q.recheck_mark,
+            rechecked_at: q.rechecked_at,
+            rechecks,
             id: q.id,
             session_id: q.session_id,
             key: q.key,

@@ -11,7 +11,9 @@ use sqlx::Row;
 use sqlx::postgres::{PgArgumentBuffer, PgHasArrayType, PgRow, PgTypeInfo, PgValueRef};
 use uuid::Uuid;
 
-use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
+use crate::domain::ids::{
+    L2JobId, LeaseId, QuestId, RecheckRunId, SessionId, SubmissionId, TokenId,
+};
 use sqlx::types::Json;
 
 use crate::domain::work::LeaseFacts;
@@ -51,7 +53,15 @@ macro_rules! uuid_columns {
     )+};
 }
 
-uuid_columns!(SessionId, QuestId, LeaseId, SubmissionId, TokenId, L2JobId);
+uuid_columns!(
+    SessionId,
+    QuestId,
+    LeaseId,
+    SubmissionId,
+    TokenId,
+    L2JobId,
+    RecheckRunId
+);
 
 /// A value of a closed set (a state, a phase, a role...) from its stored text.
 pub fn text<T: FromStr>(s: &str) -> Result<T, StoreError>
@@ -152,6 +162,9 @@ pub fn quest_row(r: &PgRow) -> Result<QuestRow, StoreError> {
         review_claim_expires_at: r.try_get("review_claim_expires_at")?,
         repeated_failure: r.try_get("repeated_failure")?,
         updated_at: r.try_get("updated_at")?,
+        recheck_mark: r.opt_parsed("recheck_mark")?,
+        rechecked_at: r.try_get("rechecked_at")?,
+        recheck_facts: r.json("recheck_facts")?,
     })
 }
 

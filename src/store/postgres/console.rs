@@ -225,6 +225,10 @@ fn quest_filter(session_id: SessionId, q: &QuestQuery) -> (String, SessionId, Ve
         let p = next(&mut binds, state.as_str().to_owned());
         sql.push_str(&format!(" AND q.state = {p}"));
     }
+    if let Some(mark) = q.mark {
+        let p = next(&mut binds, mark.as_str().to_owned());
+        sql.push_str(&format!(" AND q.recheck_mark = {p}"));
+    }
     if let Some(search) = q.search.as_deref().filter(|s| !s.is_empty()) {
         let p = next(&mut binds, search.to_owned());
         sql.push_str(&format!(" AND strpos(lower(q.key), lower({p})) > 0"));

@@ -14,6 +14,7 @@ fn key(job: Job) -> String {
     match job {
         Job::Gate(id) => format!("gate:{id}"),
         Job::Verify(id) => format!("verify:{id}"),
+        Job::Recheck(run, quest) => format!("recheck:{run}:{quest}"),
     }
 }
 

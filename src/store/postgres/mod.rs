@@ -23,6 +23,7 @@ mod events;
 mod jobs;
 mod leases;
 mod reads;
+mod rechecks;
 mod saves;
 mod submits;
 mod tx;
@@ -34,7 +35,9 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
+use crate::domain::ids::{
+    L2JobId, LeaseId, QuestId, RecheckRunId, SessionId, SubmissionId, TokenId,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -539,6 +542,48 @@ impl Store for PgStore {
     async fn orphaned_jobs(&self, grace_seconds: u32) -> Result<Vec<Job>, StoreError> {
         self.write(grace_seconds, |tx, g| Box::pin(jobs::orphaned(tx, g)))
             .await
+    }
+
+    async fn start_recheck(
+        &self,
+        session_id: SessionId,
+        by: &str,
+        not_since: Option<DateTime<Utc>>,
+    ) -> Result<Option<RecheckRunRow>, StoreError> {
+        self.write((session_id, by.to_owned(), not_since), |tx, (s, b, n)| {
+            Box::pin(rechecks::start_recheck(tx, s, b, n))
+        })
+        .await
+    }
+
+    async fn recheck_summary(&self, session_id: SessionId) -> Result<RecheckSummary, StoreError> {
+        rechecks::recheck_summary(&self.db.pool, session_id).await
+    }
+
+    async fn due_rechecks(&self, limit: u32) -> Result<Vec<(RecheckRunId, QuestId)>, StoreError> {
+        rechecks::due_rechecks(&self.db.pool, limit).await
+    }
+
+    async fn recheck_job(&self, quest_id: QuestId) -> Result<Option<RecheckJob>, StoreError> {
+        rechecks::recheck_job(&self.db.pool, quest_id).await
+    }
+
+    async fn record_recheck(&self, recheck: NewRecheck) -> Result<RecheckRecorded, StoreError> {
+        self.write(Arc::new(recheck), |tx, r| {
+            Box::pin(rechecks::record_recheck(tx, (*r).clone()))
+        })
+        .await
+    }
+
+    async fn rechecks(&self, quest_id: QuestId) -> Result<Vec<RecheckRow>, StoreError> {
+        rechecks::rechecks(&self.db.pool, quest_id).await
+    }
+
+    async fn agent_staleness(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Vec<AgentStalenessRow>, StoreError> {
+        rechecks::agent_staleness(&self.db.pool, session_id).await
     }
 
     fn now(&self) -> DateTime<Utc> {

@@ -378,7 +378,7 @@ pub async fn export_page(
 ) -> Result<Vec<ExportRow>, StoreError> {
     let rows = sqlx::query(
         "SELECT q.row_index, q.input, q.state, q.decided_by, q.tries, q.result, q.last_facts, q.receipt,
-                s.evidence
+                q.recheck_mark, q.rechecked_at, q.recheck_facts, s.evidence
          FROM quests q LEFT JOIN submissions s ON s.id = q.submission_id
          WHERE q.session_id = $1 AND q.row_index > $2 ORDER BY q.row_index LIMIT $3",
     )
@@ -404,6 +404,9 @@ pub async fn export_page(
                 last_facts: r.json("last_facts")?,
                 last_evidence: r.opt_json("evidence")?.unwrap_or_default(),
                 receipt: r.try_get("receipt")?,
+                recheck_mark: r.opt_parsed("recheck_mark")?,
+                rechecked_at: r.try_get("rechecked_at")?,
+                recheck_facts: r.json("recheck_facts")?,
             })
         })
         .collect()

@@ -123,6 +123,9 @@ pub fn quest_row(r: &SqliteRow) -> Result<QuestRow, StoreError> {
         review_claim_expires_at: opt(r.opt_str("review_claim_expires_at")?, parse_ts)?,
         repeated_failure: r.int("repeated_failure")? != 0,
         updated_at: parse_ts(&r.str("updated_at")?)?,
+        recheck_mark: opt(r.opt_str("recheck_mark")?, text)?,
+        rechecked_at: opt(r.opt_str("rechecked_at")?, parse_ts)?,
+        recheck_facts: from_json(&r.str("recheck_facts")?)?,
     })
 }
 

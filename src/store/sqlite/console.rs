@@ -240,6 +240,10 @@ fn quest_filter(session_id: SessionId, q: &QuestQuery) -> (String, Vec<String>) 
         sql.push_str(" AND q.state = ?");
         binds.push(state.as_str().to_owned());
     }
+    if let Some(mark) = q.mark {
+        sql.push_str(" AND q.recheck_mark = ?");
+        binds.push(mark.as_str().to_owned());
+    }
     if let Some(search) = q.search.as_deref().filter(|s| !s.is_empty()) {
         sql.push_str(" AND instr(lower(q.key), lower(?)) > 0");
         binds.push(search.to_owned());

@@ -17,12 +17,15 @@ mod console;
 mod inputs;
 mod leases;
 mod reads;
+mod rechecks;
 mod sessions;
 mod verdicts;
 mod verify;
 mod writer;
 
-use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
+use crate::domain::ids::{
+    L2JobId, LeaseId, QuestId, RecheckRunId, SessionId, SubmissionId, TokenId,
+};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -536,6 +539,46 @@ impl Store for SqliteStore {
         query: &QuestQuery,
     ) -> Result<QuestPage, StoreError> {
         console::quest_page(&self.read, session_id, query).await
+    }
+
+    async fn start_recheck(
+        &self,
+        session_id: SessionId,
+        by: &str,
+        not_since: Option<chrono::DateTime<chrono::Utc>>,
+    ) -> Result<Option<RecheckRunRow>, StoreError> {
+        let by = by.to_owned();
+        single!(self, |ctx| rechecks::start_recheck(
+            ctx, session_id, by, not_since
+        )
+        .await)
+    }
+
+    async fn recheck_summary(&self, session_id: SessionId) -> Result<RecheckSummary, StoreError> {
+        rechecks::recheck_summary(&self.read, session_id).await
+    }
+
+    async fn due_rechecks(&self, limit: u32) -> Result<Vec<(RecheckRunId, QuestId)>, StoreError> {
+        rechecks::due_rechecks(&self.read, limit).await
+    }
+
+    async fn recheck_job(&self, quest_id: QuestId) -> Result<Option<RecheckJob>, StoreError> {
+        rechecks::recheck_job(&self.read, quest_id).await
+    }
+
+    async fn record_recheck(&self, recheck: NewRecheck) -> Result<RecheckRecorded, StoreError> {
+        single!(self, |ctx| rechecks::record_recheck(ctx, recheck).await)
+    }
+
+    async fn rechecks(&self, quest_id: QuestId) -> Result<Vec<RecheckRow>, StoreError> {
+        rechecks::rechecks(&self.read, quest_id).await
+    }
+
+    async fn agent_staleness(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Vec<AgentStalenessRow>, StoreError> {
+        rechecks::agent_staleness(&self.read, session_id).await
     }
 
     fn now(&self) -> chrono::DateTime<chrono::Utc> {

@@ -388,7 +388,7 @@ pub async fn export_page(
 ) -> Result<Vec<ExportRow>, StoreError> {
     let rows = sqlx::query(
         "SELECT q.row_index, q.input, q.state, q.decided_by, q.tries, q.result, q.last_facts, q.receipt,
-                s.evidence
+                q.recheck_mark, q.rechecked_at, q.recheck_facts, s.evidence
          FROM quests q LEFT JOIN submissions s ON s.id = q.submission_id
          WHERE q.session_id = ? AND q.row_index > ? ORDER BY q.row_index LIMIT ?",
     )
@@ -414,6 +414,9 @@ pub async fn export_page(
                 last_facts: from_json(&r.str("last_facts")?)?,
                 last_evidence: opt(r.opt_str("evidence")?, from_json)?.unwrap_or_default(),
                 receipt: r.opt_str("receipt")?,
+                recheck_mark: opt(r.opt_str("recheck_mark")?, text)?,
+                rechecked_at: opt(r.opt_str("rechecked_at")?, parse_ts)?,
+                recheck_facts: from_json(&r.str("recheck_facts")?)?,
             })
         })
         .collect()

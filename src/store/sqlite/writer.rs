@@ -121,6 +121,11 @@ impl WriteCtx {
             .push(quest_event(kind, quest, submission, self.now));
     }
 
+    /// Publishes `event` after commit (a change that moves no count).
+    pub fn publish(&mut self, event: QuestEvent) {
+        self.events.push(event);
+    }
+
     /// Counts a new submission of `session`.
     pub fn submitted(&mut self, session: SessionId) {
         self.moves.push((session, Bucket::Submissions, 1));

@@ -1,0 +1,244 @@
+//! Re-checks: a PASS quest's accepted result re-run through its gate against
+//! the world as it is now. A re-check never unlocks anything: it only sets or
+//! clears the quest's mark. [`judge`] is the one rule for what a re-check's
+//! verdict means; [`Every`] parses a session's `recheck.every`; [`is_due`]
+//! says when the schedule starts the next run.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::{Fact, Verdict};
+
+/// What a PASS quest's latest re-check left on it. No mark: the world
+/// confirmed it (or it was never re-checked).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Mark {
+    /// The world now contradicts the accepted result (the gate said FAIL).
+    Stale,
+    /// The world could not confirm it now (no answer, a timeout, a 5xx, a new doubt).
+    Unconfirmed,
+}
+text_enum!(Mark { Stale => "stale", Unconfirmed => "unconfirmed" });
+
+/// What one re-check found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// The gate passed the result again.
+    Confirmed,
+    /// The gate asked for review for no other reason than the one a person
+    /// already approved (a free-mail address, say).
+    ApprovedAgain,
+    /// The gate failed the result.
+    Stale,
+    /// The gate asked for review for a reason nobody approved.
+    Unconfirmed,
+}
+text_enum!(Outcome {
+    Confirmed => "confirmed",
+    ApprovedAgain => "approved_again",
+    Stale => "stale",
+    Unconfirmed => "unconfirmed",
+});
+
+impl Outcome {
+    /// The mark this outcome leaves on the quest (`None` clears it).
+    pub fn mark(self) -> Option<Mark> {
+        match self {
+            Outcome::Confirmed | Outcome::ApprovedAgain => None,
+            Outcome::Stale => Some(Mark::Stale),
+            Outcome::Unconfirmed => Some(Mark::Unconfirmed),
+        }
+    }
+}
+
+/// What a re-check's verdict means for a PASS quest.
+///
+/// `approved` holds the facts the quest carried when a person approved it
+/// (`None` when the gate passed it): a REVIEW whose every reason (check and
+/// field) is among them repeats what the person already accepted. Any other
+/// REVIEW is a doubt the world raised now, the way an unreachable page or a
+/// DNS timeout is, so it leaves the quest `unconfirmed`, never `stale`:
+/// unconfirmable is not wrong.
+pub fn judge(verdict: Verdict, facts: &[Fact], approved: Option<&[Fact]>) -> Outcome {
+    match verdict {
+        Verdict::Pass => Outcome::Confirmed,
+        Verdict::Fail => Outcome::Stale,
+        Verdict::Review => {
+            let Some(approved) = approved else {
+                return Outcome::Unconfirmed;
+            };
+            let accepted: HashSet<(&str, &str)> = approved
+                .iter()
+                .map(|f| (f.check.as_str(), f.field.as_str()))
+                .collect();
+            if !facts.is_empty()
+                && facts
+                    .iter()
+                    .all(|f| accepted.contains(&(f.check.as_str(), f.field.as_str())))
+            {
+                Outcome::ApprovedAgain
+            } else {
+                Outcome::Unconfirmed
+            }
+        }
+    }
+}
+
+/// How often a session's PASS quests are re-checked (`recheck.every`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Every(Duration);
+
+/// The shortest schedule: the world is not asked about a page more often.
+pub const MIN_EVERY: Duration = Duration::from_secs(3600);
+/// The longest schedule that is accepted.
+pub const MAX_EVERY: Duration = Duration::from_secs(366 * 86_400);
+
+impl Every {
+    /// Parses `<number><unit>`, unit `h` (hours), `d` (days) or `w` (weeks):
+    /// `"12h"`, `"7d"`, `"2w"`. Between one hour and 366 days.
+    pub fn parse(text: &str) -> Result<Every, String> {
+        let text = text.trim();
+        let hint = "write a number and a unit: h (hours), d (days) or w (weeks), e.g. \"7d\"";
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .ok_or_else(|| format!("`{text}` has no unit; {hint}"))?;
+        let (number, unit) = text.split_at(split);
+        let n: u64 = number
+            .parse()
+            .map_err(|_| format!("`{text}` does not start with a number; {hint}"))?;
+        let unit_seconds = match unit {
+            "h" => 3600,
+            "d" => 86_400,
+            "w" => 7 * 86_400,
+            other => return Err(format!("`{other}` is not a unit; {hint}")),
+        };
+        let every = Duration::from_secs(n.saturating_mul(unit_seconds));
+        if every < MIN_EVERY || every > MAX_EVERY {
+            return Err(format!(
+                "`{text}` is outside one hour to 366 days; re-checks ask the world again, so choose e.g. \"7d\""
+            ));
+        }
+        Ok(Every(every))
+    }
+
+    /// The time between two scheduled runs.
+    pub fn duration(self) -> Duration {
+        self.0
+    }
+}
+
+/// Whether the schedule starts a run now: `every` after the last run started,
+/// or after the session was created when it never ran.
+pub fn is_due(
+    every: Every,
+    created_at: DateTime<Utc>,
+    last_started: Option<DateTime<Utc>>,
+    now: DateTime<Utc>,
+) -> bool {
+    let since = last_started.unwrap_or(created_at);
+    let every = chrono::Duration::from_std(every.duration()).unwrap_or(chrono::Duration::MAX);
+    now - since >= every
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fact(check: &str, field: &str) -> Fact {
+        Fact::new(check, field, "x", "y", "z")
+    }
+
+    #[test]
+    fn a_pass_confirms_and_a_fail_marks_the_quest_stale() {
+        assert_eq!(judge(Verdict::Pass, &[], None), Outcome::Confirmed);
+        assert_eq!(
+            judge(Verdict::Fail, &[fact("source", "/email")], None),
+            Outcome::Stale
+        );
+        let approved = [fact("freemail", "/email")];
+        assert_eq!(
+            judge(
+                Verdict::Fail,
+                &[fact("freemail", "/email")],
+                Some(&approved)
+            ),
+            Outcome::Stale,
+            "an approval never excuses a FAIL"
+        );
+        assert_eq!(Outcome::Confirmed.mark(), None);
+        assert_eq!(Outcome::Stale.mark(), Some(Mark::Stale));
+    }
+
+    #[test]
+    fn a_review_that_repeats_the_approved_reason_confirms_and_any_other_leaves_it_unconfirmed() {
+        let approved = [fact("freemail", "/email"), fact("l2:alpha", "")];
+        let again = [fact("freemail", "/email")];
+        assert_eq!(
+            judge(Verdict::Review, &again, Some(&approved)),
+            Outcome::ApprovedAgain
+        );
+        assert_eq!(Outcome::ApprovedAgain.mark(), None);
+        let timeout = [fact("freemail", "/email"), fact("source", "/source")];
+        assert_eq!(
+            judge(Verdict::Review, &timeout, Some(&approved)),
+            Outcome::Unconfirmed,
+            "a new reason is a new doubt"
+        );
+        assert_eq!(
+            judge(Verdict::Review, &again, None),
+            Outcome::Unconfirmed,
+            "a quest the gate passed was approved by nobody"
+        );
+        assert_eq!(
+            judge(Verdict::Review, &[], Some(&approved)),
+            Outcome::Unconfirmed
+        );
+        assert_eq!(Outcome::Unconfirmed.mark(), Some(Mark::Unconfirmed));
+    }
+
+    #[test]
+    fn every_takes_hours_days_and_weeks_within_bounds() {
+        assert_eq!(Every::parse("7d").unwrap().duration().as_secs(), 7 * 86_400);
+        assert_eq!(Every::parse("12h").unwrap().duration().as_secs(), 12 * 3600);
+        assert_eq!(
+            Every::parse(" 2w ").unwrap().duration().as_secs(),
+            14 * 86_400
+        );
+        for bad in [
+            "",
+            "7",
+            "d",
+            "7m",
+            "0h",
+            "7 days",
+            "-1d",
+            "400d",
+            "99999999999999999999d",
+        ] {
+            let e = Every::parse(bad).unwrap_err();
+            assert!(e.contains("e.g."), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_run_is_due_every_period_after_the_last_start_or_the_scan() {
+        let every = Every::parse("1d").unwrap();
+        let t0 = DateTime::<Utc>::from_timestamp(1_700_000_000, 0).unwrap();
+        let day = chrono::Duration::days(1);
+        assert!(!is_due(
+            every,
+            t0,
+            None,
+            t0 + day - chrono::Duration::seconds(1)
+        ));
+        assert!(is_due(every, t0, None, t0 + day));
+        assert!(!is_due(every, t0, Some(t0 + day), t0 + day + day / 2));
+        assert!(is_due(every, t0, Some(t0 + day), t0 + day * 2));
+    }
+}

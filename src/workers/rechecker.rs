@@ -1,0 +1,258 @@
+//! The re-checker: runs the gate again on the accepted result of every PASS
+//! quest a re-check run marked, and records what the world says now. It never
+//! changes a quest's state: [`recheck::judge`] turns the verdict into a mark
+//! and the store writes only that (its triggers refuse anything else).
+//!
+//! Durable and resumable: a run marks its quests in the store, each record
+//! clears its quest's marker, so after a restart exactly the quests not yet
+//! recorded are re-checked, once (the store keeps one record per run and
+//! quest). Each quest is claimed ([`Job::Recheck`]) so that of several
+//! replicas one runs it; at most `workers` checks run at once. The same loop
+//! starts the runs of sessions whose `recheck.every` is due.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::domain::Fact;
+use crate::domain::ids::{QuestId, RecheckRunId};
+use crate::domain::recheck::{self, Every};
+use crate::store::{Job, JobClaim, NewRecheck, RecheckRecorded, Store, StoreError};
+use crate::workers::claims::{self, Held};
+use crate::workers::{Check, GateRunner};
+
+/// Who starts the runs of a session's schedule.
+pub const SCHEDULE: &str = "schedule";
+
+/// How `decided_by` names a reviewer's decision (`reviewer:<name>`).
+const REVIEWER: &str = "reviewer:";
+
+/// How many due quests one scan hands out.
+const SCAN: u32 = 256;
+
+/// Re-checks PASS quests of unfinished runs.
+#[derive(Clone)]
+pub struct Rechecker {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Arc<dyn Store>,
+    gates: GateRunner,
+    permits: Arc<Semaphore>,
+    /// The quests this process is re-checking now.
+    running: Mutex<HashSet<(RecheckRunId, QuestId)>>,
+    wake: Notify,
+}
+
+impl Rechecker {
+    /// Starts the loop: it scans for due quests and schedules every `every`,
+    /// at once when [`Rechecker::wake`] is called, until `shutdown` fires.
+    pub fn start(
+        store: Arc<dyn Store>,
+        gates: GateRunner,
+        workers: usize,
+        every: Duration,
+        shutdown: CancellationToken,
+    ) -> Rechecker {
+        let rechecker = Rechecker {
+            inner: Arc::new(Inner {
+                store,
+                gates,
+                permits: Arc::new(Semaphore::new(workers.max(1))),
+                running: Mutex::new(HashSet::new()),
+                wake: Notify::new(),
+            }),
+        };
+        tokio::spawn(rechecker.clone().run(every, shutdown));
+        rechecker
+    }
+
+    /// Scans now (a run was just started).
+    pub fn wake(&self) {
+        self.inner.wake.notify_one();
+    }
+
+    async fn run(self, every: Duration, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if let Err(e) = self.start_scheduled().await {
+                tracing::warn!(error = %e, "scheduled re-checks could not be started");
+            }
+            match self.run_once(&shutdown).await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(quests = n, "re-checks handed out"),
+                Err(e) => tracing::warn!(error = %e, "re-check scan failed"),
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = tick.tick() => {}
+                _ = self.inner.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Starts a run of every session whose `recheck.every` is due.
+    pub async fn start_scheduled(&self) -> Result<usize, StoreError> {
+        let store = &self.inner.store;
+        let now = store.now();
+        let mut started = 0;
+        for session in store.list_sessions().await? {
+            let Some(every) = session.config.recheck.as_ref().and_then(|r| r.every()) else {
+                continue;
+            };
+            let last = store.recheck_summary(session.id).await?.last_run;
+            let last_started = last.as_ref().map(|r| r.started_at);
+            if !recheck::is_due(every, session.created_at, last_started, now) {
+                continue;
+            }
+            let since =
+                now - chrono::Duration::from_std(Every::duration(every)).unwrap_or_default();
+            match store.start_recheck(session.id, SCHEDULE, Some(since)).await {
+                Ok(Some(run)) => {
+                    tracing::info!(session = %session.id, quests = run.total, "scheduled re-check started");
+                    started += 1;
+                }
+                Ok(None) => {}
+                // Nothing passed yet, or the last run still runs: the next tick looks again.
+                Err(StoreError::Conflict { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(started)
+    }
+
+    /// One scan: hands every due quest not running here to a bounded task;
+    /// the number handed out.
+    pub async fn run_once(&self, shutdown: &CancellationToken) -> Result<usize, StoreError> {
+        let due = self.inner.store.due_rechecks(SCAN).await?;
+        let mut handed = 0;
+        for key in due {
+            if !self
+                .inner
+                .running
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key)
+            {
+                continue;
+            }
+            let Ok(permit) = self.inner.permits.clone().acquire_owned().await else {
+                break;
+            };
+            handed += 1;
+            let (inner, shutdown) = (self.inner.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                tokio::select! {
+                    // A stop leaves the quest marked: the next start re-checks it.
+                    _ = shutdown.cancelled() => {}
+                    outcome = inner.recheck(key.0, key.1) => match outcome {
+                        Ok(_) => {}
+                        Err(e) => tracing::warn!(quest = %key.1, error = %e, "re-check failed; it is tried again at the next scan"),
+                    },
+                }
+                inner
+                    .running
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&key);
+                drop(permit);
+            });
+        }
+        Ok(handed)
+    }
+
+    /// Re-checks one quest of one run now, in the caller's task (tests drive it).
+    pub async fn recheck(
+        &self,
+        run: RecheckRunId,
+        quest: QuestId,
+    ) -> Result<Option<RecheckRecorded>, StoreError> {
+        self.inner.recheck(run, quest).await
+    }
+}
+
+impl Inner {
+    /// Claims the re-check (of several replicas one runs it), runs it while
+    /// renewing the claim, and records it only while the claim still lives.
+    async fn recheck(
+        &self,
+        run: RecheckRunId,
+        quest_id: QuestId,
+    ) -> Result<Option<RecheckRecorded>, StoreError> {
+        let job = Job::Recheck(run, quest_id);
+        let Some(claim) = self.store.claim_job(job, claims::CLAIM_SECONDS).await? else {
+            // Another replica re-checks it.
+            return Ok(None);
+        };
+        let recorded = match claims::hold(
+            self.store.as_ref(),
+            &claim,
+            self.run(run, quest_id, &claim),
+        )
+        .await
+        {
+            Held::Done(recorded) => recorded?,
+            Held::Lost => None,
+        };
+        if let Err(e) = self.store.release_job(&claim).await {
+            // It lapses by itself within moments.
+            tracing::warn!(quest = %quest_id, error = %e, "the claim on a finished re-check was not released");
+        }
+        Ok(recorded)
+    }
+
+    async fn run(
+        &self,
+        run: RecheckRunId,
+        quest_id: QuestId,
+        claim: &JobClaim,
+    ) -> Result<Option<RecheckRecorded>, StoreError> {
+        let Some(job) = self.store.recheck_job(quest_id).await? else {
+            return Ok(None);
+        };
+        if job.run_id != run {
+            return Ok(None);
+        }
+        let quest = &job.quest;
+        let Some(result) = &quest.result else {
+            return Err(StoreError::Corrupt(format!(
+                "the PASS quest {quest_id} has no accepted result"
+            )));
+        };
+        let check = Check {
+            session_id: quest.session_id,
+            quest_id,
+            key: &quest.key,
+            input: &quest.input,
+            result,
+            config: &job.config,
+        };
+        let decision = self.gates.decide(&check).await?;
+        // A person approved the quest: the facts it carried then are what they accepted.
+        let approved: Option<&[Fact]> = quest
+            .decided_by
+            .as_deref()
+            .filter(|by| by.starts_with(REVIEWER))
+            .map(|_| quest.last_facts.as_slice());
+        let outcome = recheck::judge(decision.verdict, &decision.facts, approved);
+        metrics::counter!("quest_rechecks_total", "outcome" => outcome.as_str()).increment(1);
+        let record = self.store.record_recheck(NewRecheck {
+            run_id: run,
+            quest_id,
+            verdict: decision.verdict,
+            outcome,
+            facts: decision.facts,
+            evidence: decision.evidence,
+            gate: decision.gate,
+            gate_version: decision.gate_version,
+            passed_gate_version: job.passed_gate_version.clone(),
+            digest: decision.receipt,
+        });
+        claims::record_if_held(self.store.as_ref(), claim, record).await
+    }
+}
