@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+mod calibration;
+pub use calibration::*;
+
 use crate::domain::session::SessionConfig;
 use crate::domain::verify::{Answer, FlagOn};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict};
@@ -82,6 +85,10 @@ pub struct Status {
     /// How often each pair of AI verifiers gave the same answer to the same question.
     #[serde(default)]
     pub agreement: Vec<VerifierAgreement>,
+    /// Each AI verifier's agreement with the reviewers, per question (as in
+    /// `GET /v1/verifiers?session=`).
+    #[serde(default)]
+    pub calibration: Vec<VerifierCalibration>,
 }
 
 /// One AI verifier's figures in one session.
@@ -184,6 +191,7 @@ impl Status {
             eta_seconds,
             verifiers: s.verifiers.iter().map(VerifierStatus::from).collect(),
             agreement: s.agreement.iter().map(VerifierAgreement::from).collect(),
+            calibration: Vec::new(),
         }
     }
 }

@@ -840,6 +840,7 @@ mod tests {
             eta_seconds: None,
             verifiers: Vec::new(),
             agreement: Vec::new(),
+            calibration: Vec::new(),
         };
         assert_eq!(bar(&s, 10), "[####?x....]");
     }

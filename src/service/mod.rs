@@ -32,6 +32,7 @@ use crate::workers::GateRunner;
 use tokio_util::sync::CancellationToken;
 
 mod cache;
+mod calibration;
 pub mod console;
 mod review;
 mod tokens;
@@ -332,7 +333,9 @@ impl Service {
     pub async fn get_session(&self, id: SessionId) -> Result<Session, ServiceError> {
         let row = self.store.get_session(id).await?;
         let status = self.store.session_status(id).await?;
-        Ok(Session::new(row, &status))
+        let mut session = Session::new(row, &status);
+        session.status.calibration = self.verifiers(Some(id)).await?.calibration;
+        Ok(session)
     }
 
     /// Every session with its status, newest first.
@@ -347,7 +350,9 @@ impl Service {
 
     /// The progress of a session.
     pub async fn status(&self, id: SessionId) -> Result<Status, ServiceError> {
-        Ok(Status::new(id, &self.store.session_status(id).await?))
+        let mut status = Status::new(id, &self.store.session_status(id).await?);
+        status.calibration = self.verifiers(Some(id)).await?.calibration;
+        Ok(status)
     }
 
     /// Creates a session from a table, all or nothing.
