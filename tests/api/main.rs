@@ -2,6 +2,7 @@
 
 mod auth;
 mod bad_input;
+mod calibration;
 mod cli;
 mod cli_text;
 mod coalescing;
