@@ -13,6 +13,7 @@ mod postgres;
 
 mod browser;
 mod browsing;
+mod calibration;
 mod console;
 mod pages;
 mod reviewer_tokens;

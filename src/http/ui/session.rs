@@ -99,6 +99,7 @@ struct SessionPage {
     previous_url: Option<String>,
     next_url: Option<String>,
     filtered: bool,
+    verifiers: Option<crate::api::Verifiers>,
 }
 
 fn parse_state(s: Option<&str>) -> Result<Option<QuestState>, PageError> {
@@ -238,6 +239,7 @@ pub async fn page(
         field: table.field.clone().unwrap_or_default(),
         previous_url,
         next_url,
+        verifiers: o.verifiers,
         session: SessionView::from(&o.session),
     };
     templates::page("session.html", &signed.me, page)
