@@ -23,9 +23,9 @@ use crate::helpers::contact_config;
 use crate::postgres::TestDatabase;
 
 /// A fresh store of one backend, its events, and what keeps it alive.
-struct Backend {
-    name: &'static str,
-    store: Arc<dyn Store>,
+pub(crate) struct Backend {
+    pub(crate) name: &'static str,
+    pub(crate) store: Arc<dyn Store>,
     events: broadcast::Receiver<QuestEvent>,
     _dir: tempfile::TempDir,
     /// Dropped after the store (fields drop in order), which ends its connections.
@@ -34,7 +34,7 @@ struct Backend {
 
 /// A fresh store of every backend available: SQLite always, PostgreSQL when
 /// the local server answers (else the test says it skipped that backend).
-async fn backends(test: &str) -> Vec<Backend> {
+pub(crate) async fn backends(test: &str) -> Vec<Backend> {
     let dir = tempfile::tempdir().unwrap();
     let (tx, events) = broadcast::channel(65_536);
     let store = SqliteStore::open(&dir.path().join("q.db"), Arc::new(SystemClock), tx)

@@ -3,6 +3,7 @@
 mod auth;
 mod bad_input;
 mod calibration;
+mod calibration_store;
 mod cli;
 mod cli_text;
 mod coalescing;
