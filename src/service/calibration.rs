@@ -1,7 +1,7 @@
 //! The AI verifiers' calibration against the review queue.
 
 use super::*;
-use crate::api::Verifiers;
+use crate::api::{VerifierCalibration, Verifiers};
 
 /// At most this many disagreements one answer lists.
 const DISAGREEMENTS: u32 = 100;
@@ -9,7 +9,23 @@ const DISAGREEMENTS: u32 = 100;
 impl Service {
     /// The verifiers' calibration: of one session (404 when unknown), or of the whole server.
     pub async fn verifiers(&self, session: Option<SessionId>) -> Result<Verifiers, ServiceError> {
-        let calibration = self.store.calibration(session, DISAGREEMENTS).await?;
+        self.verifiers_listing(session, DISAGREEMENTS).await
+    }
+
+    /// A session's calibration rows, for its status (no disagreements read).
+    pub(super) async fn session_calibration(
+        &self,
+        id: SessionId,
+    ) -> Result<Vec<VerifierCalibration>, ServiceError> {
+        Ok(self.verifiers_listing(Some(id), 0).await?.calibration)
+    }
+
+    async fn verifiers_listing(
+        &self,
+        session: Option<SessionId>,
+        disagreements: u32,
+    ) -> Result<Verifiers, ServiceError> {
+        let calibration = self.store.calibration(session, disagreements).await?;
         Ok(match session {
             Some(id) => {
                 let row = self.session(id).await?;

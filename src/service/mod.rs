@@ -334,7 +334,7 @@ impl Service {
         let row = self.store.get_session(id).await?;
         let status = self.store.session_status(id).await?;
         let mut session = Session::new(row, &status);
-        session.status.calibration = self.verifiers(Some(id)).await?.calibration;
+        session.status.calibration = self.session_calibration(id).await?;
         Ok(session)
     }
 
@@ -342,8 +342,11 @@ impl Service {
     pub async fn list_sessions(&self) -> Result<Vec<Session>, ServiceError> {
         let mut out = Vec::new();
         for row in self.store.list_sessions().await? {
-            let status = self.store.session_status(row.id).await?;
-            out.push(Session::new(row, &status));
+            let id = row.id;
+            let status = self.store.session_status(id).await?;
+            let mut session = Session::new(row, &status);
+            session.status.calibration = self.session_calibration(id).await?;
+            out.push(session);
         }
         Ok(out)
     }
@@ -351,7 +354,7 @@ impl Service {
     /// The progress of a session.
     pub async fn status(&self, id: SessionId) -> Result<Status, ServiceError> {
         let mut status = Status::new(id, &self.store.session_status(id).await?);
-        status.calibration = self.verifiers(Some(id)).await?.calibration;
+        status.calibration = self.session_calibration(id).await?;
         Ok(status)
     }
 
