@@ -8,6 +8,9 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::domain::recheck::Mark;
+mod calibration;
+pub use calibration::*;
+
 use crate::domain::session::SessionConfig;
 use crate::domain::verify::{Answer, FlagOn};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict};
@@ -99,6 +102,10 @@ pub struct Status {
     /// The latest re-check run, finished or not.
     #[serde(default)]
     pub recheck: Option<RecheckRun>,
+    /// Each AI verifier's agreement with the reviewers, per question (as in
+    /// `GET /v1/verifiers?session=`).
+    #[serde(default)]
+    pub calibration: Vec<VerifierCalibration>,
 }
 
 /// One AI verifier's figures in one session.
@@ -205,6 +212,7 @@ impl Status {
             unconfirmed: 0,
             rechecked_at: None,
             recheck: None,
+            calibration: Vec::new(),
         }
     }
 

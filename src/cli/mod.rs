@@ -862,6 +862,7 @@ mod tests {
             unconfirmed: 0,
             rechecked_at: None,
             recheck: None,
+            calibration: Vec::new(),
         };
         assert_eq!(bar(&s, 10), "[####?x....]");
     }

@@ -16,7 +16,10 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::Fact;
+use super::ids::QuestId;
 use super::session::ConfigError;
+
+pub mod calibration;
 
 /// The most verifiers one session may ask.
 pub const MAX_VERIFIERS: usize = 16;
@@ -123,7 +126,7 @@ impl<'de> Deserialize<'de> for Question {
 }
 
 /// A session's AI verifiers (the `verify` part of its config).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyConfig {
     /// Names of verifiers declared in the server's configuration file.
@@ -139,7 +142,26 @@ pub struct VerifyConfig {
     /// Valid answers each question needs, else REVIEW (default: a majority of the verifiers).
     #[serde(default)]
     pub quorum: Option<u32>,
+    /// The agreement with reviewers (Cohen's kappa, -1 to 1) a verifier needs
+    /// for its flags to count towards `flag_threshold` on a question; below
+    /// it the verifier is advisory there (asked and shown, not counted). Unset:
+    /// every verifier always counts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_kappa: Option<f64>,
+    /// The labels (non-bulk review decisions on quests it answered) a verifier
+    /// needs before `min_kappa` judges it, at least 10 (default 20); at least a
+    /// quarter of them must be quests it flagged and a quarter quests it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_labels: Option<u32>,
+    /// The share (0 to 1) of the quests the verifiers would pass that goes to
+    /// REVIEW anyway as an audit sample, so that people label the verifiers'
+    /// clear answers too. Drawn once per quest, from its id. Unset: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_rate: Option<f64>,
 }
+
+/// The most labels `min_labels` may ask for.
+pub const MAX_MIN_LABELS: u32 = 100_000;
 
 fn default_flag_threshold() -> u32 {
     1
@@ -206,7 +228,76 @@ impl VerifyConfig {
             );
         }
         self.quorum = Some(quorum);
+        self.check_calibration()?;
         Ok(self)
+    }
+
+    /// Checks `min_kappa`, `min_labels` and `audit_rate`; fills the default `min_labels`.
+    fn check_calibration(&mut self) -> Result<(), ConfigError> {
+        let bad = |field, message: String| Err(ConfigError { field, message });
+        if let Some(k) = self.min_kappa
+            && !(-1.0..=1.0).contains(&k)
+        {
+            return bad(
+                "config.verify.min_kappa",
+                format!("{k} is not a kappa: give a number from -1 to 1 (0.4 is a common floor)"),
+            );
+        }
+        match (self.min_kappa, self.min_labels) {
+            (None, Some(_)) => {
+                return bad(
+                    "config.verify.min_labels",
+                    "min_labels only matters with min_kappa: set min_kappa too, or drop min_labels"
+                        .into(),
+                );
+            }
+            (Some(_), Some(n))
+                if u64::from(n) < calibration::MIN_KAPPA_LABELS || n > MAX_MIN_LABELS =>
+            {
+                return bad(
+                    "config.verify.min_labels",
+                    format!(
+                        "{n} is out of range: give {} to {MAX_MIN_LABELS}; no kappa is computed on fewer                          than {} labels",
+                        calibration::MIN_KAPPA_LABELS,
+                        calibration::MIN_KAPPA_LABELS
+                    ),
+                );
+            }
+            (Some(_), None) => self.min_labels = Some(calibration::DEFAULT_MIN_LABELS),
+            _ => {}
+        }
+        if let Some(r) = self.audit_rate
+            && !(0.0..=1.0).contains(&r)
+        {
+            return bad(
+                "config.verify.audit_rate",
+                format!(
+                    "{r} is not a share: give a number from 0 to 1 (0.05 sends one quest in 20)"
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// The floor that judges this session's verifiers, when it sets one.
+    pub fn floor(&self) -> Option<calibration::Floor> {
+        self.min_kappa.map(|min_kappa| calibration::Floor {
+            min_kappa,
+            min_labels: self.min_labels.unwrap_or(calibration::DEFAULT_MIN_LABELS),
+        })
+    }
+
+    /// How the answers about `quest` are tallied, given the `(verifier,
+    /// question index)` pairs that are advisory in this session now.
+    pub fn tally<'a>(&self, quest: QuestId, advisory: &'a [(String, usize)]) -> Tally<'a> {
+        Tally {
+            flag_threshold: self.flag_threshold,
+            quorum: self.quorum(),
+            advisory,
+            audit: self
+                .audit_rate
+                .filter(|&rate| calibration::audit_drawn(quest, rate)),
+        }
     }
 
     /// The L2 jobs an L1 PASS creates: one per verifier and question, as
@@ -483,6 +574,26 @@ pub fn check_name(verifier: &str) -> String {
     format!("l2:{verifier}")
 }
 
+/// How one quest's answers are tallied.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tally<'a> {
+    pub flag_threshold: u32,
+    pub quorum: u32,
+    /// `(verifier, question index)` pairs whose flags do not count towards
+    /// `flag_threshold` (their answers still count towards the quorum).
+    pub advisory: &'a [(String, usize)],
+    /// The audit rate, when this quest is drawn for the audit sample.
+    pub audit: Option<f64>,
+}
+
+impl Tally<'_> {
+    fn is_advisory(&self, verifier: &str, question_index: usize) -> bool {
+        self.advisory
+            .iter()
+            .any(|(v, i)| v == verifier && *i == question_index)
+    }
+}
+
 /// Applies the rule of §5 to every question: fewer than `quorum` valid answers,
 /// or `flag_threshold` flags or more, sends the quest to REVIEW.
 pub fn decide(
@@ -491,15 +602,36 @@ pub fn decide(
     flag_threshold: u32,
     quorum: u32,
 ) -> L2Decision {
+    let tally = Tally {
+        flag_threshold,
+        quorum,
+        advisory: &[],
+        audit: None,
+    };
+    decide_with(questions, outcomes, &tally)
+}
+
+/// [`decide`], where the flags of advisory verifiers do not count towards the
+/// threshold, and a quest drawn for the audit sample that would pass goes to
+/// REVIEW with an `audit` fact.
+pub fn decide_with(questions: &[Question], outcomes: &[Outcome], tally: &Tally) -> L2Decision {
+    let Tally {
+        flag_threshold,
+        quorum,
+        ..
+    } = *tally;
     let mine = |index: usize| outcomes.iter().filter(move |o| o.question_index == index);
     let mut verdicts = Vec::new();
     for (index, question) in questions.iter().enumerate() {
         let field = format!("question {}", index + 1);
         let asked = mine(index).count();
         let valid = mine(index).filter(|o| o.answer.is_some()).count() as u32;
-        let flags = mine(index)
-            .filter(|o| o.answer.is_some_and(|a| a.flags(question.flag_on)))
+        let flagging =
+            || mine(index).filter(|o| o.answer.is_some_and(|a| a.flags(question.flag_on)));
+        let advisory = flagging()
+            .filter(|o| tally.is_advisory(&o.verifier, index))
             .count() as u32;
+        let flags = flagging().count() as u32 - advisory;
         if valid < quorum {
             verdicts.push(Fact::new(
                 "l2",
@@ -510,14 +642,31 @@ pub fn decide(
             ));
         }
         if flags >= flag_threshold {
+            let also = if advisory > 0 {
+                format!(" (and {advisory} advisory)")
+            } else {
+                String::new()
+            };
             verdicts.push(Fact::new(
                 "l2",
                 &field,
                 format!("fewer than {flag_threshold} flags"),
-                format!("{flags} of {asked} verifiers flagged it"),
+                format!("{flags} of {asked} verifiers flagged it{also}"),
                 "enough verifiers doubt this result that a person decides",
             ));
         }
+    }
+    if verdicts.is_empty()
+        && let Some(rate) = tally.audit
+    {
+        verdicts.push(Fact::new(
+            "audit",
+            "quest",
+            "not drawn for the audit sample",
+            format!("drawn for the audit sample (audit_rate {rate})"),
+            "the verifiers passed this quest; a person checks it anyway, so that their clear answers \
+             are labelled too",
+        ));
     }
     let flagged = !verdicts.is_empty();
     // The hint of a flag says what came of it: a person looks at the quest
@@ -530,6 +679,9 @@ pub fn decide(
              without a person; kept on record"
         )
     };
+    let advisory_hint = "this AI verifier doubts the result, but it is advisory in this session (its \
+                         agreement with reviewers is below min_kappa), so its flag does not count \
+                         towards flag_threshold";
     let mut facts = Vec::new();
     for (index, question) in questions.iter().enumerate() {
         let field = format!("question {}", index + 1);
@@ -542,10 +694,12 @@ pub fn decide(
                     &field,
                     format!("{} to: {asked}", question.flag_on.clear_answer()),
                     format!("{}: {}", answer.as_str().to_uppercase(), o.reason),
-                    if answer.flags(question.flag_on) {
-                        flag_hint.as_str()
-                    } else {
+                    if !answer.flags(question.flag_on) {
                         "this AI verifier raised no doubt"
+                    } else if tally.is_advisory(&o.verifier, index) {
+                        advisory_hint
+                    } else {
+                        flag_hint.as_str()
                     },
                 ),
                 None => Fact::new(

@@ -152,6 +152,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(review::list_review_queue))
         .routes(routes!(review::claim_review, review::release_review))
         .routes(routes!(review::decide_review))
+        .routes(routes!(review::list_verifiers))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(ops::healthz))

@@ -40,6 +40,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiEr
 #[utoipa::path(get, path = "/metrics", tag = "ops", operation_id = "get_metrics", security(()),
     responses((status = 200, description = "Prometheus text format", content_type = "text/plain; charset=utf-8")))]
 pub async fn metrics(State(state): State<AppState>) -> String {
+    state.service.refresh_calibration_metrics().await;
     state.metrics.render()
 }
 

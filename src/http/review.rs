@@ -6,7 +6,9 @@ use axum::extract::State;
 use super::AppState;
 use super::error::ApiError;
 use super::extract::*;
-use crate::api::{ErrorBody, Quest, ReviewClaim, ReviewQuery, ReviewRequest};
+use crate::api::{
+    ErrorBody, Quest, ReviewClaim, ReviewQuery, ReviewRequest, Verifiers, VerifiersQuery,
+};
 
 /// REVIEW quests, oldest first, with their facts, evidence, L2 answers and history;
 /// filter by session and by the check that raised the doubt (`check=l2:alpha`).
@@ -82,4 +84,19 @@ pub async fn decide_review(
             .decide_review(&caller.reviewer(), quest_id, body.decision, &body.note)
             .await?,
     ))
+}
+
+/// How far each AI verifier agrees with the reviewers (Cohen's kappa over its
+/// labels, the confusion counts, the quests where they disagreed), its
+/// standing in a session (`voting` or `advisory`) and its switches: of one
+/// session with `?session=`, else of the whole server.
+#[utoipa::path(get, path = "/v1/verifiers", tag = "review", operation_id = "list_verifiers", params(VerifiersQuery),
+    responses((status = 200, body = Verifiers), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
+pub async fn list_verifiers(
+    State(state): State<AppState>,
+    _caller: Caller<Read>,
+    Query(query): Query<VerifiersQuery>,
+) -> Result<Json<Verifiers>, ApiError> {
+    Ok(Json(state.service.verifiers(query.session).await?))
 }

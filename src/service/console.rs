@@ -77,6 +77,8 @@ pub struct SessionOverview {
     pub agents: Vec<AgentFigures>,
     pub failing: Vec<FailingCheckRow>,
     pub quests: QuestPage,
+    /// The AI verifiers' calibration, when the session has verifiers.
+    pub verifiers: Option<api::Verifiers>,
 }
 
 /// What a bulk decision did, quest by quest.
@@ -214,12 +216,17 @@ impl Service {
             .collect();
         let failing = self.store.failing_checks(id, FAILING_CHECKS).await?;
         let quests = self.store.quest_page(id, query).await?;
+        let verifiers = match session.config.verify {
+            Some(_) => Some(self.verifiers(Some(id)).await?),
+            None => None,
+        };
         Ok(SessionOverview {
             session,
             throughput,
             agents,
             failing,
             quests,
+            verifiers,
         })
     }
 
@@ -305,9 +312,10 @@ impl Service {
         note: &str,
     ) -> Result<QuestRow, ServiceError> {
         super::check_note(decision, note)?;
+        // A bulk decision is no label of the AI verifiers.
         Ok(self
             .store
-            .decide_review(quest_id, reviewer, decision, note)
+            .decide_review_in_bulk(quest_id, reviewer, decision, note)
             .await?)
     }
 }

@@ -32,6 +32,7 @@ use crate::workers::{GateRunner, Rechecker};
 use tokio_util::sync::CancellationToken;
 
 mod cache;
+mod calibration;
 pub mod console;
 mod recheck;
 mod review;

@@ -24,13 +24,15 @@ impl Service {
         Ok(run.into())
     }
 
-    /// The session's status with its re-check figures.
+    /// The session's status with its re-check figures and its verifiers' calibration.
     pub(super) async fn full_status(
         &self,
         id: SessionId,
         status: &crate::store::SessionStatus,
     ) -> Result<api::Status, ServiceError> {
         let summary = self.store.recheck_summary(id).await?;
-        Ok(api::Status::new(id, status).with_recheck(summary))
+        let mut full = api::Status::new(id, status).with_recheck(summary);
+        full.calibration = self.session_calibration(id).await?;
+        Ok(full)
     }
 }

@@ -237,6 +237,23 @@ pub trait Store: Send + Sync + 'static {
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError>;
+    /// [`Store::decide_review`] for one quest of a bulk decision: recorded as
+    /// bulk, so that it is no label of any AI verifier.
+    async fn decide_review_in_bulk(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        decision: Decision,
+        note: &str,
+    ) -> Result<QuestRow, StoreError>;
+    /// The AI verifiers' calibration against the non-bulk review decisions,
+    /// of one session or (`None`) of the whole server, with at most
+    /// `disagreements` of the answers where verifier and reviewer disagreed.
+    async fn calibration(
+        &self,
+        session_id: Option<SessionId>,
+        disagreements: u32,
+    ) -> Result<Calibration, StoreError>;
 
     /// The result fields of a session's PASS and REVIEW quests, in first-seen order.
     async fn result_fields(&self, session_id: SessionId) -> Result<Vec<String>, StoreError>;

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::domain::recheck::{Mark, Outcome};
 use crate::domain::session::SessionConfig;
 use crate::domain::table::Row;
+use crate::domain::verify::calibration::{Confusion, Standing};
 use crate::domain::verify::{Answer, FlagOn, L2JobStatus, VerifierRequest};
 use crate::domain::work::{AgentId, ReviewerId};
 use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict, Verdict};
@@ -565,4 +566,61 @@ pub struct AgentStalenessRow {
     pub agent: String,
     pub pass: u64,
     pub stale: u64,
+}
+
+/// One verifier's answers on one question against the non-bulk review
+/// decisions of the quests it answered: of a session (by question index), or
+/// of the whole server (by question text).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfusionRow {
+    pub verifier: String,
+    /// The question's index in its session; `None` server-wide.
+    pub question_index: Option<u32>,
+    pub question: String,
+    pub confusion: Confusion,
+}
+
+/// A session's verifier losing or winning back its veto on a question.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SwitchRow {
+    pub session_id: SessionId,
+    pub verifier: String,
+    pub question_index: u32,
+    /// The standing it switched to.
+    pub standing: Standing,
+    /// The labels that caused the switch.
+    pub confusion: Confusion,
+    pub kappa: f64,
+    pub min_kappa: f64,
+    pub min_labels: u32,
+    pub created_at: DateTime<Utc>,
+}
+
+/// A labelled answer where the verifier and the reviewer disagreed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DisagreementRow {
+    pub quest_id: QuestId,
+    pub session_id: SessionId,
+    pub key: String,
+    pub verifier: String,
+    pub question_index: u32,
+    pub answer: Answer,
+    /// True: it flagged a quest the reviewer approved; false: it cleared one the reviewer rejected.
+    pub flagged: bool,
+    pub decision: Decision,
+    pub reviewer: String,
+    pub note: String,
+    pub decided_at: DateTime<Utc>,
+}
+
+/// The verifiers' calibration, of one session or of the whole server.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Calibration {
+    pub confusion: Vec<ConfusionRow>,
+    /// Oldest first.
+    pub switches: Vec<SwitchRow>,
+    /// Newest first, at most the number asked for.
+    pub disagreements: Vec<DisagreementRow>,
+    /// Pairwise agreement, summed over the sessions in scope.
+    pub agreement: Vec<PairStats>,
 }

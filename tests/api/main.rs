@@ -2,6 +2,8 @@
 
 mod auth;
 mod bad_input;
+mod calibration;
+mod calibration_store;
 mod cli;
 mod cli_text;
 mod cluster;

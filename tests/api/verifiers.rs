@@ -9,10 +9,10 @@ use serde_json::{Value, json};
 use crate::fake_llm::{Behaviour, FakeLlm, down_url};
 use crate::helpers::*;
 
-const QUESTION: &str = "Is the address a personal one rather than the company's own?";
+pub(crate) const QUESTION: &str = "Is the address a personal one rather than the company's own?";
 
 /// `[verifiers.NAME]` tables for `(name, base_url, timeout_ms, max_concurrency)`.
-fn verifiers_toml(backends: &[(&str, &str, u64, u32)]) -> String {
+pub(crate) fn verifiers_toml(backends: &[(&str, &str, u64, u32)]) -> String {
     backends
         .iter()
         .map(|(name, url, timeout_ms, concurrency)| {
@@ -57,7 +57,12 @@ async fn three(
 }
 
 /// Leases the next quest and submits `result`; returns the quest id and the answer.
-async fn submit_next(app: &TestApp, agent: &str, session: &str, result: Value) -> (String, Value) {
+pub(crate) async fn submit_next(
+    app: &TestApp,
+    agent: &str,
+    session: &str,
+    result: Value,
+) -> (String, Value) {
     let (quest, lease) = assigned(&app.next(agent, session, "a").await);
     let answer = app.submit(agent, &quest, &lease, result).await.expect(200);
     (quest, answer)

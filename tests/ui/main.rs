@@ -17,6 +17,7 @@ mod postgres;
 
 mod browser;
 mod browsing;
+mod calibration;
 mod console;
 mod pages;
 mod rechecks;

@@ -108,6 +108,7 @@ struct SessionPage {
     previous_url: Option<String>,
     next_url: Option<String>,
     filtered: bool,
+    verifiers: Option<crate::api::Verifiers>,
 }
 
 fn parse_mark(s: Option<&str>) -> Result<Option<Mark>, PageError> {
@@ -282,6 +283,7 @@ pub async fn page(
         mark: mark_text.unwrap_or_default().to_owned(),
         previous_url,
         next_url,
+        verifiers: o.verifiers,
         session: SessionView::from(&o.session),
     };
     templates::page("session.html", &signed.me, page)

@@ -17,6 +17,7 @@
 //! - [`codec`]: how rows are decoded.
 
 mod batch;
+mod calibration;
 mod codec;
 mod console;
 mod events;
@@ -388,9 +389,31 @@ impl Store for PgStore {
     ) -> Result<QuestRow, StoreError> {
         let args = (quest_id, reviewer.clone(), decision, note.to_owned());
         self.write(args, |tx, (q, r, d, n)| {
-            Box::pin(verify::decide_review(tx, q, r, d, n))
+            Box::pin(verify::decide_review(tx, q, r, d, n, false))
         })
         .await
+    }
+
+    async fn decide_review_in_bulk(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        decision: Decision,
+        note: &str,
+    ) -> Result<QuestRow, StoreError> {
+        let args = (quest_id, reviewer.clone(), decision, note.to_owned());
+        self.write(args, |tx, (q, r, d, n)| {
+            Box::pin(verify::decide_review(tx, q, r, d, n, true))
+        })
+        .await
+    }
+
+    async fn calibration(
+        &self,
+        session_id: Option<SessionId>,
+        disagreements: u32,
+    ) -> Result<Calibration, StoreError> {
+        calibration::calibration(&self.db.pool, session_id, disagreements).await
     }
 
     async fn result_fields(&self, session_id: SessionId) -> Result<Vec<String>, StoreError> {

@@ -185,12 +185,11 @@ async fn finish_verification(
         })
     })
     .collect::<Result<Vec<_>, StoreError>>()?;
-    let decision = verify::decide(
-        &questions,
-        &outcomes,
-        config.flag_threshold,
-        config.quorum(),
-    );
+    let advisory = match config.floor() {
+        Some(_) => super::calibration::advisory(tx, quest.session_id).await?,
+        None => Vec::new(),
+    };
+    let decision = verify::decide_with(&questions, &outcomes, &config.tally(quest.id, &advisory));
     let (next, decided_by) = work::on_verified(status_of(&quest), decision.flagged)?;
     let submission = submission_row(
         &sqlx::query("SELECT * FROM submissions WHERE id = $1")
@@ -282,13 +281,16 @@ pub async fn release_review(
 }
 
 /// Approves (PASS) or rejects (DONE) a quest in REVIEW. The decision row goes
-/// first: the database accepts the move out of REVIEW only with it.
+/// first: the database accepts the move out of REVIEW only with it. A
+/// decision that is not `bulk` is a label of the quest's AI verifiers, and
+/// judges them again.
 pub async fn decide_review(
     tx: &mut Tx,
     quest_id: QuestId,
     reviewer: ReviewerId,
     decision: Decision,
     note: String,
+    bulk: bool,
 ) -> Result<QuestRow, StoreError> {
     live_token(tx, &reviewer).await?;
     let mut quest = lock_quest(tx, quest_id).await?;
@@ -305,19 +307,24 @@ pub async fn decide_review(
         }
         _ => None,
     };
+    let decision_id = uuid::Uuid::now_v7();
     sqlx::query(
-        "INSERT INTO review_decisions (id, quest_id, reviewer, reviewer_token, decision, note, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        "INSERT INTO review_decisions (id, quest_id, reviewer, reviewer_token, decision, note, created_at, bulk)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
     )
-    .bind(uuid::Uuid::now_v7())
+    .bind(decision_id)
     .bind(quest_id)
     .bind(&reviewer.name)
     .bind(reviewer.token)
     .bind(decision.as_str())
     .bind(note)
     .bind(tx.now)
+    .bind(bulk)
     .execute(tx.db())
     .await?;
+    if !bulk {
+        super::calibration::recalibrate(tx, quest.session_id, decision_id).await?;
+    }
     set_status(&mut quest, next);
     quest.receipt = receipt;
     quest.decided_by = Some(decided_by.to_string());

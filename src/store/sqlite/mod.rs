@@ -12,6 +12,7 @@
 //! what it commits, so `status` and `remaining` read no table.
 
 mod agents;
+mod calibration;
 mod codec;
 mod console;
 mod inputs;
@@ -421,9 +422,31 @@ impl Store for SqliteStore {
     ) -> Result<QuestRow, StoreError> {
         let (reviewer, note) = (reviewer.clone(), note.to_owned());
         single!(self, |ctx| verify::decide_review(
-            ctx, quest_id, reviewer, decision, note
+            ctx, quest_id, reviewer, decision, note, false
         )
         .await)
+    }
+
+    async fn decide_review_in_bulk(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        decision: Decision,
+        note: &str,
+    ) -> Result<QuestRow, StoreError> {
+        let (reviewer, note) = (reviewer.clone(), note.to_owned());
+        single!(self, |ctx| verify::decide_review(
+            ctx, quest_id, reviewer, decision, note, true
+        )
+        .await)
+    }
+
+    async fn calibration(
+        &self,
+        session_id: Option<SessionId>,
+        disagreements: u32,
+    ) -> Result<Calibration, StoreError> {
+        calibration::calibration(&self.read, session_id, disagreements).await
     }
 
     async fn result_fields(&self, session_id: SessionId) -> Result<Vec<String>, StoreError> {

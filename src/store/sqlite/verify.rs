@@ -198,12 +198,11 @@ async fn finish_verification(
             })
         })
         .collect::<Result<Vec<_>, StoreError>>()?;
-    let decision = verify::decide(
-        &questions,
-        &outcomes,
-        config.flag_threshold,
-        config.quorum(),
-    );
+    let advisory = match config.floor() {
+        Some(_) => super::calibration::advisory(ctx, quest.session_id).await?,
+        None => Vec::new(),
+    };
+    let decision = verify::decide_with(&questions, &outcomes, &config.tally(quest.id, &advisory));
     let before = status_of(&quest);
     let (next, decided_by) = work::on_verified(before, decision.flagged)?;
     let submission = ctx
@@ -295,13 +294,16 @@ fn reviewable(ctx: &WriteCtx, quest: &QuestRow, reviewer: &ReviewerId) -> Result
 }
 
 /// Approves (PASS) or rejects (DONE) a quest in REVIEW. The decision row goes
-/// first: the database accepts the move out of REVIEW only with it.
+/// first: the database accepts the move out of REVIEW only with it. A
+/// decision that is not `bulk` is a label of the quest's AI verifiers, and
+/// judges them again.
 pub async fn decide_review(
     ctx: &mut WriteCtx,
     quest_id: QuestId,
     reviewer: ReviewerId,
     decision: Decision,
     note: String,
+    bulk: bool,
 ) -> Result<QuestRow, StoreError> {
     live_token(ctx, &reviewer).await?;
     let mut quest = fetch_quest(ctx, quest_id).await?;
@@ -317,20 +319,25 @@ pub async fn decide_review(
             .flatten(),
         _ => None,
     };
+    let decision_id = Uuid::now_v7().to_string();
     ctx.exec(
         sqlx::query(
-            "INSERT INTO review_decisions (id, quest_id, reviewer, reviewer_token, decision, note, created_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO review_decisions (id, quest_id, reviewer, reviewer_token, decision, note, created_at, bulk)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         )
-        .bind(Uuid::now_v7().to_string())
+        .bind(decision_id.clone())
         .bind(quest_id.to_string())
         .bind(reviewer.name.clone())
         .bind(reviewer.token.to_string())
         .bind(decision.as_str())
         .bind(note)
-        .bind(ts(ctx.now)),
+        .bind(ts(ctx.now))
+        .bind(bulk as i64),
     )
     .await?;
+    if !bulk {
+        super::calibration::recalibrate(ctx, quest.session_id, &decision_id).await?;
+    }
     set_status(&mut quest, next);
     quest.receipt = receipt;
     quest.decided_by = Some(decided_by.to_string());
