@@ -231,13 +231,14 @@ impl App {
         }
 
         // Re-checks of PASS quests: resumed from their markers at once, then
-        // scanned (and schedules looked at) every sweep.
+        // scanned (and schedules looked at) every sweep; not on an API-only
+        // replica, whose `background` is stopped already.
         let rechecker = Rechecker::start(
             store.clone(),
             runner.clone(),
             config.gate_workers,
             Duration::from_secs(config.sweep_seconds.max(1)),
-            shutdown.clone(),
+            background.clone(),
         );
 
         // XLSX exports are built beside the database, not in a RAM-backed /tmp.

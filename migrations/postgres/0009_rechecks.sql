@@ -77,7 +77,10 @@ BEGIN
        AND NOT EXISTS (
            SELECT 1 FROM rechecks r
            WHERE r.quest_id = NEW.id AND r.created_at = NEW.rechecked_at
-             AND r.mark IS NOT DISTINCT FROM NEW.recheck_mark AND r.facts::text = NEW.recheck_facts::text) THEN
+             AND r.mark IS NOT DISTINCT FROM NEW.recheck_mark AND r.facts::text = NEW.recheck_facts::text
+             -- the latest record: an older one cannot un-stale the quest
+             AND NOT EXISTS (SELECT 1 FROM rechecks l
+                             WHERE l.quest_id = NEW.id AND l.created_at > NEW.rechecked_at)) THEN
         PERFORM ratchet_refuse('a re-check mark needs its re-check record');
     END IF;
     RETURN NEW;

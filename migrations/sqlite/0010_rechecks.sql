@@ -91,7 +91,10 @@ WHEN (NEW.recheck_mark IS NOT OLD.recheck_mark OR NEW.rechecked_at IS NOT OLD.re
   AND NOT EXISTS (
       SELECT 1 FROM rechecks r
       WHERE r.quest_id = NEW.id AND r.created_at = NEW.rechecked_at
-        AND r.mark IS NEW.recheck_mark AND r.facts = NEW.recheck_facts)
+        AND r.mark IS NEW.recheck_mark AND r.facts = NEW.recheck_facts
+        -- the latest record: an older one cannot un-stale the quest
+        AND NOT EXISTS (SELECT 1 FROM rechecks l
+                        WHERE l.quest_id = NEW.id AND l.created_at > NEW.rechecked_at))
 BEGIN
     SELECT RAISE(ABORT, 'ratchet: a re-check mark needs its re-check record');
 END;

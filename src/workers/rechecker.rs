@@ -79,7 +79,7 @@ impl Rechecker {
     async fn run(self, every: Duration, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        while !shutdown.is_cancelled() {
             if let Err(e) = self.start_scheduled().await {
                 tracing::warn!(error = %e, "scheduled re-checks could not be started");
             }
@@ -141,7 +141,11 @@ impl Rechecker {
             {
                 continue;
             }
-            let Ok(permit) = self.inner.permits.clone().acquire_owned().await else {
+            let permit = tokio::select! {
+                permit = self.inner.permits.clone().acquire_owned() => permit,
+                () = shutdown.cancelled() => break,
+            };
+            let Ok(permit) = permit else {
                 break;
             };
             handed += 1;

@@ -326,6 +326,18 @@ async fn a_recheck_of_a_changed_page_marks_the_quest_stale_and_unlocks_nothing()
     assert_eq!(view["rechecks"][1]["outcome"], "confirmed");
     assert_eq!(view["receipt"], before["receipt"]);
     assert_eq!(app.status(&session).await["stale"], 0);
+
+    // An older record cannot stand for the quest: its mark is the latest re-check's.
+    let mut db = raw(&app).await;
+    let sql = format!(
+        "UPDATE quests SET recheck_mark = r.mark, rechecked_at = r.created_at, recheck_facts = r.facts
+         FROM (SELECT mark, created_at, facts FROM rechecks WHERE quest_id = '{quest}'
+               ORDER BY created_at LIMIT 1) AS r
+         WHERE quests.id = '{quest}'"
+    );
+    let refused = db.execute(&sql).await.expect_err(&sql);
+    assert!(refused.contains("ratchet"), "{sql}: {refused}");
+    assert_eq!(app.quest(&quest).await["recheck_mark"], Value::Null);
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@
 use std::collections::{HashSet, VecDeque};
 use std::hash::Hash;
 
-use futures_util::future::{BoxFuture, join_all};
+use futures_util::future::BoxFuture;
 use std::sync::Arc;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -166,7 +166,12 @@ where
             Err(_) => break,
         }
     }
-    join_all(args.iter().map(|a| alone(db, op, a.clone()))).await
+    // One at a time: together they would race for the same rows again.
+    let mut answers = Vec::with_capacity(args.len());
+    for a in args {
+        answers.push(alone(db, op, a.clone()).await);
+    }
+    answers
 }
 
 /// One request in a transaction of its own, retried like any write.

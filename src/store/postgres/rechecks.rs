@@ -61,12 +61,17 @@ pub async fn start_recheck(
     by: String,
     not_since: Option<DateTime<Utc>>,
 ) -> Result<Option<RecheckRunRow>, StoreError> {
-    // The session's lock makes starts of one session take turns.
-    sqlx::query("SELECT id FROM sessions WHERE id = $1 FOR UPDATE")
+    // Starts of one session take turns (a lock of their own: a lock on the
+    // session row would hold up every write that refers to it).
+    sqlx::query("SELECT id FROM sessions WHERE id = $1")
         .bind(session_id)
         .fetch_optional(tx.db())
         .await?
         .ok_or(StoreError::NotFound("session"))?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('recheck ' || $1::text, 0))")
+        .bind(session_id)
+        .execute(tx.db())
+        .await?;
     if let Some(since) = not_since {
         let recent =
             sqlx::query("SELECT 1 FROM recheck_runs WHERE session_id = $1 AND started_at >= $2")
@@ -203,6 +208,12 @@ pub async fn record_recheck(tx: &mut Tx, new: NewRecheck) -> Result<RecheckRecor
     .await?
     .rows_affected();
     expect_touched("the quest's re-check mark", touched, 1)?;
+    // The recorders of one run take turns from here, so that of two recording
+    // its last quests at once the later one sees the other's and finishes it.
+    sqlx::query("SELECT 1 FROM recheck_runs WHERE id = $1 FOR UPDATE")
+        .bind(recheck.run_id)
+        .execute(tx.db())
+        .await?;
     sqlx::query(
         "UPDATE recheck_runs SET finished_at = $1
          WHERE id = $2 AND finished_at IS NULL AND NOT EXISTS (SELECT 1 FROM quests WHERE recheck_run = $2)",
