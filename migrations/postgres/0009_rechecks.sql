@@ -115,7 +115,8 @@ FOR EACH STATEMENT EXECUTE FUNCTION ratchet_refuse_trigger('re-checks are append
 CREATE FUNCTION recheck_runs_finish_once() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF OLD.finished_at IS NOT NULL OR NEW.id <> OLD.id OR NEW.session_id <> OLD.session_id
-       OR NEW.total <> OLD.total OR NEW.started_at <> OLD.started_at THEN
+       OR NEW.total <> OLD.total OR NEW.started_at <> OLD.started_at
+       OR NEW.started_by IS DISTINCT FROM OLD.started_by THEN
         PERFORM ratchet_refuse('a re-check run finishes once and is never rewritten');
     END IF;
     RETURN NEW;

@@ -124,6 +124,7 @@ CREATE TRIGGER recheck_runs_finish_once
 BEFORE UPDATE ON recheck_runs
 WHEN OLD.finished_at IS NOT NULL OR NEW.id IS NOT OLD.id OR NEW.session_id IS NOT OLD.session_id
   OR NEW.total IS NOT OLD.total OR NEW.started_at IS NOT OLD.started_at
+  OR NEW.started_by IS NOT OLD.started_by
 BEGIN
     SELECT RAISE(ABORT, 'ratchet: a re-check run finishes once and is never rewritten');
 END;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 
+use crate::domain::ids::SubmissionId;
 use crate::domain::{EventKind, Phase, QuestEvent};
 
 use crate::store::{Job, Store, StoreError};
@@ -56,7 +57,7 @@ pub async fn run(
             event = events.recv() => {
                 match event {
                     Ok(e) => {
-                        if let (EventKind::Submitted, Some(Phase::Checking), Some(id)) = (e.kind, e.phase, e.submission_id) {
+                        for id in waiting_checks(e, &mut events) {
                             gates.enqueue(id);
                         }
                     }
@@ -73,5 +74,62 @@ pub async fn run(
             Ok(n) => tracing::info!(jobs = n, "work of another replica taken over"),
             Err(e) => tracing::warn!(error = %e, "orphan scan failed"),
         }
+    }
+}
+
+/// The submissions that wait for their gate among `first` and the events
+/// already queued behind it. A submission a gate decided in its own request
+/// (its `decided` event comes with its `submitted` one, from one commit) is
+/// not one: claiming it only to find it decided would cost two commits.
+fn waiting_checks(
+    first: QuestEvent,
+    events: &mut broadcast::Receiver<QuestEvent>,
+) -> Vec<SubmissionId> {
+    let mut waiting: Vec<SubmissionId> = Vec::new();
+    let mut next = Some(first);
+    while let Some(e) = next {
+        match (e.kind, e.phase, e.submission_id) {
+            (EventKind::Submitted, Some(Phase::Checking), Some(id)) => waiting.push(id),
+            (EventKind::Decided, _, Some(id)) => waiting.retain(|w| *w != id),
+            _ => {}
+        }
+        next = events.try_recv().ok();
+    }
+    waiting
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::State;
+    use crate::domain::ids::SessionId;
+
+    fn event(kind: EventKind, phase: Option<Phase>, id: SubmissionId) -> QuestEvent {
+        QuestEvent {
+            kind,
+            session_id: SessionId::new(),
+            quest_id: None,
+            submission_id: Some(id),
+            state: Some(State::Todo),
+            phase,
+            verdict: None,
+            mark: None,
+            at: chrono::Utc::now(),
+        }
+    }
+
+    #[test]
+    fn a_check_decided_in_its_own_commit_is_not_handed_to_the_gate_runner() {
+        let (tx, mut rx) = broadcast::channel(16);
+        let (inline, waiting) = (SubmissionId::new(), SubmissionId::new());
+        let first = event(EventKind::Submitted, Some(Phase::Checking), inline);
+        for e in [
+            event(EventKind::Decided, None, inline),
+            event(EventKind::Submitted, Some(Phase::Checking), waiting),
+        ] {
+            tx.send(e).unwrap();
+        }
+        assert_eq!(waiting_checks(first, &mut rx), [waiting]);
+        assert!(rx.try_recv().is_err(), "every queued event was read");
     }
 }
