@@ -36,6 +36,7 @@ mod calibration;
 pub mod console;
 mod recheck;
 mod review;
+mod scan;
 mod tokens;
 
 use review::{check_filter, check_note};
@@ -368,129 +369,6 @@ impl Service {
     pub async fn status(&self, id: SessionId) -> Result<Status, ServiceError> {
         let status = self.store.session_status(id).await?;
         self.full_status(id, &status).await
-    }
-
-    /// Creates a session from a table, all or nothing.
-    pub async fn scan(
-        &self,
-        created_by: &str,
-        config: Value,
-        upload: Upload,
-    ) -> Result<Session, ServiceError> {
-        let mut config = SessionConfig::parse(config)?;
-        let gate = self.gates.build(&config.gate)?;
-        if let Some(verify) = &mut config.verify {
-            self.check_verifiers(verify, gate.as_ref())?;
-        }
-        prompt::check_template(&config.prompt.instructions)
-            .map_err(|e| invalid("invalid_config", e.to_string()))?;
-        let sheet = config.sheet.clone();
-        let Upload { name, bytes } = upload;
-        let format = Format::from_file_name(&name).ok_or_else(|| {
-            invalid(
-                "unsupported_file",
-                format!("`{name}` is not a .csv, .tsv, .xlsx, .jsonl or .txt file"),
-            )
-        })?;
-        let (table, source) = tokio::task::spawn_blocking(move || {
-            let deadline = std::time::Instant::now() + SCAN_TIME_LIMIT;
-            let options = table::ScanOptions {
-                sheet: sheet.as_deref(),
-                limits: &table::Limits::default(),
-                out_of_time: &move || std::time::Instant::now() >= deadline,
-            };
-            table::parse(format, &bytes, &options).map(|t| (t, bytes))
-        })
-        .await
-        .map_err(|e| {
-            invalid(
-                "invalid_table",
-                format!("the file could not be parsed: {e}"),
-            )
-        })??;
-        let source_name = name;
-        let key_column = config
-            .key_column
-            .clone()
-            .unwrap_or_else(|| table.columns[0].clone());
-        let keys = table.keys(&key_column)?;
-        if let Some(missing) = gate
-            .input_columns()
-            .into_iter()
-            .find(|c| !table.columns.contains(c))
-        {
-            return Err(invalid(
-                "invalid_config",
-                format!(
-                    "config.gate names the column `{missing}`, which the table does not have; its columns are: {}",
-                    table.columns.join(", ")
-                ),
-            ));
-        }
-        let Table { columns, rows, .. } = table;
-        let name = config.name.clone().unwrap_or_else(|| source_name.clone());
-        let session = NewSession {
-            id: SessionId::new(),
-            name,
-            key_column,
-            config,
-            columns,
-            source_name,
-            source_type: format.media_type().to_owned(),
-            source,
-            created_by: created_by.to_owned(),
-            rows: keys.into_iter().zip(rows).collect(),
-        };
-        let row = self.store.create_session(session).await?;
-        let status = self.store.session_status(row.id).await?;
-        Ok(Session::new(row, &status))
-    }
-
-    /// Checks a session's verifiers against this server and fills in the gate's
-    /// default questions, so that the stored config says exactly what is asked.
-    fn check_verifiers(
-        &self,
-        verify: &mut VerifyConfig,
-        gate: &dyn Gate,
-    ) -> Result<(), ConfigError> {
-        let refuse = |field, message: String| Err(ConfigError { field, message });
-        let known = self.verifiers.names();
-        for (i, name) in verify.verifiers.iter().enumerate() {
-            if !known.contains(&name.as_str()) {
-                let declared = if known.is_empty() {
-                    "this server declares no verifiers (the operator adds [verifiers.NAME] to its --config file)".to_owned()
-                } else {
-                    format!("this server declares: {}", known.join(", "))
-                };
-                return refuse(
-                    "config.verify.verifiers",
-                    format!("[{i}]: unknown verifier `{name}`; {declared}"),
-                );
-            }
-        }
-        if gate.declared_fields().is_empty() {
-            return refuse(
-                "config.verify",
-                format!(
-                    "the `{}` gate as configured declares no result fields, and verifiers see only declared fields; \
-                     declare them (for `schema`: list the fields under the schema's `properties`)",
-                    gate.name()
-                ),
-            );
-        }
-        if verify.questions.is_empty() {
-            verify.questions = gate.default_questions();
-            if verify.questions.is_empty() {
-                return refuse(
-                    "config.verify.questions",
-                    format!(
-                        "the `{}` gate has no default questions; ask at least one",
-                        gate.name()
-                    ),
-                );
-            }
-        }
-        Ok(())
     }
 
     /// Leases the agent's next quest and renders its prompt.
