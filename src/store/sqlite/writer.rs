@@ -564,29 +564,53 @@ impl Writer {
             }
         }
         self.since_checkpoint += 1;
-        if self.since_checkpoint >= self.wal.every_commits {
+        if self.since_checkpoint >= self.wal.every_commits && self.checkpoint().await {
             self.since_checkpoint = 0;
-            self.checkpoint().await;
         }
     }
 
     /// Keeps the WAL bounded: a passive checkpoint, and when the log is still
     /// long, a restart that waits for the readers of the moment (new readers
-    /// then read the database file, so the wait is short).
-    async fn checkpoint(&mut self) {
+    /// then read the database file, so the wait is short). Answers whether the
+    /// log is now short; when it is not (readers held out past the busy
+    /// timeout, an I/O error), the writer tries again after its next commit
+    /// rather than a whole period later, so one missed restart cannot double
+    /// the log.
+    async fn checkpoint(&mut self) -> bool {
         let passive: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
             .fetch_one(&mut self.ctx.conn)
             .await;
-        let Ok((_, log, _)) = passive else { return };
-        if log >= self.wal.restart_past_pages {
-            match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)")
-                .fetch_one(&mut self.ctx.conn)
-                .await
-            {
-                Ok((busy, log, done)) => tracing::debug!(busy, log, done, "WAL restarted"),
-                Err(e) => tracing::warn!(error = %e, "the WAL could not be restarted"),
+        let log = match passive {
+            Ok((_, log, _)) => log,
+            Err(e) => {
+                tracing::warn!(error = %e, "the WAL could not be checkpointed; trying again after the next commit");
+                return false;
             }
-            metrics::counter!("quest_store_wal_restarts_total").increment(1);
+        };
+        if log < self.wal.restart_past_pages {
+            return true;
+        }
+        metrics::counter!("quest_store_wal_restarts_total").increment(1);
+        match sqlx::query_as::<_, (i64, i64, i64)>("PRAGMA wal_checkpoint(RESTART)")
+            .fetch_one(&mut self.ctx.conn)
+            .await
+        {
+            Ok((0, log, done)) => {
+                tracing::debug!(log, done, "WAL restarted");
+                true
+            }
+            Ok((_, log, done)) => {
+                tracing::warn!(
+                    log,
+                    done,
+                    "readers held the WAL past the busy timeout; trying again after the next commit"
+                );
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "the WAL could not be restarted; trying again after the next commit");
+                false
+            }
         }
     }
 
