@@ -39,7 +39,8 @@ const COUNTS: [&str; 10] = [
 pub(crate) struct Cluster {
     pub(crate) replicas: Vec<Server>,
     pub(crate) client: reqwest::Client,
-    pub(crate) dirs: Vec<TempDir>,
+    /// The replicas' data dirs, removed with the cluster.
+    _dirs: Vec<TempDir>,
 }
 
 impl Cluster {
@@ -58,26 +59,28 @@ impl Cluster {
             .timeout(Duration::from_secs(90))
             .build()
             .unwrap();
-        let mut cluster = Cluster {
-            replicas: Vec::new(),
-            client,
-            dirs: Vec::new(),
-        };
-        for (config, runs) in replicas {
-            let dir = tempfile::tempdir().unwrap();
+        let dirs: Vec<TempDir> = replicas
+            .iter()
+            .map(|_| tempfile::tempdir().unwrap())
+            .collect();
+        // Started together, so that their migrations race (the advisory lock
+        // makes them run once).
+        let starts = replicas.iter().zip(&dirs).map(|((config, runs), dir)| {
             let env = [
                 ("QUEST_DATABASE_URL", db.url.as_str()),
                 ("QUEST_DATABASE_POOL_SIZE", "8"),
                 ("QUEST_SWEEP_SECONDS", "1"),
                 ("QUEST_GATE_WORKERS", "4"),
-                ("QUEST_WORKERS", if runs { "true" } else { "false" }),
+                ("QUEST_WORKERS", if *runs { "true" } else { "false" }),
             ];
-            cluster
-                .replicas
-                .push(Server::start_with_env(dir.path(), config, &env).await);
-            cluster.dirs.push(dir);
+            async move { Server::start_with_env(dir.path(), *config, &env).await }
+        });
+        let replicas = futures_util::future::join_all(starts).await;
+        Cluster {
+            replicas,
+            client,
+            _dirs: dirs,
         }
-        cluster
     }
 
     pub(crate) fn base(&self, replica: usize) -> String {

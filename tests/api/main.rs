@@ -1,6 +1,7 @@
 //! One black-box test binary: a real server on a random port, a fresh data dir per test.
 
 mod auth;
+mod backend_choice;
 mod bad_input;
 mod calibration;
 mod calibration_store;
@@ -28,6 +29,7 @@ mod postgres;
 mod ratchet;
 mod recheck;
 mod replicas;
+mod replicas_verifiers;
 mod restart;
 mod revocation;
 mod schemathesis;

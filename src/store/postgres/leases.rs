@@ -425,7 +425,7 @@ pub async fn sweep(tx: &mut Tx, session_id: Option<SessionId>) -> Result<u64, St
          JOIN quests q ON q.id = l.quest_id AND q.lease_id = l.id AND q.phase = 'leased'
          JOIN sessions s ON s.id = q.session_id
          WHERE l.ended_at IS NULL AND l.expires_at <= $1 AND ($2::uuid IS NULL OR l.session_id = $2)
-         FOR UPDATE OF q SKIP LOCKED"
+         FOR UPDATE OF q, l SKIP LOCKED"
     );
     let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
         .bind(tx.now)

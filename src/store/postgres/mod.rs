@@ -57,6 +57,9 @@ use tx::{Db, Op};
 /// the migrations one at a time ("quest" in ASCII).
 const MIGRATION_LOCK: i64 = 0x0071_7565_7374;
 
+/// How long the first connection, and a connection from the pool, may take.
+const CONNECT_WITHIN: Duration = Duration::from_secs(10);
+
 /// Where the store takes "now" from.
 #[derive(Clone)]
 pub enum TimeSource {
@@ -90,7 +93,10 @@ pub fn describe_open_error(e: &StoreError) -> String {
         StoreError::Database(sqlx::Error::Configuration(c)) => format!("bad database URL: {c}"),
         StoreError::Database(sqlx::Error::Io(io)) => format!("cannot reach the database: {io}"),
         StoreError::Database(sqlx::Error::PoolTimedOut) => {
-            "cannot reach the database: no connection within 10 seconds".to_owned()
+            format!(
+                "cannot reach the database: no connection within {} seconds",
+                CONNECT_WITHIN.as_secs()
+            )
         }
         StoreError::Database(sqlx::Error::Tls(t)) => format!("TLS to the database failed: {t}"),
         StoreError::Database(sqlx::Error::Database(d)) => {
@@ -123,7 +129,15 @@ impl PgStore {
         let options = PgConnectOptions::from_str(url)?;
         // One connection first: an unreachable server or a refusal is its
         // error at once, not a pool's timeout after retrying in silence.
-        let mut conn = PgConnection::connect_with(&options).await?;
+        // A host that drops packets would otherwise hold the start for minutes.
+        let mut conn = tokio::time::timeout(CONNECT_WITHIN, PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| {
+                sqlx::Error::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {} seconds", CONNECT_WITHIN.as_secs()),
+                ))
+            })??;
         sqlx::query("SELECT pg_advisory_lock($1)")
             .bind(MIGRATION_LOCK)
             .execute(&mut conn)
@@ -137,7 +151,7 @@ impl PgStore {
         let _ = conn.close().await;
         let pool = PgPoolOptions::new()
             .max_connections(pool_size.max(1))
-            .acquire_timeout(Duration::from_secs(10))
+            .acquire_timeout(CONNECT_WITHIN)
             .connect_with(options)
             .await?;
         let origin = Uuid::new_v4();
