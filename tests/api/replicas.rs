@@ -215,7 +215,10 @@ async fn a_replica_killed_with_kill_9_loses_nothing_its_leases_lapse_and_its_che
     assert_eq!(status["remaining"], 0, "{status}");
     stop.store(true, Ordering::Relaxed);
     for watcher in watchers {
-        watcher.await.unwrap();
+        assert!(
+            watcher.await.unwrap() > 0,
+            "every surviving replica answered its poller"
+        );
     }
     assert_eq!(status["pass"].as_u64(), Some(quests as u64), "{status}");
 
@@ -246,6 +249,29 @@ async fn a_replica_killed_with_kill_9_loses_nothing_its_leases_lapse_and_its_che
                 "a recorded verdict never changes"
             );
         }
+    }
+    // No lease was handed to two agents, and every quest passed under a lease
+    // one agent was given for it.
+    let mut holders: HashMap<&str, (&str, &str)> = HashMap::new();
+    for (quest, _, lease, agent) in victims_log.leases.iter().chain(&survivors_log.leases) {
+        let first = holders.insert(lease, (quest, agent));
+        assert!(
+            first.is_none_or(|f| f == (quest.as_str(), agent.as_str())),
+            "lease {lease} was handed out twice: {first:?} and {agent} on {quest}"
+        );
+    }
+    let rows = export_rows(&cluster, 0, &session).await;
+    assert_eq!(rows.len(), quests);
+    for row in rows.values() {
+        // The command gate declares no fields: the result is in `result_extra`.
+        let extra: serde_json::Value =
+            serde_json::from_str(row["result_extra"].as_str().unwrap()).unwrap();
+        let lease = extra["email"].as_str().unwrap().split('@').next().unwrap();
+        assert!(
+            holders.contains_key(lease),
+            "{} passed under a lease an agent was given: {row}",
+            row["company"]
+        );
     }
     // The leases replica 2's agents died holding lapsed, and agents of the
     // survivors finished those quests under leases of their own.
