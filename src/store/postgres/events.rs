@@ -92,25 +92,31 @@ pub async fn relay(
             tracing::warn!(error = %e, "the event relay cannot listen; retrying");
             continue;
         }
+        // A catch-up read on every (re)connect, on another replica's
+        // notification, and at least once per POLL (a lost notification);
+        // never for a notification of this replica's own commits, whose
+        // events were passed on as they happened.
+        let mut last_read: Option<tokio::time::Instant> = None;
         loop {
-            // A catch-up read on every (re)connect, notification and tick.
-            if let Err(e) = catch_up(&pool, origin, &events, &mut cursor).await {
-                tracing::warn!(error = %e, "the event relay could not read the events");
-            }
-            reads += 1;
-            if reads.is_multiple_of(600) {
-                let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                    "DELETE FROM events WHERE created_at < now() - interval '{KEEP}'"
-                )))
-                .execute(&pool)
-                .await;
+            if last_read.is_none_or(|t| t.elapsed() >= POLL) {
+                if let Err(e) = catch_up(&pool, origin, &events, &mut cursor).await {
+                    tracing::warn!(error = %e, "the event relay could not read the events");
+                }
+                last_read = Some(tokio::time::Instant::now());
+                reads += 1;
+                if reads.is_multiple_of(600) {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+                        "DELETE FROM events WHERE created_at < now() - interval '{KEEP}'"
+                    )))
+                    .execute(&pool)
+                    .await;
+                }
             }
             tokio::select! {
                 () = stop.cancelled() => return,
                 got = tokio::time::timeout(POLL, listener.try_recv()) => match got {
-                    // Our own commits were passed on as they happened.
                     Ok(Ok(Some(n))) if n.payload() == origin.to_string() => {}
-                    Ok(Ok(Some(_))) | Err(_) => {}
+                    Ok(Ok(Some(_))) | Err(_) => last_read = None,
                     // The connection dropped: listen anew, then catch up.
                     Ok(Ok(None)) | Ok(Err(_)) => break,
                 },

@@ -167,7 +167,14 @@ impl PgStore {
             time,
             events,
             origin,
+            skew: Arc::default(),
         };
+        if matches!(db.time, TimeSource::Database) {
+            let now = sqlx::query_scalar("SELECT now()")
+                .fetch_one(&db.pool)
+                .await?;
+            db.learn_skew(now);
+        }
         Ok(PgStore {
             nexts: Batcher::start(db.clone(), |tx, reqs| {
                 Box::pin(leases::lease_many(tx, reqs))
@@ -203,9 +210,13 @@ impl PgStore {
     async fn read_now(&self) -> Result<DateTime<Utc>, StoreError> {
         match &self.db.time {
             TimeSource::Clock(c) => Ok(c.now()),
-            TimeSource::Database => Ok(sqlx::query_scalar("SELECT now()")
-                .fetch_one(&self.db.pool)
-                .await?),
+            TimeSource::Database => {
+                let now = sqlx::query_scalar("SELECT now()")
+                    .fetch_one(&self.db.pool)
+                    .await?;
+                self.db.learn_skew(now);
+                Ok(now)
+            }
         }
     }
 }
@@ -624,10 +635,6 @@ impl Store for PgStore {
     }
 
     fn now(&self) -> DateTime<Utc> {
-        match &self.db.time {
-            TimeSource::Clock(c) => c.now(),
-            // Pages judge ages with it; the writes take the database's.
-            TimeSource::Database => Utc::now(),
-        }
+        self.db.clock()
     }
 }

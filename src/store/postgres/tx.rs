@@ -7,6 +7,8 @@
 //! ([`super::batch`]).
 
 use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -31,6 +33,11 @@ pub struct Db {
     pub events: broadcast::Sender<QuestEvent>,
     /// This replica's id in the `events` table: its own events it publishes at once.
     pub origin: Uuid,
+    /// How far the database's clock is ahead of this replica's, in
+    /// microseconds, as the last transaction read it: what [`Db::clock`]
+    /// adds, so that a schedule or a page's ages keep the database's time
+    /// without a round trip.
+    pub skew: Arc<AtomicI64>,
 }
 
 impl Db {
@@ -62,9 +69,11 @@ impl Db {
         let now = match &self.time {
             TimeSource::Clock(c) => c.now(),
             TimeSource::Database => {
-                sqlx::query_scalar::<_, DateTime<Utc>>("SELECT now()")
+                let now = sqlx::query_scalar::<_, DateTime<Utc>>("SELECT now()")
                     .fetch_one(&mut *conn)
-                    .await?
+                    .await?;
+                self.learn_skew(now);
+                now
             }
         };
         Ok(Tx {
@@ -75,6 +84,24 @@ impl Db {
             trips: 1 + u64::from(matches!(self.time, TimeSource::Database)),
             sessions: HashMap::new(),
         })
+    }
+
+    /// "Now" without a round trip: the injected clock, or this replica's
+    /// clock set to the database's by the last transaction's reading.
+    pub fn clock(&self) -> DateTime<Utc> {
+        match &self.time {
+            TimeSource::Clock(c) => c.now(),
+            TimeSource::Database => {
+                Utc::now() + chrono::Duration::microseconds(self.skew.load(Ordering::Relaxed))
+            }
+        }
+    }
+
+    /// Records how far `database_now`, just read, is ahead of this replica's clock.
+    pub fn learn_skew(&self, database_now: DateTime<Utc>) {
+        if let Some(us) = (database_now - Utc::now()).num_microseconds() {
+            self.skew.store(us, Ordering::Relaxed);
+        }
     }
 
     /// Commits what `out` says succeeded (with its events, for the other
