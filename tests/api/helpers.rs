@@ -199,7 +199,7 @@ static DATABASES: std::sync::Mutex<Vec<(PathBuf, TestDatabase)>> =
 
 /// The URL of the PostgreSQL database that belongs to `data_dir`, created on
 /// first use. PostgreSQL was asked for, so its absence fails the test.
-async fn postgres_for(data_dir: &Path) -> String {
+pub(crate) async fn postgres_for(data_dir: &Path) -> String {
     if let Some(url) = database_url_of(data_dir) {
         return url;
     }

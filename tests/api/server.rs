@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio::process::Child;
 
-use crate::helpers::quest_binary;
+use crate::helpers::{on_postgres, postgres_for, quest_binary};
 
 /// The admin token every server started here accepts.
 pub(crate) const ADMIN: &str = "crash-admin";
@@ -56,6 +56,11 @@ impl Server {
             .arg(dir);
         if let Some(config) = config {
             command.arg("--config").arg(config);
+        }
+        // The black-box suite on PostgreSQL: the data dir's own database,
+        // the same one again when the test restarts the server on it.
+        if on_postgres() && !env.iter().any(|(k, _)| *k == "QUEST_DATABASE_URL") {
+            command.env("QUEST_DATABASE_URL", postgres_for(dir).await);
         }
         let child = command
             .env("QUEST_ADMIN_TOKEN", ADMIN)
