@@ -13,6 +13,7 @@ mod command_gate;
 mod concurrency;
 mod contract;
 mod contract_claims;
+mod contract_pending;
 mod contract_rechecks;
 mod exports;
 mod fake_llm;
