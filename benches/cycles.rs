@@ -20,7 +20,8 @@
 //! and QUEST_BENCH_LARGE (default 1000000) quests, QUEST_BENCH_POSTGRES (the
 //! maintenance database to create the run's database from, default
 //! `postgres://postgres@127.0.0.1:5432/postgres`; without a server there the
-//! PostgreSQL runs are skipped with a message, and fail with `CI=true`). Run
+//! PostgreSQL runs are skipped with a message, and fail with `CI=true`), and
+//! QUEST_BENCH_ONLY (`sqlite` or `postgres`: the runs of that backend only). Run
 //! without `--bench` (as `cargo test --all-targets` does), it makes one small
 //! run of each at smoke sizes.
 
@@ -485,7 +486,12 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
+    let only = std::env::var("QUEST_BENCH_ONLY").unwrap_or_default();
     runtime.block_on(async {
+        if only == "postgres" {
+            measure_postgres(small, agents, cycles).await;
+            return;
+        }
         let (small_rate, small_p99) = measure_quest(Backend::Sqlite, small, agents, cycles).await;
         let (large_rate, large_p99) = measure_quest(Backend::Sqlite, large, agents, cycles).await;
         let baseline = measure_baseline(agents, cycles).await;
@@ -495,6 +501,8 @@ fn main() {
             large_p99.as_secs_f64() / small_p99.as_secs_f64(),
             small_rate / baseline,
         );
-        measure_postgres(small, agents, cycles).await;
+        if only != "sqlite" {
+            measure_postgres(small, agents, cycles).await;
+        }
     });
 }

@@ -51,13 +51,16 @@ async fn snapshot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Post
         .await?)
 }
 
-/// A session's counts, as the triggers keep them in `session_counts`.
+/// A session's counts, as the triggers keep them in `session_counts` (the
+/// slots of each bucket summed).
 async fn counts(conn: &mut PgConnection, id: SessionId, total: u64) -> Result<Counts, StoreError> {
     let mut c = Counts {
         total,
         ..Counts::default()
     };
-    for row in sqlx::query("SELECT bucket, n FROM session_counts WHERE session_id = $1")
+    for row in sqlx::query(
+        "SELECT bucket, SUM(n)::bigint AS n FROM session_counts WHERE session_id = $1 GROUP BY bucket",
+    )
         .bind(id)
         .fetch_all(conn)
         .await?
