@@ -7,19 +7,15 @@ use quest::domain::ids::{LeaseId, QuestId, SessionId, TokenId};
 use std::sync::Arc;
 
 use futures_util::future::join_all;
-use quest::domain::session::SessionConfig;
-use quest::domain::table::Row;
 use quest::domain::work::{AgentId, CheckFilter, ReviewerId};
 use quest::domain::{Decision, EventKind, Fact, QuestEvent, Role, State, SystemClock, Verdict};
 use quest::store::postgres::{PgStore, TimeSource};
 use quest::store::{
-    GateDecision, LeaseOutcome, NewSession, NewSubmission, SqliteStore, Store, StoreError,
-    SubmitOutcome,
+    GateDecision, LeaseOutcome, NewSubmission, SqliteStore, Store, StoreError, SubmitOutcome,
 };
-use serde_json::{Map, Value, json};
+use serde_json::json;
 use tokio::sync::broadcast;
 
-use crate::helpers::contact_config;
 use crate::postgres::{TestDatabase, refuse_rows};
 
 /// A fresh store of one backend, its events, and what keeps it alive.
@@ -63,32 +59,11 @@ pub(crate) async fn backends(test: &str) -> Vec<Backend> {
     all
 }
 
+/// A session of `n` quests, `c0` to `c{n-1}`.
 pub(crate) async fn session(store: &dyn Store, n: usize) -> SessionId {
-    let rows = (0..n)
-        .map(|i| {
-            let input: Map<String, Value> = json!({"company": format!("c{i}")})
-                .as_object()
-                .unwrap()
-                .clone();
-            (format!("c{i}"), Row::from_map(&input))
-        })
-        .collect();
-    store
-        .create_session(NewSession {
-            id: SessionId::new(),
-            name: "s".into(),
-            key_column: "company".into(),
-            config: SessionConfig::parse(contact_config(3)).unwrap(),
-            columns: vec!["company".into()],
-            source_name: "s.jsonl".into(),
-            source_type: "application/x-ndjson".into(),
-            source: Vec::new(),
-            created_by: "admin".into(),
-            rows,
-        })
-        .await
-        .unwrap()
-        .id
+    let names: Vec<String> = (0..n).map(|i| format!("c{i}")).collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    crate::contract_pending::add_session(store, &names).await
 }
 
 pub(crate) fn decision(verdict: Verdict) -> GateDecision {

@@ -199,6 +199,7 @@ async fn the_holders_of_a_result_value_are_the_other_quests_that_keep_it() {
     }
 }
 
+/// A session of the named companies (the contact config, max_tries 3) on `store`.
 pub(crate) async fn add_session(store: &dyn Store, companies: &[&str]) -> SessionId {
     let rows = companies
         .iter()

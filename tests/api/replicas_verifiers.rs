@@ -9,13 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::cluster::{
-    Cluster, Log, ONE_CLUSTER_AT_A_TIME, agreed_status, checked_config, slow_gate, spawn_agents,
-    within,
+    Cluster, Log, ONE_CLUSTER_AT_A_TIME, agreed_status, checked_config, get, slow_gate,
+    spawn_agents, within,
 };
 use crate::fake_llm::{Behaviour, FakeLlm};
 use crate::helpers::companies;
 use crate::postgres::TestDatabase;
-use crate::server::ADMIN;
 use crate::verifiers::{QUESTION, verifiers_toml};
 
 /// The slow command gate of the cluster tests, its `email` field shown to the
@@ -140,15 +139,9 @@ async fn a_replica_killed_while_its_verifiers_wait_leaves_its_l2_jobs_to_the_sur
             .find(|l| &l.1 == key)
             .cloned()
             .expect("the stranded quest was leased");
-        let view: serde_json::Value = client
-            .get(format!("{}/v1/quests/{}", cluster.base(2), entry.0))
-            .bearer_auth(ADMIN)
-            .send()
+        let view = get(client, &cluster.base(2), &format!("/v1/quests/{}", entry.0))
             .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+            .expect("a survivor answers");
         assert_eq!(view["state"], "PASS", "{view}");
         let answers = view["l2_answers"].as_array().unwrap();
         assert_eq!(answers.len(), 1, "one stored answer for {key}: {view}");
