@@ -524,3 +524,84 @@ async fn a_review_repeating_the_approved_reason_confirms_and_a_5xx_leaves_the_qu
         (Some(0), Some(1))
     );
 }
+
+#[tokio::test]
+async fn a_recheck_asks_the_world_not_the_session_so_another_quest_holding_the_address_leaves_it_confirmed()
+ {
+    let site = Site::serve(PAGE).await;
+    let app = spawn(None).await;
+    let config = json!({"key_column": "company", "gate": {"kind": "email"}});
+    let session = app
+        .scan(
+            config,
+            json!([{"company": "Acme"}, {"company": "Acme Inc."}]),
+        )
+        .await;
+    let agent = app.token("agent", "bot").await;
+    let mut quests = Vec::new();
+    for _ in 0..2 {
+        let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+        let answer = app.submit(&agent, &quest, &lease, site.result()).await;
+        assert!(answer.status.is_success(), "{}", answer.body);
+        quests.push(quest);
+    }
+    let [first, second] = <[String; 2]>::try_from(quests).unwrap();
+    assert_eq!(app.settled(&first).await["state"], "PASS");
+    let held = app.settled(&second).await;
+    assert_eq!(held["state"], "REVIEW", "{held}");
+    let facts = held["last_facts"].as_array().unwrap();
+    assert!(
+        facts.iter().all(|f| f["check"] == "duplicate"),
+        "the second quest is under review for the shared address only: {held}"
+    );
+
+    // The page still holds the address; the other quest holds it too, under review.
+    app.clock.advance(Duration::from_secs(86_400));
+    app.post(
+        &format!("/v1/sessions/{session}/recheck"),
+        &app.admin,
+        json!({}),
+    )
+    .await
+    .expect(202);
+    let view = rechecked(&app, &first, 1).await;
+    assert_eq!(view["rechecks"][0]["verdict"], "PASS", "{view}");
+    assert_eq!(view["rechecks"][0]["outcome"], "confirmed");
+    assert_eq!(view["recheck_mark"], Value::Null);
+
+    // A person accepts the shared address: both quests PASS, and both are
+    // confirmed by the world, neither doubted for the other.
+    let reviewer = app.token("reviewer", "rita").await;
+    app.post(&format!("/v1/review/{second}/claim"), &reviewer, json!({}))
+        .await
+        .expect(200);
+    app.post(
+        &format!("/v1/review/{second}"),
+        &reviewer,
+        json!({"decision": "approve", "note": "one address for the group"}),
+    )
+    .await
+    .expect(200);
+    app.clock.advance(Duration::from_secs(86_400));
+    let run = app
+        .post(
+            &format!("/v1/sessions/{session}/recheck"),
+            &app.admin,
+            json!({}),
+        )
+        .await
+        .expect(202);
+    assert_eq!(run["total"], 2, "{run}");
+    let view = rechecked(&app, &first, 2).await;
+    assert_eq!(view["rechecks"][1]["outcome"], "confirmed", "{view}");
+    assert_eq!(view["recheck_mark"], Value::Null);
+    let view = rechecked(&app, &second, 1).await;
+    assert_eq!(view["rechecks"][0]["outcome"], "confirmed", "{view}");
+    assert_eq!(view["recheck_facts"], json!([]), "{view}");
+    let status = app.status(&session).await;
+    assert_eq!(
+        (status["stale"].as_u64(), status["unconfirmed"].as_u64()),
+        (Some(0), Some(0)),
+        "{status}"
+    );
+}
