@@ -379,32 +379,41 @@ impl Inner {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(_)) => {
                         tracing::error!(quest = %job.quest_id, "the gate panicked; the verdict is REVIEW");
-                        review(Fact::new(
+                        review(
+                            Fact::new(
+                                "gate",
+                                "",
+                                "a verdict",
+                                "no verdict: the gate crashed",
+                                "nothing for you to fix; a person will look at it",
+                            )
+                            .no_answer(),
+                        )
+                    }
+                    Err(_) => review(
+                        Fact::new(
                             "gate",
                             "",
-                            "a verdict",
-                            "no verdict: the gate crashed",
+                            format!("a verdict within {} ms", limit.as_millis()),
+                            "no verdict: the gate timed out",
                             "nothing for you to fix; a person will look at it",
-                        ))
-                    }
-                    Err(_) => review(Fact::new(
-                        "gate",
-                        "",
-                        format!("a verdict within {} ms", limit.as_millis()),
-                        "no verdict: the gate timed out",
-                        "nothing for you to fix; a person will look at it",
-                    )),
+                        )
+                        .no_answer(),
+                    ),
                 };
                 (outcome, gate.name().to_owned(), gate.version().to_owned())
             }
             Err(e) => (
-                review(Fact::new(
-                    "gate",
-                    "",
-                    "a gate that can be built",
-                    e.to_string(),
-                    "nothing for you to fix; a person will look at it",
-                )),
+                review(
+                    Fact::new(
+                        "gate",
+                        "",
+                        "a gate that can be built",
+                        e.to_string(),
+                        "nothing for you to fix; a person will look at it",
+                    )
+                    .no_answer(),
+                ),
                 job.config.gate.kind.clone(),
                 "unavailable".to_owned(),
             ),

@@ -27,6 +27,7 @@ mod operations;
 mod postgres;
 mod ratchet;
 mod recheck;
+mod recheck_reasons;
 mod replicas;
 mod restart;
 mod revocation;

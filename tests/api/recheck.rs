@@ -17,7 +17,7 @@ use crate::ratchet::raw;
 
 /// What the contact page answers.
 #[derive(Clone)]
-enum Page {
+pub(crate) enum Page {
     Html(String),
     /// Never answers (the re-check stays in flight).
     Hang,
@@ -27,14 +27,14 @@ enum Page {
 
 /// A web server on loopback with one contact page that a test changes.
 #[derive(Clone)]
-struct Site {
+pub(crate) struct Site {
     page: Arc<Mutex<Page>>,
     hits: Arc<AtomicUsize>,
     port: u16,
 }
 
 impl Site {
-    async fn serve(body: &str) -> Site {
+    pub(crate) async fn serve(body: &str) -> Site {
         let page = Arc::new(Mutex::new(Page::Html(body.to_owned())));
         let hits = Arc::new(AtomicUsize::new(0));
         let (p, h) = (page.clone(), hits.clone());
@@ -61,11 +61,11 @@ impl Site {
         Site { page, hits, port }
     }
 
-    fn set(&self, page: Page) {
+    pub(crate) fn set(&self, page: Page) {
         *self.page.lock().unwrap() = page;
     }
 
-    fn result(&self) -> Value {
+    pub(crate) fn result(&self) -> Value {
         json!({
             "site": format!("http://acme.test:{}/", self.port),
             "email": "info@acme.test",
@@ -94,7 +94,7 @@ fn world(clock: &Arc<ManualClock>) -> EmailWorld {
     }
 }
 
-async fn spawn(site_clock: Option<Arc<ManualClock>>) -> TestApp {
+pub(crate) async fn spawn(site_clock: Option<Arc<ManualClock>>) -> TestApp {
     let clock = site_clock.unwrap_or_else(|| Arc::new(ManualClock::new()));
     spawn_app_in_world(tempfile::tempdir().unwrap(), world(&clock), clock).await
 }
@@ -114,7 +114,7 @@ async fn passed(app: &TestApp, site: &Site) -> (String, String) {
 
 /// Polls the quest until it holds `n` re-checks and the quest row shows the
 /// last one (the view reads the two apart).
-async fn rechecked(app: &TestApp, quest: &str, n: usize) -> Value {
+pub(crate) async fn rechecked(app: &TestApp, quest: &str, n: usize) -> Value {
     for _ in 0..1500 {
         let view = app.quest(quest).await;
         let rechecks = view["rechecks"].as_array().cloned().unwrap_or_default();
@@ -129,7 +129,7 @@ async fn rechecked(app: &TestApp, quest: &str, n: usize) -> Value {
     );
 }
 
-const PAGE: &str =
+pub(crate) const PAGE: &str =
     "<h1>Acme</h1><p>Write to <a href=\"mailto:info@acme.test\">info@acme.test</a></p>";
 const MOVED: &str = "<h1>Acme</h1><p>We moved. Write to sales@acme.test</p>";
 
@@ -454,154 +454,4 @@ async fn a_session_with_recheck_every_is_rechecked_on_schedule_and_a_bad_period_
     assert_eq!(status["recheck"]["started_by"], "schedule", "{status}");
     assert_eq!(status["recheck"]["total"], 1, "only the PASS quest");
     assert_eq!(status["remaining"], 1);
-}
-
-#[tokio::test]
-async fn a_review_repeating_the_approved_reason_confirms_and_a_5xx_leaves_the_quest_unconfirmed() {
-    let site = Site::serve("<p>Mail acme.korea@gmail.com</p>").await;
-    let app = spawn(None).await;
-    let config = json!({"key_column": "company", "gate": {"kind": "email"}});
-    let session = app.scan(config, json!([{"company": "Acme"}])).await;
-    let agent = app.token("agent", "bot").await;
-    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
-    let mut result = site.result();
-    result["email"] = json!("acme.korea@gmail.com");
-    let answer = app.submit(&agent, &quest, &lease, result).await;
-    assert!(answer.status.is_success(), "{}", answer.body);
-    let view = app.settled(&quest).await;
-    assert_eq!(
-        view["state"], "REVIEW",
-        "a free-mail address goes to a person: {view}"
-    );
-    let reviewer = app.token("reviewer", "rita").await;
-    app.post(&format!("/v1/review/{quest}/claim"), &reviewer, json!({}))
-        .await
-        .expect(200);
-    app.post(
-        &format!("/v1/review/{quest}"),
-        &reviewer,
-        json!({"decision": "approve", "note": "a small firm uses gmail"}),
-    )
-    .await
-    .expect(200);
-
-    app.clock.advance(Duration::from_secs(86_400));
-    app.post(
-        &format!("/v1/sessions/{session}/recheck"),
-        &app.admin,
-        json!({}),
-    )
-    .await
-    .expect(202);
-    let view = rechecked(&app, &quest, 1).await;
-    assert_eq!(view["rechecks"][0]["verdict"], "REVIEW", "{view}");
-    assert_eq!(view["rechecks"][0]["outcome"], "approved_again");
-    assert_eq!(
-        view["recheck_mark"],
-        Value::Null,
-        "what the reviewer accepted is no news"
-    );
-
-    site.set(Page::Status(503));
-    app.clock.advance(Duration::from_secs(86_400));
-    app.post(
-        &format!("/v1/sessions/{session}/recheck"),
-        &app.admin,
-        json!({}),
-    )
-    .await
-    .expect(202);
-    let view = rechecked(&app, &quest, 2).await;
-    assert_eq!(view["rechecks"][1]["verdict"], "REVIEW", "{view}");
-    assert_eq!(
-        view["recheck_mark"], "unconfirmed",
-        "no answer is not wrong: {view}"
-    );
-    assert_eq!(view["state"], "PASS");
-    let status = app.status(&session).await;
-    assert_eq!(
-        (status["stale"].as_u64(), status["unconfirmed"].as_u64()),
-        (Some(0), Some(1))
-    );
-}
-
-#[tokio::test]
-async fn a_recheck_asks_the_world_not_the_session_so_another_quest_holding_the_address_leaves_it_confirmed()
- {
-    let site = Site::serve(PAGE).await;
-    let app = spawn(None).await;
-    let config = json!({"key_column": "company", "gate": {"kind": "email"}});
-    let session = app
-        .scan(
-            config,
-            json!([{"company": "Acme"}, {"company": "Acme Inc."}]),
-        )
-        .await;
-    let agent = app.token("agent", "bot").await;
-    let mut quests = Vec::new();
-    for _ in 0..2 {
-        let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
-        let answer = app.submit(&agent, &quest, &lease, site.result()).await;
-        assert!(answer.status.is_success(), "{}", answer.body);
-        quests.push(quest);
-    }
-    let [first, second] = <[String; 2]>::try_from(quests).unwrap();
-    assert_eq!(app.settled(&first).await["state"], "PASS");
-    let held = app.settled(&second).await;
-    assert_eq!(held["state"], "REVIEW", "{held}");
-    let facts = held["last_facts"].as_array().unwrap();
-    assert!(
-        facts.iter().all(|f| f["check"] == "duplicate"),
-        "the second quest is under review for the shared address only: {held}"
-    );
-
-    // The page still holds the address; the other quest holds it too, under review.
-    app.clock.advance(Duration::from_secs(86_400));
-    app.post(
-        &format!("/v1/sessions/{session}/recheck"),
-        &app.admin,
-        json!({}),
-    )
-    .await
-    .expect(202);
-    let view = rechecked(&app, &first, 1).await;
-    assert_eq!(view["rechecks"][0]["verdict"], "PASS", "{view}");
-    assert_eq!(view["rechecks"][0]["outcome"], "confirmed");
-    assert_eq!(view["recheck_mark"], Value::Null);
-
-    // A person accepts the shared address: both quests PASS, and both are
-    // confirmed by the world, neither doubted for the other.
-    let reviewer = app.token("reviewer", "rita").await;
-    app.post(&format!("/v1/review/{second}/claim"), &reviewer, json!({}))
-        .await
-        .expect(200);
-    app.post(
-        &format!("/v1/review/{second}"),
-        &reviewer,
-        json!({"decision": "approve", "note": "one address for the group"}),
-    )
-    .await
-    .expect(200);
-    app.clock.advance(Duration::from_secs(86_400));
-    let run = app
-        .post(
-            &format!("/v1/sessions/{session}/recheck"),
-            &app.admin,
-            json!({}),
-        )
-        .await
-        .expect(202);
-    assert_eq!(run["total"], 2, "{run}");
-    let view = rechecked(&app, &first, 2).await;
-    assert_eq!(view["rechecks"][1]["outcome"], "confirmed", "{view}");
-    assert_eq!(view["recheck_mark"], Value::Null);
-    let view = rechecked(&app, &second, 1).await;
-    assert_eq!(view["rechecks"][0]["outcome"], "confirmed", "{view}");
-    assert_eq!(view["recheck_facts"], json!([]), "{view}");
-    let status = app.status(&session).await;
-    assert_eq!(
-        (status["stale"].as_u64(), status["unconfirmed"].as_u64()),
-        (Some(0), Some(0)),
-        "{status}"
-    );
 }
