@@ -455,3 +455,60 @@ async fn a_session_with_recheck_every_is_rechecked_on_schedule_and_a_bad_period_
     assert_eq!(status["recheck"]["total"], 1, "only the PASS quest");
     assert_eq!(status["remaining"], 1);
 }
+
+/// An operator's command gate `check` that passes every result, run as `script`.
+fn check_gate(dir: &std::path::Path, script: &str) -> String {
+    std::fs::write(
+        dir.join(script),
+        "cat > /dev/null\necho '{\"verdict\": \"PASS\"}'\n",
+    )
+    .unwrap();
+    format!(
+        "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./{script}\"]\nworkdir = \"{}\"\n\
+         timeout_ms = 10000\n",
+        dir.display()
+    )
+}
+
+#[tokio::test]
+async fn a_recheck_by_another_version_of_the_gate_says_the_gate_changed() {
+    let scripts = tempfile::tempdir().unwrap();
+    let app = spawn_app_with(&check_gate(scripts.path(), "check-v1.sh")).await;
+    let config = json!({
+        "key_column": "company",
+        "gate": {"kind": "command", "name": "check"},
+        "prompt": {"instructions": "Find the contact email of the company."}
+    });
+    let session = app.scan(config, companies(1)).await;
+    let agent = app.token("agent", "bot").await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let answer = app
+        .submit(&agent, &quest, &lease, json!({"email": "a@firm.test"}))
+        .await;
+    assert!(answer.status.is_success(), "{}", answer.body);
+    let passed = app.settled(&quest).await;
+    assert_eq!(passed["state"], "PASS", "{passed}");
+    let passed_version = passed["submissions"][0]["gate_version"].clone();
+
+    // The operator upgrades the program behind the gate and restarts the server.
+    let dir = app.stop().await;
+    let app = spawn_app_in_with(dir, Some(&check_gate(scripts.path(), "check-v2.sh"))).await;
+    app.post(
+        &format!("/v1/sessions/{session}/recheck"),
+        &app.admin,
+        json!({}),
+    )
+    .await
+    .expect(202);
+    let view = rechecked(&app, &quest, 1).await;
+    let recheck = &view["rechecks"][0];
+    assert_eq!(recheck["outcome"], "confirmed", "{view}");
+    assert_eq!(recheck["gate"], "command");
+    assert_eq!(recheck["passed_gate_version"], passed_version);
+    assert!(
+        recheck["gate_version"].is_string() && recheck["gate_version"] != passed_version,
+        "{recheck}"
+    );
+    assert_eq!(recheck["gate_changed"], true, "{recheck}");
+    assert_eq!(view["receipt"], passed["receipt"], "the receipt stays");
+}
