@@ -196,6 +196,10 @@ async fn a_recheck_of_a_changed_page_marks_the_quest_stale_and_unlocks_nothing()
     assert_eq!(run["started_by"], "admin");
 
     let view = rechecked(&app, &quest, 1).await;
+    println!(
+        "GET /v1/quests/{quest}\n{}",
+        serde_json::to_string_pretty(&view).unwrap()
+    );
     assert_eq!(view["recheck_mark"], "stale", "{view}");
     let facts = view["recheck_facts"].as_array().unwrap();
     assert!(
