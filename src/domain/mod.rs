@@ -179,6 +179,12 @@ pub struct Fact {
     pub actual: String,
     /// A concrete next step for the agent.
     pub hint: String,
+    /// The world gave the check no answer (a timeout, no connection, a 5xx,
+    /// no DNS answer, a gate or program that gave no verdict): the fact
+    /// doubts nothing about the result, it only says it could not be
+    /// confirmed now. An approval never excuses it in a later re-check.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unanswered: bool,
 }
 
 impl Fact {
@@ -196,6 +202,15 @@ impl Fact {
             expected: expected.into(),
             actual: actual.into(),
             hint: hint.into(),
+            unanswered: false,
+        }
+    }
+
+    /// The same fact, about a check the world left unanswered.
+    pub fn no_answer(self) -> Self {
+        Fact {
+            unanswered: true,
+            ..self
         }
     }
 }

@@ -60,10 +60,16 @@ impl Outcome {
 /// What a re-check's verdict means for a PASS quest.
 ///
 /// `approved` holds the facts the quest carried when a person approved it
-/// (`None` when the gate passed it): a REVIEW whose every reason (check and
-/// field) is among them repeats what the person already accepted. Any other
-/// REVIEW is a doubt the world raised now, the way an unreachable page or a
-/// DNS timeout is, so it leaves the quest `unconfirmed`, never `stale`:
+/// (`None` when the gate passed it). A REVIEW repeats what the person
+/// accepted when every one of its facts is among them as the same finding:
+/// the same check on the same field, expecting and finding the same thing
+/// (the hint is advice, not part of it). A free-mail address approved once is
+/// approved again; a 503 where the person approved an obfuscated address is
+/// not, though both concern the source page. A fact the world left
+/// unanswered ([`Fact::unanswered`]: an unreachable page, a timeout, a 5xx)
+/// is never excused, even when the approved facts held the same one: the
+/// world did not confirm the result this time. Any REVIEW not excused is a
+/// doubt raised now, so it leaves the quest `unconfirmed`, never `stale`:
 /// unconfirmable is not wrong.
 pub fn judge(verdict: Verdict, facts: &[Fact], approved: Option<&[Fact]>) -> Outcome {
     match verdict {
@@ -73,19 +79,34 @@ pub fn judge(verdict: Verdict, facts: &[Fact], approved: Option<&[Fact]>) -> Out
             let Some(approved) = approved else {
                 return Outcome::Unconfirmed;
             };
-            let accepted: HashSet<(&str, &str)> = approved
-                .iter()
-                .map(|f| (f.check.as_str(), f.field.as_str()))
-                .collect();
-            if !facts.is_empty()
-                && facts
-                    .iter()
-                    .all(|f| accepted.contains(&(f.check.as_str(), f.field.as_str())))
-            {
+            let accepted: HashSet<Finding<'_>> = approved.iter().map(Finding::of).collect();
+            let excused = |f: &Fact| !f.unanswered && accepted.contains(&Finding::of(f));
+            if !facts.is_empty() && facts.iter().all(excused) {
                 Outcome::ApprovedAgain
             } else {
                 Outcome::Unconfirmed
             }
+        }
+    }
+}
+
+/// What makes two facts the same reason for review: the check, the field,
+/// what it expected and what it found.
+#[derive(PartialEq, Eq, Hash)]
+struct Finding<'a> {
+    check: &'a str,
+    field: &'a str,
+    expected: &'a str,
+    actual: &'a str,
+}
+
+impl<'a> Finding<'a> {
+    fn of(f: &'a Fact) -> Finding<'a> {
+        Finding {
+            check: &f.check,
+            field: &f.field,
+            expected: &f.expected,
+            actual: &f.actual,
         }
     }
 }
@@ -200,6 +221,106 @@ mod tests {
             Outcome::Unconfirmed
         );
         assert_eq!(Outcome::Unconfirmed.mark(), Some(Mark::Unconfirmed));
+    }
+
+    #[test]
+    fn only_the_same_finding_repeats_an_approved_reason_whatever_its_hint() {
+        let echo = Fact::new(
+            "source",
+            "/source",
+            "a page that does not carry the address in its own URL",
+            "https://acme.co.kr/contact?to=info%2540acme.co.kr",
+            "a person will look",
+        );
+        let approved = [echo.clone()];
+        let reworded = Fact {
+            hint: "the gate could not test whether the page repeats it".into(),
+            ..echo.clone()
+        };
+        assert_eq!(
+            judge(Verdict::Review, &[reworded], Some(&approved)),
+            Outcome::ApprovedAgain,
+            "a new hint is the same finding"
+        );
+        let unwell = Fact::new(
+            "source",
+            "/source",
+            "a page that answers HTTP 200",
+            "HTTP 503",
+            "the page could not be read now",
+        )
+        .no_answer();
+        assert_eq!(
+            judge(Verdict::Review, &[unwell], Some(&approved)),
+            Outcome::Unconfirmed,
+            "a 503 on the source page is not the source finding a person approved"
+        );
+        let elsewhere = Fact {
+            actual: "https://acme.co.kr/about?to=info%2540acme.co.kr".into(),
+            ..echo.clone()
+        };
+        assert_eq!(
+            judge(Verdict::Review, &[elsewhere], Some(&approved)),
+            Outcome::Unconfirmed,
+            "the same check finding something else is a new doubt"
+        );
+        let redirect = |to: &str| {
+            Fact::new(
+                "domain",
+                "/source",
+                "a page on acme.co.kr",
+                format!("redirected to {to}"),
+                "a person will look",
+            )
+        };
+        assert_eq!(
+            judge(
+                Verdict::Review,
+                &[redirect("https://other.example/contact")],
+                Some(&[redirect("https://acme-group.com/contact")])
+            ),
+            Outcome::Unconfirmed
+        );
+    }
+
+    #[test]
+    fn an_answer_the_world_did_not_give_is_never_excused_by_an_approval() {
+        let timeout = Fact::new(
+            "gate",
+            "",
+            "a verdict within 30000 ms",
+            "no verdict: the gate timed out",
+            "nothing for you to fix; a person will look at it",
+        )
+        .no_answer();
+        let unwell = Fact::new(
+            "source",
+            "/source",
+            "a page that answers HTTP 200",
+            "HTTP 503",
+            "the page could not be read now",
+        )
+        .no_answer();
+        for silent in [timeout, unwell] {
+            let approved = [silent.clone(), fact("freemail", "/email")];
+            assert_eq!(
+                judge(
+                    Verdict::Review,
+                    std::slice::from_ref(&silent),
+                    Some(&approved)
+                ),
+                Outcome::Unconfirmed,
+                "the person approved the quest despite {silent:?}; the world still did not answer"
+            );
+            assert_eq!(
+                judge(
+                    Verdict::Review,
+                    &[fact("freemail", "/email"), silent.clone()],
+                    Some(&approved)
+                ),
+                Outcome::Unconfirmed
+            );
+        }
     }
 
     #[test]

@@ -92,6 +92,14 @@ impl CommandGate {
         }
     }
 
+    /// [`Self::review`] for a program that gave no verdict: it timed out, was
+    /// killed or could not start (the world's failure, not the result's).
+    fn no_verdict(&self, expected: String, actual: String) -> GateOutcome {
+        let mut outcome = self.review(expected, actual);
+        outcome.facts = outcome.facts.into_iter().map(Fact::no_answer).collect();
+        outcome
+    }
+
     fn outcome_of(&self, out: &ProcessOutput) -> GateOutcome {
         if self.config.verdict == VerdictChannel::File {
             return self.outcome_of_file(out);
@@ -168,7 +176,7 @@ impl CommandGate {
     fn killed(&self, out: &ProcessOutput) -> Option<GateOutcome> {
         out.code
             .is_none()
-            .then(|| self.review("a program that exits".into(), status_and_stderr(out)))
+            .then(|| self.no_verdict("a program that exits".into(), status_and_stderr(out)))
     }
 
     /// A verdict the program gave: a PASS counts only with exit status 0.
@@ -390,13 +398,13 @@ impl Gate for CommandGate {
             .into_bytes();
         match self.runner.run(&self.config.process, stdin).await {
             Ok(out) => self.outcome_of(&out),
-            Err(ProcessError::TimedOut(after)) => self.review(
+            Err(ProcessError::TimedOut(after)) => self.no_verdict(
                 format!("a verdict within {} ms", after.as_millis()),
                 "no verdict: the program ran out of time and was killed".into(),
             ),
             Err(e) => {
                 tracing::warn!(gate = %self.config.name, error = %e, "command gate could not run");
-                self.review("a program that runs".into(), format!("no verdict: {e}"))
+                self.no_verdict("a program that runs".into(), format!("no verdict: {e}"))
             }
         }
     }
@@ -575,12 +583,14 @@ mod tests {
         let (o, _) = run(Err(ProcessError::TimedOut(Duration::from_millis(300)))).await;
         assert_eq!(o.verdict, Verdict::Review);
         assert_eq!(o.facts[0].expected, "a verdict within 300 ms");
+        assert!(o.facts[0].unanswered, "{:?}", o.facts);
         let (o, _) = run(Err(ProcessError::Spawn {
             program: "x".into(),
             message: "not found".into(),
         }))
         .await;
         assert_eq!(o.verdict, Verdict::Review);
+        assert!(o.facts[0].unanswered, "{:?}", o.facts);
     }
 
     #[tokio::test]
@@ -592,6 +602,11 @@ mod tests {
             let (o, _) = run(Ok(out.clone())).await;
             assert_eq!(o.verdict, Verdict::Review, "exit {code:?}");
             assert!(o.facts[0].actual.contains("cut"), "{:?}", o.facts);
+            assert!(
+                !o.facts[0].unanswered,
+                "the program answered, at length: {:?}",
+                o.facts
+            );
         }
     }
 

@@ -76,7 +76,8 @@ pub struct SessionView {
     /// whose result holds the same value (ASCII letter case ignored), in
     /// upload order and at most [`HOLDERS_SHOWN`]. A result counts while it
     /// is accepted (PASS), awaiting a decision (REVIEW, the AI verifiers) or
-    /// still being checked; not after a FAIL or a rejection.
+    /// still being checked; not after a FAIL or a rejection. Always empty
+    /// in a re-check of an accepted result, which asks the world only.
     pub holders: BTreeMap<String, Vec<String>>,
 }
 

@@ -172,20 +172,23 @@ impl GateRunner {
         check: &Check<'_>,
     ) -> Result<Option<GateDecision>, StoreError> {
         match self.gate(check.session_id, &check.config.gate) {
-            Ok(gate) if gate.decides_at_once() => {
-                Ok(Some(self.inner.decide(check, Ok(gate)).await?))
-            }
+            Ok(gate) if gate.decides_at_once() => Ok(Some(
+                self.inner.decide(check, Ok(gate), Others::Session).await?,
+            )),
             _ => Ok(None),
         }
     }
 
-    /// Runs the session's gate on a result and seals its decision, applying
-    /// nothing: what a re-check of an accepted result needs. The same gate,
-    /// timeout and outside world (per-host limits, the SSRF guard) as a
-    /// submission's check.
-    pub async fn decide(&self, check: &Check<'_>) -> Result<GateDecision, StoreError> {
+    /// Runs the session's gate on an accepted result and seals its decision,
+    /// applying nothing: a re-check. The same gate, timeout and outside world
+    /// (per-host limits, the SSRF guard) as a submission's check, but no other
+    /// quest of the session: a re-check asks whether the world still confirms
+    /// the result, and what the session's other quests hold now is no part of
+    /// that world (another quest under review with the same address would
+    /// otherwise leave this one `unconfirmed`).
+    pub async fn recheck(&self, check: &Check<'_>) -> Result<GateDecision, StoreError> {
         let gate = self.gate(check.session_id, &check.config.gate);
-        self.inner.decide(check, gate).await
+        self.inner.decide(check, gate, Others::Nobody).await
     }
 
     /// Queues the L2 jobs a PASS decided in a request created.
@@ -221,6 +224,15 @@ async fn run(
             drop(permit);
         });
     }
+}
+
+/// Whose results a check compares the result's unique fields with.
+#[derive(Debug, Clone, Copy)]
+enum Others {
+    /// The session's other quests that hold or await a result: a submission's check.
+    Session,
+    /// None: a re-check of an accepted result.
+    Nobody,
 }
 
 /// What a claimed check came to.
@@ -341,20 +353,25 @@ impl Inner {
             result: &job.submission.result,
             config: &job.config,
         };
-        self.decide(&check, gate).await
+        self.decide(&check, gate, Others::Session).await
     }
 
-    /// Runs `gate` on one result and seals the decision: verdict, facts,
-    /// evidence, receipt, and what the AI verifiers may see.
+    /// Runs `gate` on one result, comparing its unique fields with `others`,
+    /// and seals the decision: verdict, facts, evidence, receipt, and what
+    /// the AI verifiers may see.
     async fn decide(
         &self,
         job: &Check<'_>,
         gate: Result<Arc<dyn Gate>, String>,
+        others: Others,
     ) -> Result<GateDecision, StoreError> {
         let started = std::time::Instant::now();
         let (outcome, name, version) = match &gate {
             Ok(gate) => {
-                let session = self.session_view(job, gate.as_ref()).await?;
+                let session = match others {
+                    Others::Session => self.session_view(job, gate.as_ref()).await?,
+                    Others::Nobody => SessionView::of_key(job.key),
+                };
                 let check =
                     AssertUnwindSafe(gate.check(job.input, job.result, &session)).catch_unwind();
                 let limit = gate.timeout().unwrap_or(self.timeout);
@@ -362,32 +379,41 @@ impl Inner {
                     Ok(Ok(outcome)) => outcome,
                     Ok(Err(_)) => {
                         tracing::error!(quest = %job.quest_id, "the gate panicked; the verdict is REVIEW");
-                        review(Fact::new(
+                        review(
+                            Fact::new(
+                                "gate",
+                                "",
+                                "a verdict",
+                                "no verdict: the gate crashed",
+                                "nothing for you to fix; a person will look at it",
+                            )
+                            .no_answer(),
+                        )
+                    }
+                    Err(_) => review(
+                        Fact::new(
                             "gate",
                             "",
-                            "a verdict",
-                            "no verdict: the gate crashed",
+                            format!("a verdict within {} ms", limit.as_millis()),
+                            "no verdict: the gate timed out",
                             "nothing for you to fix; a person will look at it",
-                        ))
-                    }
-                    Err(_) => review(Fact::new(
-                        "gate",
-                        "",
-                        format!("a verdict within {} ms", limit.as_millis()),
-                        "no verdict: the gate timed out",
-                        "nothing for you to fix; a person will look at it",
-                    )),
+                        )
+                        .no_answer(),
+                    ),
                 };
                 (outcome, gate.name().to_owned(), gate.version().to_owned())
             }
             Err(e) => (
-                review(Fact::new(
-                    "gate",
-                    "",
-                    "a gate that can be built",
-                    e.to_string(),
-                    "nothing for you to fix; a person will look at it",
-                )),
+                review(
+                    Fact::new(
+                        "gate",
+                        "",
+                        "a gate that can be built",
+                        e.to_string(),
+                        "nothing for you to fix; a person will look at it",
+                    )
+                    .no_answer(),
+                ),
                 job.config.gate.kind.clone(),
                 "unavailable".to_owned(),
             ),

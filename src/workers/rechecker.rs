@@ -236,7 +236,7 @@ impl Inner {
             result,
             config: &job.config,
         };
-        let decision = self.gates.decide(&check).await?;
+        let decision = self.gates.recheck(&check).await?;
         // A person approved the quest: the facts it carried then are what they accepted.
         let approved: Option<&[Fact]> = quest
             .decided_by

@@ -599,21 +599,45 @@ async fn an_audit_sample_sends_quests_the_verifiers_pass_to_review_marked_as_aud
         );
     }
 
-    // audit_rate 0.5: the draw is fixed by the quest's id.
+    // audit_rate 0.5: each quest's fate is the draw fixed by its id, and
+    // over 23 unflagged quests both fates occur (all alike: 2 chances in 2^23).
     let half = app
         .scan(
             session_config(&question, json!({"audit_rate": 0.5})),
-            companies(8),
+            companies(24),
         )
         .await;
-    for i in 0..8 {
+    let (mut audited, mut passed) = (0, 0);
+    for i in 0..24 {
         let quest = work_next(&app, &agent, &half).await;
+        if i == 2 {
+            assert_eq!(quest["state"], "REVIEW", "flagged: {quest}");
+            assert!(audit_fact(&quest).is_none(), "{quest}");
+            continue;
+        }
         let id: quest::domain::ids::QuestId = quest["id"].as_str().unwrap().parse().unwrap();
-        let drawn = i != 2 && quest::domain::verify::calibration::audit_drawn(id, 0.5);
-        assert_eq!(audit_fact(&quest).is_some(), drawn, "{quest}");
-        let expected = if drawn || i == 2 { "REVIEW" } else { "PASS" };
-        assert_eq!(quest["state"], expected, "{quest}");
+        let drawn = quest::domain::verify::calibration::audit_drawn(id, 0.5);
+        if drawn {
+            audited += 1;
+            assert_eq!(quest["state"], "REVIEW", "{quest}");
+            let fact = audit_fact(&quest).unwrap_or_else(|| panic!("an audit fact: {quest}"));
+            assert_eq!(
+                fact["actual"],
+                "drawn for the audit sample (audit_rate 0.5)"
+            );
+        } else {
+            passed += 1;
+            assert_eq!(quest["state"], "PASS", "{quest}");
+            assert!(audit_fact(&quest).is_none(), "{quest}");
+        }
     }
+    assert!(
+        audited > 0 && passed > 0,
+        "both fates: {audited} audited, {passed} passed without a person"
+    );
+    let status = app.status(&half).await;
+    assert_eq!(status["review"], audited + 1, "{status}");
+    assert_eq!(status["pass"], passed, "{status}");
 }
 
 #[tokio::test]

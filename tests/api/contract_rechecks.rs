@@ -2,12 +2,19 @@
 //! session's PASS quests, each is recorded once (a replay changes nothing),
 //! the record sets only the quest's mark, and the last one finishes the run.
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use quest::domain::ids::{QuestId, RecheckRunId, SessionId, TokenId};
 use quest::domain::recheck::{Mark, Outcome};
-use quest::domain::{EventKind, Fact, State, Verdict};
-use quest::store::{NewRecheck, StoreError};
+use quest::domain::work::ReviewerId;
+use quest::domain::{Decision, EventKind, Fact, Role, State, SystemClock, Verdict};
+use quest::store::postgres::{PgStore, TimeSource};
+use quest::store::{NewRecheck, Store, StoreError};
+use sqlx::{Connection, PgConnection};
 
 use crate::contract::{backends, code, decision, lease_all, next_of, result, session};
+use crate::postgres::TestDatabase;
 
 fn found(run: RecheckRunId, quest: QuestId, verdict: Verdict, outcome: Outcome) -> NewRecheck {
     let facts = match verdict {
@@ -206,4 +213,101 @@ async fn a_recheck_run_records_each_pass_quest_once_marks_only_the_mark_and_fini
             "{name}: a finished run lets the next one start"
         );
     }
+}
+
+/// PostgreSQL only: SQLite runs one write at a time, so nothing commits
+/// between the statements of a start there.
+#[tokio::test]
+async fn a_quest_approved_while_a_recheck_starts_leaves_the_run_whole_on_postgres() {
+    let test = "a_quest_approved_while_a_recheck_starts_leaves_the_run_whole_on_postgres";
+    let Some(db) = TestDatabase::create_or_skip(test).await else {
+        return;
+    };
+    let (events, _) = tokio::sync::broadcast::channel(1024);
+    let store: Arc<dyn Store> = Arc::new(
+        PgStore::open(&db.url, TimeSource::Clock(Arc::new(SystemClock)), events)
+            .await
+            .unwrap(),
+    );
+    let s = session(store.as_ref(), 3).await;
+    let token = TokenId::new();
+    let leased = lease_all(store.as_ref(), s, token, 2).await;
+    let [(passed, l0), (review, l1)] = <[_; 2]>::try_from(leased).unwrap();
+    for (q, l, verdict) in [(passed, l0, Verdict::Pass), (review, l1, Verdict::Review)] {
+        store
+            .submit(result(q, l, token, "a@b.test"), Some(decision(verdict)))
+            .await
+            .unwrap();
+    }
+    let ana = store
+        .create_token("ana", Role::Reviewer, "hash-ana", None)
+        .await
+        .unwrap();
+    let ana = ReviewerId::new(ana.id, "ana");
+    store.claim_review(review, &ana, 60).await.unwrap();
+
+    // Another transaction holds an open run of the session, uncommitted, so
+    // the start waits on the one-open-run index between its statements.
+    let mut holder = PgConnection::connect(&db.url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query(
+        "INSERT INTO recheck_runs (id, session_id, started_by, started_at, total)
+         VALUES ($1, $2, 'holder', now(), 1)",
+    )
+    .bind(uuid::Uuid::new_v4())
+    .bind(s.as_uuid())
+    .execute(&mut holder)
+    .await
+    .unwrap();
+    let start = tokio::spawn({
+        let store = store.clone();
+        async move { store.start_recheck(s, "admin", None).await }
+    });
+    let mut watcher = PgConnection::connect(&db.url).await.unwrap();
+    let mut waits = 0;
+    loop {
+        let waiting: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM pg_stat_activity
+             WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&mut watcher)
+        .await
+        .unwrap();
+        if waiting > 0 {
+            break;
+        }
+        waits += 1;
+        assert!(waits < 1000, "the start never waited on the held run");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // A reviewer's approval commits meanwhile; then the holder gives way.
+    let approved = store
+        .decide_review(review, &ana, Decision::Approve, "fine")
+        .await
+        .unwrap();
+    assert_eq!(approved.state, State::Pass);
+    sqlx::query("ROLLBACK").execute(&mut holder).await.unwrap();
+
+    let run = start
+        .await
+        .unwrap()
+        .expect("the start succeeds")
+        .expect("a run");
+    let due = store.due_rechecks(10).await.unwrap();
+    assert_eq!(
+        due.len() as u64,
+        run.total,
+        "the run's total is the quests it marked: {due:?}"
+    );
+    assert!(due.iter().all(|(r, _)| *r == run.id));
+    for (_, quest) in due {
+        store
+            .record_recheck(found(run.id, quest, Verdict::Pass, Outcome::Confirmed))
+            .await
+            .unwrap();
+    }
+    let last = store.recheck_summary(s).await.unwrap().last_run.unwrap();
+    assert_eq!(last.done, run.total);
+    assert!(last.finished_at.is_some(), "the run finishes: {last:?}");
 }

@@ -29,6 +29,7 @@ mod operations;
 mod postgres;
 mod ratchet;
 mod recheck;
+mod recheck_reasons;
 mod replicas;
 mod replicas_verifiers;
 mod restart;

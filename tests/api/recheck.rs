@@ -17,7 +17,7 @@ use crate::ratchet::raw;
 
 /// What the contact page answers.
 #[derive(Clone)]
-enum Page {
+pub(crate) enum Page {
     Html(String),
     /// Never answers (the re-check stays in flight).
     Hang,
@@ -27,14 +27,14 @@ enum Page {
 
 /// A web server on loopback with one contact page that a test changes.
 #[derive(Clone)]
-struct Site {
+pub(crate) struct Site {
     page: Arc<Mutex<Page>>,
     hits: Arc<AtomicUsize>,
     port: u16,
 }
 
 impl Site {
-    async fn serve(body: &str) -> Site {
+    pub(crate) async fn serve(body: &str) -> Site {
         let page = Arc::new(Mutex::new(Page::Html(body.to_owned())));
         let hits = Arc::new(AtomicUsize::new(0));
         let (p, h) = (page.clone(), hits.clone());
@@ -61,11 +61,11 @@ impl Site {
         Site { page, hits, port }
     }
 
-    fn set(&self, page: Page) {
+    pub(crate) fn set(&self, page: Page) {
         *self.page.lock().unwrap() = page;
     }
 
-    fn result(&self) -> Value {
+    pub(crate) fn result(&self) -> Value {
         json!({
             "site": format!("http://acme.test:{}/", self.port),
             "email": "info@acme.test",
@@ -94,7 +94,7 @@ fn world(clock: &Arc<ManualClock>) -> EmailWorld {
     }
 }
 
-async fn spawn(site_clock: Option<Arc<ManualClock>>) -> TestApp {
+pub(crate) async fn spawn(site_clock: Option<Arc<ManualClock>>) -> TestApp {
     let clock = site_clock.unwrap_or_else(|| Arc::new(ManualClock::new()));
     spawn_app_in_world(tempfile::tempdir().unwrap(), world(&clock), clock).await
 }
@@ -114,7 +114,7 @@ async fn passed(app: &TestApp, site: &Site) -> (String, String) {
 
 /// Polls the quest until it holds `n` re-checks and the quest row shows the
 /// last one (the view reads the two apart).
-async fn rechecked(app: &TestApp, quest: &str, n: usize) -> Value {
+pub(crate) async fn rechecked(app: &TestApp, quest: &str, n: usize) -> Value {
     for _ in 0..1500 {
         let view = app.quest(quest).await;
         let rechecks = view["rechecks"].as_array().cloned().unwrap_or_default();
@@ -129,7 +129,7 @@ async fn rechecked(app: &TestApp, quest: &str, n: usize) -> Value {
     );
 }
 
-const PAGE: &str =
+pub(crate) const PAGE: &str =
     "<h1>Acme</h1><p>Write to <a href=\"mailto:info@acme.test\">info@acme.test</a></p>";
 const MOVED: &str = "<h1>Acme</h1><p>We moved. Write to sales@acme.test</p>";
 
@@ -196,6 +196,10 @@ async fn a_recheck_of_a_changed_page_marks_the_quest_stale_and_unlocks_nothing()
     assert_eq!(run["started_by"], "admin");
 
     let view = rechecked(&app, &quest, 1).await;
+    println!(
+        "GET /v1/quests/{quest}\n{}",
+        serde_json::to_string_pretty(&view).unwrap()
+    );
     assert_eq!(view["recheck_mark"], "stale", "{view}");
     let facts = view["recheck_facts"].as_array().unwrap();
     assert!(
@@ -456,36 +460,43 @@ async fn a_session_with_recheck_every_is_rechecked_on_schedule_and_a_bad_period_
     assert_eq!(status["remaining"], 1);
 }
 
+/// An operator's command gate `check` that passes every result, run as `script`.
+fn check_gate(dir: &std::path::Path, script: &str) -> String {
+    std::fs::write(
+        dir.join(script),
+        "cat > /dev/null\necho '{\"verdict\": \"PASS\"}'\n",
+    )
+    .unwrap();
+    format!(
+        "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./{script}\"]\nworkdir = \"{}\"\n\
+         timeout_ms = 10000\n",
+        dir.display()
+    )
+}
+
 #[tokio::test]
-async fn a_review_repeating_the_approved_reason_confirms_and_a_5xx_leaves_the_quest_unconfirmed() {
-    let site = Site::serve("<p>Mail acme.korea@gmail.com</p>").await;
-    let app = spawn(None).await;
-    let config = json!({"key_column": "company", "gate": {"kind": "email"}});
-    let session = app.scan(config, json!([{"company": "Acme"}])).await;
+async fn a_recheck_by_another_version_of_the_gate_says_the_gate_changed() {
+    let scripts = tempfile::tempdir().unwrap();
+    let app = spawn_app_with(&check_gate(scripts.path(), "check-v1.sh")).await;
+    let config = json!({
+        "key_column": "company",
+        "gate": {"kind": "command", "name": "check"},
+        "prompt": {"instructions": "Find the contact email of the company."}
+    });
+    let session = app.scan(config, companies(1)).await;
     let agent = app.token("agent", "bot").await;
     let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
-    let mut result = site.result();
-    result["email"] = json!("acme.korea@gmail.com");
-    let answer = app.submit(&agent, &quest, &lease, result).await;
+    let answer = app
+        .submit(&agent, &quest, &lease, json!({"email": "a@firm.test"}))
+        .await;
     assert!(answer.status.is_success(), "{}", answer.body);
-    let view = app.settled(&quest).await;
-    assert_eq!(
-        view["state"], "REVIEW",
-        "a free-mail address goes to a person: {view}"
-    );
-    let reviewer = app.token("reviewer", "rita").await;
-    app.post(&format!("/v1/review/{quest}/claim"), &reviewer, json!({}))
-        .await
-        .expect(200);
-    app.post(
-        &format!("/v1/review/{quest}"),
-        &reviewer,
-        json!({"decision": "approve", "note": "a small firm uses gmail"}),
-    )
-    .await
-    .expect(200);
+    let passed = app.settled(&quest).await;
+    assert_eq!(passed["state"], "PASS", "{passed}");
+    let passed_version = passed["submissions"][0]["gate_version"].clone();
 
-    app.clock.advance(Duration::from_secs(86_400));
+    // The operator upgrades the program behind the gate and restarts the server.
+    let dir = app.stop().await;
+    let app = spawn_app_in_with(dir, Some(&check_gate(scripts.path(), "check-v2.sh"))).await;
     app.post(
         &format!("/v1/sessions/{session}/recheck"),
         &app.admin,
@@ -494,33 +505,14 @@ async fn a_review_repeating_the_approved_reason_confirms_and_a_5xx_leaves_the_qu
     .await
     .expect(202);
     let view = rechecked(&app, &quest, 1).await;
-    assert_eq!(view["rechecks"][0]["verdict"], "REVIEW", "{view}");
-    assert_eq!(view["rechecks"][0]["outcome"], "approved_again");
-    assert_eq!(
-        view["recheck_mark"],
-        Value::Null,
-        "what the reviewer accepted is no news"
+    let recheck = &view["rechecks"][0];
+    assert_eq!(recheck["outcome"], "confirmed", "{view}");
+    assert_eq!(recheck["gate"], "command");
+    assert_eq!(recheck["passed_gate_version"], passed_version);
+    assert!(
+        recheck["gate_version"].is_string() && recheck["gate_version"] != passed_version,
+        "{recheck}"
     );
-
-    site.set(Page::Status(503));
-    app.clock.advance(Duration::from_secs(86_400));
-    app.post(
-        &format!("/v1/sessions/{session}/recheck"),
-        &app.admin,
-        json!({}),
-    )
-    .await
-    .expect(202);
-    let view = rechecked(&app, &quest, 2).await;
-    assert_eq!(view["rechecks"][1]["verdict"], "REVIEW", "{view}");
-    assert_eq!(
-        view["recheck_mark"], "unconfirmed",
-        "no answer is not wrong: {view}"
-    );
-    assert_eq!(view["state"], "PASS");
-    let status = app.status(&session).await;
-    assert_eq!(
-        (status["stale"].as_u64(), status["unconfirmed"].as_u64()),
-        (Some(0), Some(1))
-    );
+    assert_eq!(recheck["gate_changed"], true, "{recheck}");
+    assert_eq!(view["receipt"], passed["receipt"], "the receipt stays");
 }

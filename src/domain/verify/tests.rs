@@ -247,6 +247,105 @@ fn the_decision_follows_threshold_and_quorum_per_question() {
     );
 }
 
+fn tally(advisory: &[(String, usize)], audit: Option<f64>) -> Tally<'_> {
+    Tally {
+        flag_threshold: 2,
+        quorum: 3,
+        advisory,
+        audit,
+    }
+}
+
+#[test]
+fn an_advisory_verifier_flag_is_shown_but_not_counted_while_its_answer_counts_for_the_quorum() {
+    use Answer::*;
+    let qs = [Question::yes_flags("q1"), Question::yes_flags("q2")];
+    let answers = [
+        outcome("a", 0, Some(Yes)),
+        outcome("b", 0, Some(Yes)),
+        outcome("c", 0, Some(No)),
+        outcome("a", 1, Some(No)),
+        outcome("b", 1, Some(No)),
+        outcome("c", 1, Some(No)),
+    ];
+    let d = decide_with(&qs, &answers, &tally(&[], None));
+    assert!(d.flagged, "two flags reach the threshold of 2: {d:?}");
+
+    let advisory = [("a".to_owned(), 0)];
+    let d = decide_with(&qs, &answers, &tally(&advisory, None));
+    assert!(
+        !d.flagged,
+        "a's flag does not count, and a's answer still makes the quorum of 3: {d:?}"
+    );
+    assert!(d.facts.iter().all(|f| f.check != "l2"), "{d:?}");
+    assert!(
+        d.facts[0].hint.contains("advisory") && d.facts[0].hint.contains("min_kappa"),
+        "the advisory flag is shown to reviewers and says why it did not count: {}",
+        d.facts[0].hint
+    );
+    assert!(
+        d.facts[1].hint.contains("passed without a person"),
+        "{}",
+        d.facts[1].hint
+    );
+    assert_eq!(d.facts[3].hint, "this AI verifier raised no doubt");
+
+    let elsewhere = [("a".to_owned(), 1)];
+    let d = decide_with(&qs, &answers, &tally(&elsewhere, None));
+    assert!(d.flagged, "advisory on question 2 only: {d:?}");
+
+    let mut all_flag = answers.clone();
+    all_flag[2].answer = Some(Yes);
+    let d = decide_with(&qs, &all_flag, &tally(&advisory, None));
+    assert!(d.flagged);
+    let verdict = d.facts.iter().find(|f| f.check == "l2").unwrap();
+    assert_eq!(
+        verdict.actual,
+        "2 of 3 verifiers flagged it (and 1 advisory)"
+    );
+}
+
+#[test]
+fn a_quest_drawn_for_the_audit_sample_goes_to_review_only_when_the_verifiers_pass_it() {
+    use Answer::*;
+    let qs = [Question::yes_flags("q1")];
+    let clear = [
+        outcome("a", 0, Some(No)),
+        outcome("b", 0, Some(Yes)),
+        outcome("c", 0, Some(No)),
+    ];
+    let d = decide_with(&qs, &clear, &tally(&[], None));
+    assert!(!d.flagged, "{d:?}");
+    assert!(d.facts.iter().all(|f| f.check != "audit"));
+
+    let d = decide_with(&qs, &clear, &tally(&[], Some(0.25)));
+    assert!(d.flagged, "drawn: a person checks it: {d:?}");
+    let audit: Vec<_> = d.facts.iter().filter(|f| f.check == "audit").collect();
+    assert_eq!(audit.len(), 1, "{d:?}");
+    assert_eq!(
+        (audit[0].field.as_str(), audit[0].actual.as_str()),
+        ("quest", "drawn for the audit sample (audit_rate 0.25)")
+    );
+    assert_eq!(
+        d.facts[1].hint, "this AI verifier doubts the result; a person decides",
+        "on REVIEW the minority flag is seen by a person"
+    );
+
+    let mut flagged = clear.clone();
+    flagged[0].answer = Some(Yes);
+    let d = decide_with(&qs, &flagged, &tally(&[], Some(0.25)));
+    assert!(d.flagged);
+    assert!(
+        d.facts.iter().all(|f| f.check != "audit"),
+        "a flagged quest is no audit sample: {d:?}"
+    );
+    let d = decide_with(&qs, &clear[..2], &tally(&[], Some(0.25)));
+    assert!(
+        d.facts.iter().all(|f| f.check != "audit"),
+        "nor is one short of the quorum: {d:?}"
+    );
+}
+
 #[test]
 fn the_prompt_holds_the_contract_the_artifact_and_the_question() {
     let request = VerifierRequest {

@@ -19,7 +19,7 @@ use unicode_normalization::char::is_combining_mark;
 use url::{Host, Url};
 
 use super::address::registrable;
-use super::{EmailGate, Findings, ReadPage, Screen, read_page, readable};
+use super::{EmailGate, Findings, ReadPage, Screen, is_unwell, read_page, readable};
 use crate::domain::table::cell_as_text;
 use crate::domain::{Fact, Verdict};
 
@@ -350,14 +350,19 @@ impl EmailGate {
                         Some(url) => format!("neither {} nor the home page {url}", source.url),
                         None => source.url.clone(),
                     };
-                    findings.review(Fact::new(
+                    let fact = Fact::new(
                         "company",
                         "/source",
                         format!("a page of the site that names {key}"),
                         format!("{pages} names {key}"),
                         "a person will confirm that the site is this company's own; if a page of \
                          the company's site names it and shows the address, cite that page",
-                    ));
+                    );
+                    findings.review(if home.unanswered {
+                        fact.no_answer()
+                    } else {
+                        fact
+                    });
                 }
             }
         }
@@ -384,17 +389,20 @@ impl EmailGate {
                     evidence: json!({"url": url, "status": page.status, "final_url": page.final_url}),
                     url: Some(url),
                     named,
+                    unanswered: false,
                 }
             }
             Ok(page) => Home {
                 evidence: json!({"url": url, "status": page.status}),
                 url: Some(url),
                 named: false,
+                unanswered: is_unwell(page.status),
             },
             Err(error) => Home {
                 evidence: json!({"url": url, "error": error.to_string()}),
                 url: Some(url),
                 named: false,
+                unanswered: error.is_no_answer(),
             },
         }
     }
@@ -406,6 +414,9 @@ struct Home {
     url: Option<String>,
     named: bool,
     evidence: Value,
+    /// The home page gave no answer (a timeout, a 5xx): whether it names the
+    /// company is unknown, not denied.
+    unanswered: bool,
 }
 
 #[cfg(test)]

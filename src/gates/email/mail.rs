@@ -134,10 +134,13 @@ pub(super) fn mx_check(
             evidence["answer"] = json!("unavailable");
             let reason = withhold(&reason, policy);
             evidence["error"] = json!(reason);
-            findings.review(fact(
-                format!("no DNS answer: {reason}"),
-                "DNS could not be asked now; if the address is right there is nothing to fix, a person will look",
-            ));
+            findings.review(
+                fact(
+                    format!("no DNS answer: {reason}"),
+                    "DNS could not be asked now; if the address is right there is nothing to fix, a person will look",
+                )
+                .no_answer(),
+            );
         }
     }
     evidence

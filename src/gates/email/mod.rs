@@ -51,7 +51,7 @@ use self::mail::{duplicate_check, mx_check};
 use self::page::{Found, PageText};
 use self::source::*;
 use super::dns::Resolver;
-use super::fetch::{AddressPolicy, FetchError, Fetcher, Page, PageCache};
+use super::fetch::{AddressPolicy, FetchError, Fetcher, Page, PageCache, is_unwell};
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
 use crate::domain::session::Example;
 use crate::domain::verify::{Question, injection_question};
@@ -144,9 +144,9 @@ struct ReadPage {
 
 /// What the agent claimed, each field parsed or turned into a format fact.
 struct Claim {
-    email: Result<Email, Fact>,
-    site: Result<Url, Fact>,
-    source: Result<Url, Fact>,
+    email: Result<Email, Box<Fact>>,
+    site: Result<Url, Box<Fact>>,
+    source: Result<Url, Box<Fact>>,
 }
 
 impl Claim {
@@ -179,9 +179,15 @@ fn field<T>(
     name: &str,
     expected: &str,
     parse: impl Fn(&str) -> Result<T, String>,
-) -> Result<T, Fact> {
+) -> Result<T, Box<Fact>> {
     let fact = |actual: String, hint: String| {
-        Fact::new("format", format!("/{name}"), expected, actual, hint)
+        Box::new(Fact::new(
+            "format",
+            format!("/{name}"),
+            expected,
+            actual,
+            hint,
+        ))
     };
     match result.get(name) {
         None | Some(Value::Null) => Err(fact(
@@ -381,7 +387,7 @@ fn format_check(findings: &mut Findings, claim: &Claim, screen: &Screen) {
     .into_iter()
     .flatten()
     {
-        findings.fail(bad.clone());
+        findings.fail(Fact::clone(bad));
     }
     let homoglyphs = "internationalised domain names can imitate others letter for letter; a person will confirm this one";
     if let Some(e) = screen.email.filter(|e| e.unicode_domain.is_some()) {

@@ -49,11 +49,14 @@ pub(super) fn fetch_failure(findings: &mut Findings, error: &FetchError) {
         )),
         FetchError::NoConnection { port: None, .. }
         | FetchError::Timeout(_)
-        | FetchError::Unreachable(_) => findings.review(source_fact(
-            "a page that answers",
-            actual,
-            "the page could not be checked now; if the URL is right there is nothing to fix, a person will look",
-        )),
+        | FetchError::Unreachable(_) => findings.review(
+            source_fact(
+                "a page that answers",
+                actual,
+                "the page could not be checked now; if the URL is right there is nothing to fix, a person will look",
+            )
+            .no_answer(),
+        ),
     }
 }
 
@@ -229,18 +232,19 @@ impl EmailGate {
                         format!("{status}, while the site's home page {home} answers HTTP {code}"),
                         "the site serves visitors but refuses this page, so it is not public; cite the public page that shows the address",
                     )),
-                    _ => findings.review(source_fact(
-                        "a page that answers HTTP 200",
-                        format!("{status}, and the site's home page refuses the gate too"),
-                        "the site turns automated readers away; if the URL is right there is nothing to fix, a person will look",
-                    )),
+                    _ => findings.review(
+                        source_fact(
+                            "a page that answers HTTP 200",
+                            format!("{status}, and the site's home page refuses the gate too"),
+                            "the site turns automated readers away; if the URL is right there is nothing to fix, a person will look",
+                        )
+                        .no_answer(),
+                    ),
                 }
             }
-            408 | 429 | 500..=599 => findings.review(source_fact(
-                "a page that answers HTTP 200",
-                status,
-                unwell,
-            )),
+            code if is_unwell(code) => findings.review(
+                source_fact("a page that answers HTTP 200", status, unwell).no_answer(),
+            ),
             _ => findings.fail(source_fact(
                 "a page that answers HTTP 200",
                 status,
@@ -253,15 +257,15 @@ impl EmailGate {
     /// replaced by a made-up one; a page that then shows the made-up address
     /// repeats its URL. Returns the probe's evidence.
     async fn echo_probe(&self, findings: &mut Findings, email: &Email, url: &Url) -> Value {
-        let untestable = |findings: &mut Findings, actual: String| {
-            findings.review(source_fact(
+        let untestable = |actual: String| {
+            source_fact(
                 NOT_ECHOED,
                 actual,
                 "the URL holds the address's local part and the gate could not test whether the page repeats it; a person will look",
-            ))
+            )
         };
         let Some((probe, made_up)) = echo::probe(url, email) else {
-            untestable(findings, url.to_string());
+            findings.review(untestable(url.to_string()));
             return json!({"url": Value::Null, "error": "the local part is encoded too deeply to replace"});
         };
         match self.fetcher.fetch(probe.as_str()).await {
@@ -279,12 +283,8 @@ impl EmailGate {
                 }
                 json!({"url": probe.as_str(), "status": page.status, "echoed": echoed})
             }
-            Err(
-                error @ (FetchError::Timeout(_)
-                | FetchError::Unreachable(_)
-                | FetchError::NoConnection { port: None, .. }),
-            ) => {
-                untestable(findings, format!("{probe}: {error}"));
+            Err(error) if error.is_no_answer() => {
+                findings.review(untestable(format!("{probe}: {error}")).no_answer());
                 json!({"url": probe.as_str(), "error": error.to_string()})
             }
             // No page at the made-up URL: nothing repeats it.

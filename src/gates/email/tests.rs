@@ -501,6 +501,11 @@ async fn every_mx_answer_has_its_verdict_and_evidence() {
         assert_eq!(o.verdict, verdict, "{answer:?}");
         assert_eq!(where_(&o), [("mx", "/email")]);
         assert!(o.facts[0].actual.contains(says), "{}", o.facts[0].actual);
+        assert_eq!(
+            o.facts[0].unanswered,
+            label == "unavailable",
+            "only a DNS that did not answer is no answer: {answer:?}"
+        );
         assert_eq!(evidence(&o, "mx")["answer"], label);
     }
     let w = world(

@@ -64,6 +64,26 @@ pub enum FetchError {
     Unreachable(String),
 }
 
+impl FetchError {
+    /// Whether the world gave no answer (a timeout, no connection to the web
+    /// server, a broken connection), as opposed to an answer that contradicts
+    /// the URL (no such host, a refused address, a port nothing listens on).
+    pub fn is_no_answer(&self) -> bool {
+        matches!(
+            self,
+            FetchError::Timeout(_)
+                | FetchError::Unreachable(_)
+                | FetchError::NoConnection { port: None, .. }
+        )
+    }
+}
+
+/// Whether an HTTP status says the server could not answer now (a timeout,
+/// too many requests, a server error), not that the page is wrong.
+pub fn is_unwell(status: u16) -> bool {
+    matches!(status, 408 | 429 | 500..=599)
+}
+
 /// Fetches web pages.
 #[async_trait]
 pub trait Fetcher: Send + Sync {

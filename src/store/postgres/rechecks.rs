@@ -91,15 +91,20 @@ pub async fn start_recheck(
     if open.is_some() {
         return Err(StoreError::conflict("recheck_running", RUNNING));
     }
-    let pass: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM quests WHERE session_id = $1 AND state = 'PASS'")
+    // The run's total is what the marking touched: a count read before it
+    // could miss a quest approved in between (each statement of a READ
+    // COMMITTED transaction sees what committed before it began).
+    let id = RecheckRunId::new();
+    let marked =
+        sqlx::query("UPDATE quests SET recheck_run = $1 WHERE session_id = $2 AND state = 'PASS'")
+            .bind(id)
             .bind(session_id)
-            .fetch_one(tx.db())
-            .await?;
-    if pass == 0 {
+            .execute(tx.db())
+            .await?
+            .rows_affected();
+    if marked == 0 {
         return Err(StoreError::conflict("nothing_to_recheck", NOTHING));
     }
-    let id = RecheckRunId::new();
     // Times as stored (microseconds), so that what is returned reads back equal.
     let now = tx.now.trunc_subsecs(6);
     sqlx::query(
@@ -109,23 +114,15 @@ pub async fn start_recheck(
     .bind(session_id)
     .bind(&by)
     .bind(now)
-    .bind(pass)
+    .bind(marked as i64)
     .execute(tx.db())
     .await?;
-    let marked =
-        sqlx::query("UPDATE quests SET recheck_run = $1 WHERE session_id = $2 AND state = 'PASS'")
-            .bind(id)
-            .bind(session_id)
-            .execute(tx.db())
-            .await?
-            .rows_affected();
-    expect_touched("marking the PASS quests", marked, pass as u64)?;
     Ok(Some(RecheckRunRow {
         id,
         session_id,
         started_by: by,
         started_at: now,
-        total: pass as u64,
+        total: marked,
         done: 0,
         finished_at: None,
     }))

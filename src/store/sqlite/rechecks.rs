@@ -85,19 +85,21 @@ pub async fn start_recheck(
     if open.is_some() {
         return Err(StoreError::conflict("recheck_running", RUNNING));
     }
-    let pass: i64 = ctx
-        .row(
-            sqlx::query("SELECT COUNT(*) AS n FROM quests WHERE session_id = ? AND state = 'PASS'")
-                .bind(sid.clone()),
+    // The run's total is what the marking touched, as on PostgreSQL (where
+    // a count read before it could miss a quest approved in between).
+    let id = RecheckRunId::new();
+    let marked = ctx
+        .exec(
+            sqlx::query(
+                "UPDATE quests SET recheck_run = ? WHERE session_id = ? AND state = 'PASS'",
+            )
+            .bind(id.to_string())
+            .bind(sid.clone()),
         )
-        .await?
-        .map(|r| r.int("n"))
-        .transpose()?
-        .unwrap_or(0);
-    if pass == 0 {
+        .await?;
+    if marked == 0 {
         return Err(StoreError::conflict("nothing_to_recheck", NOTHING));
     }
-    let id = RecheckRunId::new();
     // Times as stored (microseconds), so that what is returned reads back equal.
     let now = ctx.now.trunc_subsecs(6);
     ctx.exec(
@@ -105,28 +107,18 @@ pub async fn start_recheck(
             "INSERT INTO recheck_runs (id, session_id, started_by, started_at, total) VALUES (?, ?, ?, ?, ?)",
         )
         .bind(id.to_string())
-        .bind(sid.clone())
+        .bind(sid)
         .bind(by.clone())
         .bind(ts(now))
-        .bind(pass),
+        .bind(marked as i64),
     )
     .await?;
-    let marked = ctx
-        .exec(
-            sqlx::query(
-                "UPDATE quests SET recheck_run = ? WHERE session_id = ? AND state = 'PASS'",
-            )
-            .bind(id.to_string())
-            .bind(sid),
-        )
-        .await?;
-    crate::store::common::expect_touched("marking the PASS quests", marked, pass as u64)?;
     Ok(Some(RecheckRunRow {
         id,
         session_id,
         started_by: by,
         started_at: now,
-        total: pass as u64,
+        total: marked,
         done: 0,
         finished_at: None,
     }))

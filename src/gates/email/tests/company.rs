@@ -126,21 +126,34 @@ async fn otherwise_the_home_page_must_name_it_or_a_person_looks() {
         o.facts[0].actual,
         format!("neither {CONTACT} nor the home page {HOME} names Beta Labs")
     );
-    // A home page that does not answer names nothing either.
-    let w = world(
-        contact_page("<p>info@acme.test</p>"),
-        FakeResolver::new().with_mx("acme.test"),
-    );
-    let o = w
-        .gate
-        .check(
-            &json!({}),
-            &claim("info@acme.test", HOME, CONTACT),
-            &SessionView::of_key("Acme"),
-        )
-        .await;
-    assert_eq!(o.verdict, Verdict::Review);
-    assert!(evidence(&o, "company")["home"]["error"].is_string());
+    assert!(!o.facts[0].unanswered, "the home page answered");
+    // A home page that is not there names nothing either; one that gives no
+    // answer leaves the question open.
+    for (home, unanswered) in [
+        (None, false),
+        (
+            Some(Err(FetchError::Timeout(std::time::Duration::from_secs(15)))),
+            true,
+        ),
+        (Some(Ok(page(HOME, 503, Some("text/html"), "busy"))), true),
+    ] {
+        let mut fetcher = contact_page("<p>info@acme.test</p>");
+        if let Some(answer) = home.clone() {
+            fetcher = fetcher.answer(HOME, answer);
+        }
+        let w = world(fetcher, FakeResolver::new().with_mx("acme.test"));
+        let o = w
+            .gate
+            .check(
+                &json!({}),
+                &claim("info@acme.test", HOME, CONTACT),
+                &SessionView::of_key("Acme"),
+            )
+            .await;
+        assert_eq!(o.verdict, Verdict::Review, "{home:?}");
+        assert_eq!(where_(&o), [("company", "/source")], "{home:?}");
+        assert_eq!(o.facts[0].unanswered, unanswered, "{home:?}");
+    }
 }
 
 #[tokio::test]

@@ -295,6 +295,7 @@ async fn an_echo_the_gate_cannot_test_goes_to_review() {
         "{}",
         o.facts[0].actual
     );
+    assert!(o.facts[0].unanswered, "the probe got no answer");
     // Encoded too deeply to replace: untestable as well.
     let deep = "https://acme.test/%2569nfo";
     let w = world(
@@ -304,6 +305,10 @@ async fn an_echo_the_gate_cannot_test_goes_to_review() {
     let o = check(&w, claim("info@acme.test", "https://acme.test", deep)).await;
     assert_eq!(o.verdict, Verdict::Review, "{:?}", o.facts);
     assert_eq!(o.facts[0].actual, deep);
+    assert!(
+        !o.facts[0].unanswered,
+        "nothing was asked: the gate itself could not test it"
+    );
 }
 
 #[tokio::test]
@@ -352,6 +357,11 @@ async fn fetch_failures_fail_when_the_world_contradicts_and_review_when_it_is_si
         assert_eq!(where_(&o), [("source", "/source")]);
         assert_eq!(o.facts[0].expected, expected);
         assert_eq!(o.facts[0].actual, error.to_string());
+        assert_eq!(
+            o.facts[0].unanswered,
+            verdict == Verdict::Review,
+            "only silence is marked as no answer: {error}"
+        );
         assert_eq!(
             evidence(&o, "source"),
             &json!({"check": "source", "url": CONTACT, "error": error.to_string()})
@@ -435,6 +445,11 @@ async fn a_missing_page_fails_and_an_unwell_server_goes_to_review() {
         assert_eq!(o.verdict, verdict, "{status}");
         assert_eq!(where_(&o), [("source", "/source")], "{status}");
         assert_eq!(o.facts[0].actual, format!("HTTP {status}"));
+        assert_eq!(
+            o.facts[0].unanswered,
+            verdict == Verdict::Review,
+            "{status}"
+        );
         assert_eq!(evidence(&o, "source")["status"], status);
         assert!(
             evidence(&o, "source").get("found").is_none(),
@@ -479,6 +494,11 @@ async fn a_forbidden_page_fails_unless_the_whole_site_turns_the_gate_away() {
         assert_eq!(o.verdict, verdict, "{home_answer:?}");
         assert_eq!(where_(&o), [("source", "/source")]);
         assert!(o.facts[0].actual.contains(says), "{}", o.facts[0].actual);
+        assert_eq!(
+            o.facts[0].unanswered,
+            verdict == Verdict::Review,
+            "a site that turns the gate away everywhere gave no answer"
+        );
         assert_eq!(evidence(&o, "source")["home"]["url"], home);
     }
     // The home page itself forbidden: nothing else to ask.
