@@ -121,7 +121,7 @@ async fn a_replica_killed_while_its_verifiers_wait_leaves_its_l2_jobs_to_the_sur
     // Every quest's question was answered on a survivor exactly once, the
     // stranded ones after the kill.
     let mut asked: HashMap<String, usize> = HashMap::new();
-    for key in answering.requests().iter().map(|r| asked_about(r)) {
+    for key in answering.requests().iter().map(asked_about) {
         *asked.entry(key).or_default() += 1;
     }
     assert_eq!(asked.len(), quests, "every quest asked: {asked:?}");
