@@ -69,3 +69,24 @@ async fn a_database_that_cannot_be_used_is_one_line_at_start_with_its_password_h
         );
     }
 }
+
+#[tokio::test]
+async fn a_database_that_accepts_and_never_answers_is_given_up_after_ten_seconds() {
+    // A listener that takes the connection and says nothing, like a host
+    // behind a firewall that drops what it is sent.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            open.push(socket);
+        }
+    });
+    let (code, stderr) = serve_on(&format!("postgres://quest@127.0.0.1:{port}/quest")).await;
+    held.abort();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot reach the database: no answer within 10 seconds"),
+        "{stderr}"
+    );
+}

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
+use sqlx::Connection;
 
 use crate::cluster::*;
 use crate::helpers::{companies, contact_config};
@@ -250,16 +251,35 @@ async fn a_replica_killed_with_kill_9_loses_nothing_its_leases_lapse_and_its_che
             );
         }
     }
-    // No lease was handed to two agents, and every quest passed under a lease
-    // one agent was given for it.
-    let mut holders: HashMap<&str, (&str, &str)> = HashMap::new();
-    for (quest, _, lease, agent) in victims_log.leases.iter().chain(&survivors_log.leases) {
-        let first = holders.insert(lease, (quest, agent));
+    // No quest was held under two leases at once: in the database, each
+    // lease of a quest begins after the one before it ended (or expired,
+    // for a lapse), and every quest passed under a lease an agent was given
+    // for it.
+    let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
+    let leases: Vec<(
+        uuid::Uuid,
+        chrono::DateTime<chrono::Utc>,
+        chrono::DateTime<chrono::Utc>,
+    )> = sqlx::query_as(
+        "SELECT quest_id, granted_at, LEAST(COALESCE(ended_at, expires_at), expires_at)
+             FROM leases ORDER BY quest_id, granted_at",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    for pair in leases.windows(2) {
+        let ((quest, _, ended), (next_quest, granted, _)) = (pair[0], pair[1]);
         assert!(
-            first.is_none_or(|f| f == (quest.as_str(), agent.as_str())),
-            "lease {lease} was handed out twice: {first:?} and {agent} on {quest}"
+            quest != next_quest || granted >= ended,
+            "quest {quest} was leased again at {granted} while a lease held it until {ended}"
         );
     }
+    let given: HashMap<&str, &str> = victims_log
+        .leases
+        .iter()
+        .chain(&survivors_log.leases)
+        .map(|(_, key, lease, _)| (lease.as_str(), key.as_str()))
+        .collect();
     let rows = export_rows(&cluster, 0, &session).await;
     assert_eq!(rows.len(), quests);
     for row in rows.values() {
@@ -268,8 +288,8 @@ async fn a_replica_killed_with_kill_9_loses_nothing_its_leases_lapse_and_its_che
             serde_json::from_str(row["result_extra"].as_str().unwrap()).unwrap();
         let lease = extra["email"].as_str().unwrap().split('@').next().unwrap();
         assert!(
-            holders.contains_key(lease),
-            "{} passed under a lease an agent was given: {row}",
+            given.get(lease).is_some_and(|key| row["company"] == *key),
+            "{} passed under a lease an agent was given for it: {row}",
             row["company"]
         );
     }

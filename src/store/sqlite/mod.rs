@@ -137,6 +137,7 @@ impl SqliteStore {
             ],
             wal: tuning.wal,
             since_checkpoint: 0,
+            restart_backoff: 1,
         };
         tokio::spawn(writer::run(writer, rx));
         Ok(SqliteStore {

@@ -314,6 +314,9 @@ pub struct Writer {
     pub wal: WalPolicy,
     /// Commits since the WAL was last looked at.
     pub since_checkpoint: u32,
+    /// How many commits after a restart that did not complete the writer
+    /// looks again; doubles on each miss, back to one on success.
+    pub restart_backoff: u32,
 }
 
 /// How the writer keeps the WAL file bounded. SQLite's own checkpoints after
@@ -564,8 +567,17 @@ impl Writer {
             }
         }
         self.since_checkpoint += 1;
-        if self.since_checkpoint >= self.wal.every_commits && self.checkpoint().await {
-            self.since_checkpoint = 0;
+        if self.since_checkpoint >= self.wal.every_commits {
+            if self.checkpoint().await {
+                self.since_checkpoint = 0;
+                self.restart_backoff = 1;
+            } else {
+                // Looked at again after 1, 2, 4 ... commits (at most a period):
+                // a reader that outlasts the busy timeout costs the writer that
+                // wait a few times, not once per commit.
+                self.since_checkpoint = self.wal.every_commits.saturating_sub(self.restart_backoff);
+                self.restart_backoff = (self.restart_backoff * 2).min(self.wal.every_commits);
+            }
         }
     }
 
@@ -573,9 +585,8 @@ impl Writer {
     /// long, a restart that waits for the readers of the moment (new readers
     /// then read the database file, so the wait is short). Answers whether the
     /// log is now short; when it is not (readers held out past the busy
-    /// timeout, an I/O error), the writer tries again after its next commit
-    /// rather than a whole period later, so one missed restart cannot double
-    /// the log.
+    /// timeout, an I/O error), the writer tries again soon rather than a whole
+    /// period later, so one missed restart cannot double the log.
     async fn checkpoint(&mut self) -> bool {
         let passive: Result<(i64, i64, i64), _> = sqlx::query_as("PRAGMA wal_checkpoint(PASSIVE)")
             .fetch_one(&mut self.ctx.conn)
