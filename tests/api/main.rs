@@ -39,3 +39,5 @@ mod server;
 mod sessions;
 mod store;
 mod verifiers;
+mod verifiers_config;
+mod verifiers_crash;

@@ -21,5 +21,6 @@ mod calibration;
 mod console;
 mod pages;
 mod rechecks;
+mod review_pages;
 mod reviewer_tokens;
 mod shots;
