@@ -126,6 +126,12 @@ pub async fn ensure_token(
     role: Role,
     hash: String,
 ) -> Result<(), StoreError> {
+    // Replicas starting together ensure the same token: they take turns, so
+    // the second finds the first's row instead of colliding with it.
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('token ' || $1, 0))")
+        .bind(&name)
+        .execute(tx.db())
+        .await?;
     // The configured secret is the only live token of this name: a rotated
     // secret retires the old one, and a revoked bootstrap token comes back.
     sqlx::query(
