@@ -27,25 +27,9 @@ async fn a_review_repeating_the_approved_reason_confirms_and_a_5xx_leaves_the_qu
         "a free-mail address goes to a person: {view}"
     );
     let reviewer = app.token("reviewer", "rita").await;
-    app.post(&format!("/v1/review/{quest}/claim"), &reviewer, json!({}))
-        .await
-        .expect(200);
-    app.post(
-        &format!("/v1/review/{quest}"),
-        &reviewer,
-        json!({"decision": "approve", "note": "a small firm uses gmail"}),
-    )
-    .await
-    .expect(200);
+    approve(&app, &reviewer, &quest, "a small firm uses gmail").await;
 
-    app.clock.advance(Duration::from_secs(86_400));
-    app.post(
-        &format!("/v1/sessions/{session}/recheck"),
-        &app.admin,
-        json!({}),
-    )
-    .await
-    .expect(202);
+    recheck_a_day_later(&app, &session).await;
     let view = rechecked(&app, &quest, 1).await;
     assert_eq!(view["rechecks"][0]["verdict"], "REVIEW", "{view}");
     assert_eq!(view["rechecks"][0]["outcome"], "approved_again");
@@ -56,14 +40,7 @@ async fn a_review_repeating_the_approved_reason_confirms_and_a_5xx_leaves_the_qu
     );
 
     site.set(Page::Status(503));
-    app.clock.advance(Duration::from_secs(86_400));
-    app.post(
-        &format!("/v1/sessions/{session}/recheck"),
-        &app.admin,
-        json!({}),
-    )
-    .await
-    .expect(202);
+    recheck_a_day_later(&app, &session).await;
     let view = rechecked(&app, &quest, 2).await;
     assert_eq!(view["rechecks"][1]["verdict"], "REVIEW", "{view}");
     assert!(
@@ -117,14 +94,7 @@ async fn a_recheck_asks_the_world_not_the_session_so_another_quest_holding_the_a
     );
 
     // The page still holds the address; the other quest holds it too, under review.
-    app.clock.advance(Duration::from_secs(86_400));
-    app.post(
-        &format!("/v1/sessions/{session}/recheck"),
-        &app.admin,
-        json!({}),
-    )
-    .await
-    .expect(202);
+    recheck_a_day_later(&app, &session).await;
     let view = rechecked(&app, &first, 1).await;
     assert_eq!(view["rechecks"][0]["verdict"], "PASS", "{view}");
     assert_eq!(view["rechecks"][0]["outcome"], "confirmed");
@@ -133,16 +103,7 @@ async fn a_recheck_asks_the_world_not_the_session_so_another_quest_holding_the_a
     // A person accepts the shared address: both quests PASS, and both are
     // confirmed by the world, neither doubted for the other.
     let reviewer = app.token("reviewer", "rita").await;
-    app.post(&format!("/v1/review/{second}/claim"), &reviewer, json!({}))
-        .await
-        .expect(200);
-    app.post(
-        &format!("/v1/review/{second}"),
-        &reviewer,
-        json!({"decision": "approve", "note": "one address for the group"}),
-    )
-    .await
-    .expect(200);
+    approve(&app, &reviewer, &second, "one address for the group").await;
     app.clock.advance(Duration::from_secs(86_400));
     let run = app
         .post(
@@ -189,26 +150,10 @@ async fn a_page_that_did_not_answer_when_a_person_approved_leaves_the_quest_unco
     );
     // A person knows the address and approves it although the page was down.
     let reviewer = app.token("reviewer", "rita").await;
-    app.post(&format!("/v1/review/{quest}/claim"), &reviewer, json!({}))
-        .await
-        .expect(200);
-    app.post(
-        &format!("/v1/review/{quest}"),
-        &reviewer,
-        json!({"decision": "approve", "note": "I called them"}),
-    )
-    .await
-    .expect(200);
+    approve(&app, &reviewer, &quest, "I called them").await;
 
     // The page is still down: the world confirms nothing, whatever the person said then.
-    app.clock.advance(Duration::from_secs(86_400));
-    app.post(
-        &format!("/v1/sessions/{session}/recheck"),
-        &app.admin,
-        json!({}),
-    )
-    .await
-    .expect(202);
+    recheck_a_day_later(&app, &session).await;
     let view = rechecked(&app, &quest, 1).await;
     let recheck = &view["rechecks"][0];
     assert_eq!(recheck["facts"], json!(unwell), "the same finding: {view}");
@@ -218,6 +163,28 @@ async fn a_page_that_did_not_answer_when_a_person_approved_leaves_the_quest_unco
 
     // The page is back and holds the address: confirmed, the mark cleared.
     site.set(Page::Html(PAGE.to_owned()));
+    recheck_a_day_later(&app, &session).await;
+    let view = rechecked(&app, &quest, 2).await;
+    assert_eq!(view["rechecks"][1]["outcome"], "confirmed", "{view}");
+    assert_eq!(view["recheck_mark"], Value::Null);
+}
+
+/// The reviewer claims `quest` and approves it with `note`.
+async fn approve(app: &TestApp, reviewer: &str, quest: &str, note: &str) {
+    app.post(&format!("/v1/review/{quest}/claim"), reviewer, json!({}))
+        .await
+        .expect(200);
+    app.post(
+        &format!("/v1/review/{quest}"),
+        reviewer,
+        json!({"decision": "approve", "note": note}),
+    )
+    .await
+    .expect(200);
+}
+
+/// A day passes, then the admin starts a re-check of `session`.
+async fn recheck_a_day_later(app: &TestApp, session: &str) {
     app.clock.advance(Duration::from_secs(86_400));
     app.post(
         &format!("/v1/sessions/{session}/recheck"),
@@ -226,7 +193,4 @@ async fn a_page_that_did_not_answer_when_a_person_approved_leaves_the_quest_unco
     )
     .await
     .expect(202);
-    let view = rechecked(&app, &quest, 2).await;
-    assert_eq!(view["rechecks"][1]["outcome"], "confirmed", "{view}");
-    assert_eq!(view["recheck_mark"], Value::Null);
 }
