@@ -13,7 +13,8 @@ use quest::store::postgres::{PgStore, TimeSource};
 use quest::store::{NewRecheck, Store, StoreError};
 use sqlx::{Connection, PgConnection};
 
-use crate::contract::{backends, code, decision, lease_all, next_of, result, session};
+use crate::contract::{backends, code, decision, lease_all, result, session};
+use crate::contract_replicas::next_of;
 use crate::postgres::TestDatabase;
 
 fn found(run: RecheckRunId, quest: QuestId, verdict: Verdict, outcome: Outcome) -> NewRecheck {

@@ -15,6 +15,7 @@ mod contract;
 mod contract_claims;
 mod contract_pending;
 mod contract_rechecks;
+mod contract_replicas;
 mod exports;
 mod fake_llm;
 mod guard;
