@@ -169,12 +169,8 @@ impl PgStore {
             origin,
             skew: Arc::default(),
         };
-        if matches!(db.time, TimeSource::Database) {
-            let now = sqlx::query_scalar("SELECT now()")
-                .fetch_one(&db.pool)
-                .await?;
-            db.learn_skew(now);
-        }
+        // Sets the store's clock to the database's before any transaction does.
+        db.read_now(&db.pool).await?;
         Ok(PgStore {
             nexts: Batcher::start(db.clone(), |tx, reqs| {
                 Box::pin(leases::lease_many(tx, reqs))
@@ -208,16 +204,7 @@ impl PgStore {
 
     /// "Now" for reads: the injected clock, or the database's.
     async fn read_now(&self) -> Result<DateTime<Utc>, StoreError> {
-        match &self.db.time {
-            TimeSource::Clock(c) => Ok(c.now()),
-            TimeSource::Database => {
-                let now = sqlx::query_scalar("SELECT now()")
-                    .fetch_one(&self.db.pool)
-                    .await?;
-                self.db.learn_skew(now);
-                Ok(now)
-            }
-        }
+        self.db.read_now(&self.db.pool).await
     }
 }
 

@@ -66,16 +66,7 @@ impl Db {
     /// Opens a transaction and reads its "now".
     pub async fn begin(&self) -> Result<Tx, StoreError> {
         let mut conn = self.pool.begin().await?;
-        let now = match &self.time {
-            TimeSource::Clock(c) => c.now(),
-            TimeSource::Database => {
-                let now = sqlx::query_scalar::<_, DateTime<Utc>>("SELECT now()")
-                    .fetch_one(&mut *conn)
-                    .await?;
-                self.learn_skew(now);
-                now
-            }
-        };
+        let now = self.read_now(&mut *conn).await?;
         Ok(Tx {
             conn,
             now,
@@ -97,10 +88,21 @@ impl Db {
         }
     }
 
-    /// Records how far `database_now`, just read, is ahead of this replica's clock.
-    pub fn learn_skew(&self, database_now: DateTime<Utc>) {
-        if let Some(us) = (database_now - Utc::now()).num_microseconds() {
-            self.skew.store(us, Ordering::Relaxed);
+    /// "Now" as the database has it (the injected clock in tests), read on
+    /// `conn`; the reading also sets [`Db::clock`] to the database's time.
+    pub async fn read_now<'c, E>(&self, conn: E) -> Result<DateTime<Utc>, StoreError>
+    where
+        E: sqlx::PgExecutor<'c>,
+    {
+        match &self.time {
+            TimeSource::Clock(c) => Ok(c.now()),
+            TimeSource::Database => {
+                let now: DateTime<Utc> = sqlx::query_scalar("SELECT now()").fetch_one(conn).await?;
+                if let Some(us) = (now - Utc::now()).num_microseconds() {
+                    self.skew.store(us, Ordering::Relaxed);
+                }
+                Ok(now)
+            }
         }
     }
 
