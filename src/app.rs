@@ -72,6 +72,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 pub struct App {
     listener: TcpListener,
     router: axum::Router,
+    limits: http::ConnectionLimits,
     shutdown: CancellationToken,
     admin_token: String,
     store: Arc<dyn Store>,
@@ -268,6 +269,7 @@ impl App {
         Ok(App {
             listener,
             router,
+            limits: config.connection_limits(),
             shutdown,
             admin_token,
             store,
@@ -301,7 +303,7 @@ impl App {
         // On the signal, stop the workers and end waits and event streams at once,
         // then give open requests a bounded time to finish.
         let stop = shutdown.clone();
-        let serve = axum::serve(self.listener, self.router).with_graceful_shutdown(async move {
+        let serve = http::serve(self.listener, self.router, self.limits, async move {
             signal.await;
             stop.cancel();
         });
@@ -309,20 +311,19 @@ impl App {
             shutdown.cancelled().await;
             tokio::time::sleep(SHUTDOWN_GRACE).await;
         };
-        let result = tokio::select! {
-            result = serve => result,
-            _ = deadline => {
+        tokio::select! {
+            () = serve => {}
+            () = deadline => {
                 tracing::warn!("requests still open {} s after the shutdown signal; closing them", SHUTDOWN_GRACE.as_secs());
-                Ok(())
             }
-        };
+        }
         shutdown.cancel();
         // The workers are stopped: their unfinished work is free for the next
         // start or another replica.
         if let Err(e) = self.store.release_jobs().await {
             tracing::warn!(error = %e, "the claims on unfinished work could not be given back; they expire");
         }
-        result.context("the server failed")
+        Ok(())
     }
 }
 

@@ -66,6 +66,16 @@ pub struct Config {
     #[arg(long, env = "QUEST_MAX_EXPORTS", default_value_t = 4,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub max_exports: u16,
+    /// Longest a client may take to send a request's headers, and longest a
+    /// kept-alive connection may stay idle between requests.
+    #[arg(long, env = "QUEST_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 10,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub header_read_timeout_seconds: u64,
+    /// Connections open at once (event streams and long polls included); past
+    /// it the server stops accepting until one closes.
+    #[arg(long, env = "QUEST_MAX_CONNECTIONS", default_value_t = 1024,
+          value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
     /// Log format: `text` or `json`.
     #[arg(long, env = "QUEST_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
@@ -172,6 +182,8 @@ impl Config {
             gate_timeout_seconds: 120,
             sweep_seconds: 5,
             max_exports: 4,
+            header_read_timeout_seconds: 10,
+            max_connections: 1024,
             log_format: "text".into(),
             config_file: None,
             dns_servers: None,
@@ -240,6 +252,14 @@ impl Config {
         }
     }
 
+    /// What one client connection may hold.
+    pub fn connection_limits(&self) -> crate::http::ConnectionLimits {
+        crate::http::ConnectionLimits {
+            header_read_timeout: Duration::from_secs(self.header_read_timeout_seconds),
+            max_connections: usize::try_from(self.max_connections).unwrap_or(usize::MAX),
+        }
+    }
+
     /// The SQLite database file.
     pub fn database_path(&self) -> PathBuf {
         self.data_dir.join("quest.db")
@@ -269,6 +289,12 @@ impl std::fmt::Debug for Config {
             .field("gate_workers", &self.gate_workers)
             .field("gate_timeout_seconds", &self.gate_timeout_seconds)
             .field("sweep_seconds", &self.sweep_seconds)
+            .field("max_exports", &self.max_exports)
+            .field(
+                "header_read_timeout_seconds",
+                &self.header_read_timeout_seconds,
+            )
+            .field("max_connections", &self.max_connections)
             .field("log_format", &self.log_format)
             .field("config_file", &self.config_file)
             .field("dns_servers", &self.dns_servers)

@@ -8,6 +8,7 @@ pub mod extract;
 mod ops;
 mod quests;
 mod review;
+mod serve;
 mod sessions;
 mod tokens;
 mod ui;
@@ -27,6 +28,8 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use utoipa_swagger_ui::SwaggerUi;
+
+pub use self::serve::{ConnectionLimits, serve};
 
 use self::error::ApiError;
 use crate::service::Service;

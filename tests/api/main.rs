@@ -11,6 +11,7 @@ mod cluster;
 mod coalescing;
 mod command_gate;
 mod concurrency;
+mod connections;
 mod contract;
 mod contract_claims;
 mod contract_pending;
