@@ -246,7 +246,8 @@ impl App {
         let export_dir = config.data_dir.join("exports");
         std::fs::create_dir_all(&export_dir)
             .with_context(|| format!("cannot create {}", export_dir.display()))?;
-        let exports = Exports::new(usize::from(config.max_exports), Some(export_dir));
+        let exports = Exports::new(usize::from(config.max_exports), Some(export_dir))
+            .idle_after(Duration::from_secs(config.export_idle_seconds));
         let service = Arc::new(
             Service::new(
                 store.clone(),

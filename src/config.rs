@@ -66,6 +66,10 @@ pub struct Config {
     #[arg(long, env = "QUEST_MAX_EXPORTS", default_value_t = 4,
           value_parser = clap::value_parser!(u16).range(1..))]
     pub max_exports: u16,
+    /// A streamed export whose client reads nothing for this long is ended and its slot freed.
+    #[arg(long, env = "QUEST_EXPORT_IDLE_SECONDS", default_value_t = 30,
+          value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub export_idle_seconds: u64,
     /// Longest a client may take to send a request's headers, and longest a
     /// kept-alive connection may stay idle between requests.
     #[arg(long, env = "QUEST_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 10,
@@ -182,6 +186,7 @@ impl Config {
             gate_timeout_seconds: 120,
             sweep_seconds: 5,
             max_exports: 4,
+            export_idle_seconds: 30,
             header_read_timeout_seconds: 10,
             max_connections: 1024,
             log_format: "text".into(),
@@ -290,6 +295,7 @@ impl std::fmt::Debug for Config {
             .field("gate_timeout_seconds", &self.gate_timeout_seconds)
             .field("sweep_seconds", &self.sweep_seconds)
             .field("max_exports", &self.max_exports)
+            .field("export_idle_seconds", &self.export_idle_seconds)
             .field(
                 "header_read_timeout_seconds",
                 &self.header_read_timeout_seconds,

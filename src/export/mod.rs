@@ -10,20 +10,23 @@
 //! leading `'`) in CSV and XLSX alike. JSONL, which no spreadsheet evaluates,
 //! carries the values as they are.
 //!
-//! Exports are bounded: [`Exports`] hands out a fixed number of slots, and a
-//! slot lives as long as the work does, so that a client that goes away frees
-//! its slot as soon as the work notices.
+//! Exports are bounded: [`Exports`] hands out a fixed number of slots, two at
+//! most per token, and a slot lives as long as the work does, so that a
+//! client that goes away, or stops reading, frees its slot ([`slots`]).
 
+pub mod slots;
 pub mod xlsx;
 
-use crate::domain::ids::SessionId;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use futures_util::Stream;
 use serde_json::{Map, Value};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use self::slots::end_when_idle;
+pub use self::slots::{Exports, NoSlot, RETRY_AFTER_SECONDS, Slot, StreamError};
+use crate::domain::ids::SessionId;
 use crate::domain::table::cell_as_text;
 use crate::store::{ExportRow, Store, StoreError};
 
@@ -289,114 +292,39 @@ fn render(format: ExportFormat, plan: &Plan, rows: &[ExportRow]) -> Bytes {
     Bytes::from(out)
 }
 
-/// The slots of running exports, and where XLSX files are built.
-#[derive(Debug, Clone)]
-pub struct Exports {
-    slots: Arc<Semaphore>,
-    capacity: usize,
-    temp_dir: Option<std::path::PathBuf>,
-}
-
-/// How long a refused export should wait before it asks again.
-pub const RETRY_AFTER_SECONDS: u32 = 5;
-
-impl Exports {
-    /// At most `capacity` exports at once; XLSX files are built in `temp_dir`
-    /// (the system's when `None`).
-    pub fn new(capacity: usize, temp_dir: Option<std::path::PathBuf>) -> Exports {
-        let capacity = capacity.max(1);
-        Exports {
-            slots: Arc::new(Semaphore::new(capacity)),
-            capacity,
-            temp_dir,
-        }
-    }
-
-    /// A slot for an export in `format`, or `None` when every slot is taken.
-    pub fn try_slot(&self, format: ExportFormat) -> Option<Slot> {
-        let permit = self.slots.clone().try_acquire_owned().ok()?;
-        let format = format.media_type().1;
-        metrics::gauge!("quest_exports_running").increment(1.0);
-        Some(Slot {
-            _permit: permit,
-            format,
-            finished: false,
-        })
-    }
-
-    /// How many exports may run at once.
-    pub fn capacity(&self) -> usize {
-        self.capacity
-    }
-
-    /// Where XLSX files are built.
-    pub fn temp_dir(&self) -> Option<&std::path::Path> {
-        self.temp_dir.as_deref()
-    }
-}
-
-impl Default for Exports {
-    fn default() -> Exports {
-        Exports::new(4, None)
-    }
-}
-
-/// One running export. Dropped before [`Slot::finish`], it counts as
-/// cancelled (`quest_exports_cancelled_total{format}`): its client went away.
-#[derive(Debug)]
-pub struct Slot {
-    _permit: OwnedSemaphorePermit,
-    format: &'static str,
-    finished: bool,
-}
-
-impl Slot {
-    /// Marks the export as having run to its end.
-    pub fn finish(&mut self) {
-        self.finished = true;
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        metrics::gauge!("quest_exports_running").decrement(1.0);
-        if !self.finished {
-            metrics::counter!("quest_exports_cancelled_total", "format" => self.format)
-                .increment(1);
-        }
-    }
-}
-
 /// Streams a CSV or JSONL export page by page, holding `slot` until the last
-/// page is out or the stream is dropped.
+/// page is out, the stream is dropped, or nobody reads it for `idle`.
 pub fn stream(
     store: Arc<dyn Store>,
     plan: Plan,
     format: ExportFormat,
     slot: Slot,
-) -> impl Stream<Item = Result<Bytes, StoreError>> + Send {
-    let head = (format == ExportFormat::Csv)
-        .then(|| csv_line(plan.header().iter().cloned().map(neutralise)));
-    let first = futures_util::stream::iter(head.map(Ok));
-    let pages = futures_util::stream::try_unfold(
-        (store, plan, None, Some(slot)),
-        move |(store, plan, after, slot)| async move {
-            let Some(mut slot) = slot else {
-                return Ok(None);
-            };
-            let rows = store.export_page(plan.session_id, after, PAGE).await?;
-            let last = rows.last().map(|r| r.row_index);
-            let chunk = render(format, &plan, &rows);
-            let slot = if (rows.len() as u32) < PAGE {
-                slot.finish();
-                None
-            } else {
-                Some(slot)
-            };
-            Ok(Some((chunk, (store, plan, last.or(after), slot))))
-        },
-    );
-    futures_util::StreamExt::chain(first, pages)
+    idle: Duration,
+) -> impl Stream<Item = Result<Bytes, StreamError>> + Send {
+    end_when_idle(slot, idle, move |slot| {
+        let head = (format == ExportFormat::Csv)
+            .then(|| csv_line(plan.header().iter().cloned().map(neutralise)));
+        let first = futures_util::stream::iter(head.map(Ok));
+        let pages = futures_util::stream::try_unfold(
+            (store, plan, None, Some(slot)),
+            move |(store, plan, after, slot)| async move {
+                let Some(slot) = slot else {
+                    return Ok(None);
+                };
+                let rows = store.export_page(plan.session_id, after, PAGE).await?;
+                let last = rows.last().map(|r| r.row_index);
+                let chunk = render(format, &plan, &rows);
+                let slot = if (rows.len() as u32) < PAGE {
+                    slot.finish();
+                    None
+                } else {
+                    Some(slot)
+                };
+                Ok(Some((chunk, (store, plan, last.or(after), slot))))
+            },
+        );
+        futures_util::StreamExt::chain(first, pages)
+    })
 }
 
 #[cfg(test)]

@@ -299,11 +299,11 @@ pub async fn stream_events(
             (Vec<u8> = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"),
         )),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody),
-        (status = 503, body = ErrorBody, description = "As many exports run as the server allows at once",
+        (status = 503, body = ErrorBody, description = "As many exports run as the server allows at once (`exports_busy`), or as this token may (`token_exports_busy`: two)",
             headers(("Retry-After" = u32, description = "Seconds to wait before asking again")))))]
 pub async fn export_session(
     State(state): State<AppState>,
-    _caller: Caller<Read>,
+    caller: Caller<Read>,
     Path(id): Path<SessionId>,
     Query(query): Query<ExportQuery>,
 ) -> Result<Response, ApiError> {
@@ -316,7 +316,8 @@ pub async fn export_session(
     })?;
     let (media_type, ext) = format.media_type();
     let name = format!("session-{id}.{ext}");
-    let body = export_body(state.service.export(id, format).await?);
+    let export = state.service.export(id, format, caller.token_id).await?;
+    let body = export_body(export);
     Ok(attachment(media_type, &name, body))
 }
 

@@ -81,7 +81,9 @@ pub const BOOTSTRAP_ADMIN: &str = "admin";
 
 /// An export body: streamed page by page, or built into a temporary file.
 pub enum Export {
-    Stream(futures_util::stream::BoxStream<'static, Result<axum::body::Bytes, StoreError>>),
+    Stream(
+        futures_util::stream::BoxStream<'static, Result<axum::body::Bytes, export::StreamError>>,
+    ),
     File(std::fs::File),
 }
 
@@ -264,12 +266,14 @@ impl Service {
         Ok(revoked.into())
     }
 
-    /// An export of a session in `format`, when an export slot is free. Its
-    /// columns are the session's, the quest's, and the gate's declared fields.
+    /// An export of a session in `format` for `token`, when an export slot
+    /// is free for it. Its columns are the session's, the quest's, and the
+    /// gate's declared fields.
     pub async fn export(
         &self,
         id: SessionId,
         format: ExportFormat,
+        token: TokenId,
     ) -> Result<Export, ServiceError> {
         let session = self.session(id).await?;
         let declared = self
@@ -277,13 +281,25 @@ impl Service {
             .build(&session.config.gate)
             .map(|g| g.declared_fields())
             .unwrap_or_default();
-        let slot = self.exports.try_slot(format).ok_or_else(|| ServiceError::Busy {
-            code: "exports_busy",
-            message: format!(
-                "{} exports are running, as many as this server runs at once; retry in a few seconds",
-                self.exports.capacity()
-            ),
-            retry_after_seconds: export::RETRY_AFTER_SECONDS,
+        let slot = self.exports.try_slot(format, token).map_err(|no| {
+            let (code, message) = match no {
+                export::NoSlot::Server { capacity } => (
+                    "exports_busy",
+                    format!("{capacity} exports are running, as many as this server runs at once; retry in a few seconds"),
+                ),
+                export::NoSlot::Token => (
+                    "token_exports_busy",
+                    format!(
+                        "this token runs {} exports already, as many as one token may; finish reading one, or retry in a few seconds",
+                        export::slots::PER_TOKEN
+                    ),
+                ),
+            };
+            ServiceError::Busy {
+                code,
+                message,
+                retry_after_seconds: export::RETRY_AFTER_SECONDS,
+            }
         })?;
         let plan = Plan::new(self.store.as_ref(), id, declared).await?;
         Ok(match format {
@@ -302,6 +318,7 @@ impl Service {
                 plan,
                 format,
                 slot,
+                self.exports.idle(),
             ))),
         })
     }

@@ -226,13 +226,23 @@ async fn several_large_exports_run_while_agents_keep_cycling() {
     let session = app.scan(contact_config(3), companies(QUESTS)).await;
     let token = app.token("agent", "bots").await;
     let mut exports = Vec::new();
-    for format in ["xlsx", "csv", "jsonl", "xlsx"] {
+    // One viewer each: a token runs two exports at most.
+    for (i, format) in ["xlsx", "csv", "jsonl", "xlsx"].into_iter().enumerate() {
         let (app, session) = (app.clone(), session.clone());
+        let viewer = app.token("viewer", &format!("viewer-{i}")).await;
         exports.push(tokio::spawn(async move {
-            let (status, bytes) = app
-                .bytes(&format!("/v1/sessions/{session}/export?format={format}"))
-                .await;
-            (format, status, bytes)
+            let response = app
+                .client
+                .get(format!(
+                    "{}/v1/sessions/{session}/export?format={format}",
+                    app.base
+                ))
+                .bearer_auth(viewer)
+                .send()
+                .await
+                .unwrap();
+            let status = response.status();
+            (format, status, response.bytes().await.unwrap().to_vec())
         }));
     }
     let mut agents = Vec::new();
@@ -267,4 +277,64 @@ async fn several_large_exports_run_while_agents_keep_cycling() {
     let status = app.status(&session).await;
     assert_sums(&status);
     assert_eq!(status["pass"], AGENTS * CYCLES);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_viewer_reading_slowly_holds_two_exports_at_most_and_loses_them_when_it_stops_reading() {
+    let app = spawn_app_tuned(tempfile::tempdir().unwrap(), None, |c| {
+        c.max_exports = 3;
+        c.export_idle_seconds = 1;
+    })
+    .await;
+    // About 20 MB of CSV: far more than the sockets between the two ends buffer.
+    let padding = "x".repeat(2_000);
+    let items: Vec<Value> = (0..10_000)
+        .map(|i| json!({"company": format!("Company {i:05}"), "notes": padding}))
+        .collect();
+    let big = app.scan(contact_config(3), Value::Array(items)).await;
+    let viewer = app.token("viewer", "slow-reader").await;
+    let url = format!("{}/v1/sessions/{big}/export?format=csv", app.base);
+    let open = |token: String| {
+        let (client, url) = (app.client.clone(), url.clone());
+        async move { client.get(&url).bearer_auth(token).send().await.unwrap() }
+    };
+
+    // Two exports whose bodies the viewer does not read; a third is refused.
+    let stalled = [open(viewer.clone()).await, open(viewer.clone()).await];
+    for response in &stalled {
+        assert_eq!(response.status(), 200);
+    }
+    let refused = open(viewer.clone()).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()["retry-after"], "5");
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "token_exports_busy", "{body}");
+
+    // Everyone else still exports, the admin included.
+    let (status, bytes) = app
+        .bytes(&format!("/v1/sessions/{big}/export?format=csv"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        csv::Reader::from_reader(bytes.as_slice()).records().count(),
+        10_000
+    );
+
+    // Unread, the viewer's exports are ended and their slots come back.
+    for attempt in 0.. {
+        let response = open(viewer.clone()).await;
+        if response.status() == 200 {
+            break;
+        }
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(attempt < 3000, "the unread exports kept their slots");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // An ended export is cut, never mistaken for a whole file.
+    for response in stalled {
+        assert!(
+            response.bytes().await.is_err(),
+            "an ended export ends in an error"
+        );
+    }
 }

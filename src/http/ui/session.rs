@@ -298,7 +298,7 @@ pub struct ExportQuery {
 /// The session's export, as the API gives it, for a signed-in browser.
 pub async fn export(
     State(state): State<AppState>,
-    _signed: Signed<Read>,
+    signed: Signed<Read>,
     PagePath(id): PagePath<SessionId>,
     PageQuery(q): PageQuery<ExportQuery>,
 ) -> Result<Response, PageError> {
@@ -309,7 +309,8 @@ pub async fn export(
         ))
     })?;
     let (media_type, ext) = format.media_type();
-    let body = crate::http::sessions::export_body(state.service.export(id, format).await?);
+    let export = state.service.export(id, format, signed.me.token_id).await?;
+    let body = crate::http::sessions::export_body(export);
     Ok(crate::http::sessions::attachment(
         media_type,
         &format!("session-{id}.{ext}"),
