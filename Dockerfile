@@ -10,7 +10,8 @@ RUN cargo build --release --locked --bin quest
 
 FROM debian:bookworm-slim
 # ca-certificates: the email gate fetches HTTPS pages and verifies them.
-RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates \
+# tini: PID 1 reaps what command gate programs leave behind; quest is not an init.
+RUN apt-get update && apt-get install -y --no-install-recommends ca-certificates tini \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --home /data --uid 10001 quest \
     && mkdir -p /data && chown quest /data
@@ -19,5 +20,7 @@ USER quest
 ENV QUEST_BIND=0.0.0.0:8080 QUEST_DATA_DIR=/data QUEST_LOG_FORMAT=json
 VOLUME /data
 EXPOSE 8080
-ENTRYPOINT ["quest"]
+# -s: tini also reaps as a subreaper when compose's `init: true` puts Docker's
+# own init in front of it as PID 1.
+ENTRYPOINT ["tini", "-s", "--", "quest"]
 CMD ["serve"]

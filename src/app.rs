@@ -142,17 +142,14 @@ impl App {
             .await?;
 
         let shutdown = CancellationToken::new();
-        if operator.gates.iter().any(|g| !g.process.limits.is_empty())
-            && config.runner_exe.is_none()
-        {
+        let command_verifiers = operator
+            .verifiers
+            .iter()
+            .any(|v| matches!(v.backend, crate::config::VerifierBackend::Command { .. }));
+        if (!operator.gates.is_empty() || command_verifiers) && config.runner_exe.is_none() {
             anyhow::bail!(
-                "a command gate sets resource limits, which the quest binary applies, and its path is unknown"
+                "command gates and command verifiers run under the quest binary as a trampoline, and its path is unknown"
             );
-        }
-        if crate::config::System::this().is_root {
-            for gate in operator.gates.iter().filter(|g| g.process.user.is_none()) {
-                tracing::warn!(gate = %gate.name, "the server runs as root, so command gate programs do too; set `user` in [gates.{}]", gate.name);
-            }
         }
         let processes: Arc<dyn ProcessRunner> =
             Arc::new(SystemProcessRunner::new(config.runner_exe.clone()));

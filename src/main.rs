@@ -32,14 +32,13 @@ enum Command {
     Demo(cli::demo::DemoArgs),
     #[command(flatten)]
     Client(Verb),
-    /// Set resource limits on itself, then become PROGRAM (used by the server
-    /// to start command gates with the limits their configuration names).
+    /// The trampoline of operator programs: run PROGRAM with the limits the
+    /// configuration names, then kill whatever it left behind (used by the server).
     #[command(name = "__run-limited", hide = true)]
     RunLimited(quest::process::limits::LimitedRun),
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -53,7 +52,29 @@ async fn main() -> ExitCode {
             };
         }
     };
-    match cli.command {
+    // The trampoline runs before any runtime exists: it must stay one thread,
+    // whose children are all the processes it watches.
+    if let Command::RunLimited(run) = cli.command {
+        return match quest::process::trampoline::run(run) {
+            Ok(code) => std::process::exit(code),
+            Err(why) => {
+                eprintln!("{}{why}", quest::process::limits::TRAMPOLINE_MARK);
+                ExitCode::from(quest::process::limits::TRAMPOLINE_FAILED as u8)
+            }
+        };
+    }
+    match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime.block_on(run(cli.client, cli.command)),
+        Err(e) => {
+            eprintln!("quest: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs every command but the trampoline.
+async fn run(client: ClientArgs, command: Command) -> ExitCode {
+    match command {
         Command::Serve(config) => {
             init_tracing(&config.log_format);
             let served = async { App::build(config).await?.run(shutdown_signal()).await };
@@ -76,12 +97,8 @@ async fn main() -> ExitCode {
             }
         },
         Command::Demo(args) => cli::demo::run(args).await,
-        Command::Client(verb) => cli::run(cli.client, verb).await,
-        Command::RunLimited(run) => {
-            let why = quest::process::limits::run_limited(run);
-            eprintln!("{}{why}", quest::process::limits::TRAMPOLINE_MARK);
-            ExitCode::from(quest::process::limits::TRAMPOLINE_FAILED as u8)
-        }
+        Command::Client(verb) => cli::run(client, verb).await,
+        Command::RunLimited(_) => unreachable!("the trampoline runs before the runtime starts"),
     }
 }
 

@@ -1,34 +1,46 @@
 //! Running the operator's own programs (command gates and command verifiers)
 //! behind one small trait, [`ProcessRunner`], so that tests can use a fake.
 //!
-//! The real runner never uses a shell: `argv` is executed as given, in its own
-//! process group, with a cleared environment plus the allow-listed variables
-//! the configuration resolved at start-up. Input goes to stdin; stdout is kept
-//! up to [`MAX_STDOUT`] bytes (the rest is read and dropped, so the program is
-//! never blocked on a full pipe) and the tail of stderr is kept for facts. Past
-//! its timeout the whole process group is killed; so it is as soon as the
-//! program exits, so that nothing it started in the background outlives it.
+//! The real runner never uses a shell: `argv` is executed as given, under the
+//! `quest` binary's trampoline ([`trampoline`]), in its own process group, with
+//! a cleared environment plus the allow-listed variables the configuration
+//! resolved at start-up. Input goes to stdin; stdout is kept up to
+//! [`MAX_STDOUT`] bytes (the rest is read and dropped, so the program is never
+//! blocked on a full pipe) and the tail of stderr is kept for facts. The
+//! trampoline kills the program at its timeout and, whenever it ends, every
+//! process it left behind; the server kills the process group as well, and
+//! the trampoline itself if it overstays.
 //!
 //! Each run gets a scratch directory of its own, removed afterwards: the
-//! program's working directory unless the spec names one, and the home of the
-//! verdict file when the spec asks for one (`QUEST_VERDICT_FILE`, a channel the
-//! program's stdout, which it may share with code it runs, cannot reach).
-//! Resource limits and another user come from [`limits`].
+//! program's working directory unless the spec names one. When the spec asks
+//! for it, the program gets a verdict channel: the write end of a pipe on
+//! descriptor 3 (named in `QUEST_VERDICT_FD`), whose read end only the server
+//! holds (close-on-exec), read while the program runs and judged after the
+//! trampoline exited. Unlike a file, nothing the program runs can reach it
+//! once the program closes it for them (`cargo test 3>&-`), and nothing can
+//! write to it after the run. Resource limits and another user come from [`limits`].
 
 pub mod limits;
+pub mod trampoline;
 
-use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 pub use limits::{Limits, RunAs};
 
-/// The variable that names the verdict file.
-pub const VERDICT_FILE_VAR: &str = "QUEST_VERDICT_FILE";
+/// The variable that names the verdict channel's descriptor.
+pub const VERDICT_FD_VAR: &str = "QUEST_VERDICT_FD";
+/// The descriptor the program writes its verdict to.
+pub const VERDICT_FD: i32 = 3;
+/// The most verdict channel bytes kept; past it the channel counts as cut.
+pub const MAX_VERDICT: usize = 1024 * 1024;
+/// How long the trampoline may take past the program's timeout to clean up
+/// before the server kills it too.
+const TRAMPOLINE_GRACE: Duration = Duration::from_secs(2);
 
 /// The most stdout bytes kept; anything beyond is cut.
 pub const MAX_STDOUT: usize = 1024 * 1024;
@@ -45,15 +57,15 @@ pub struct ProcessSpec {
     pub workdir: Option<PathBuf>,
     /// The child's whole environment.
     pub env: Vec<(String, String)>,
-    /// Past this, the process group is killed.
+    /// Past this, the program and everything it started are killed.
     pub timeout: Duration,
     /// Resource limits (set by the `quest` binary as a trampoline).
     pub limits: Limits,
     /// Another user to run as (the server must run as root).
     pub user: Option<RunAs>,
-    /// Give the program a verdict file to write (its path in
-    /// `QUEST_VERDICT_FILE`) and read it back.
-    pub verdict_file: bool,
+    /// Give the program a verdict channel on descriptor 3 (named in
+    /// `QUEST_VERDICT_FD`) and read it.
+    pub verdict_fd: bool,
 }
 
 impl std::fmt::Debug for ProcessSpec {
@@ -70,7 +82,7 @@ impl std::fmt::Debug for ProcessSpec {
             .field("timeout", &self.timeout)
             .field("limits", &self.limits)
             .field("user", &self.user)
-            .field("verdict_file", &self.verdict_file)
+            .field("verdict_fd", &self.verdict_fd)
             .finish()
     }
 }
@@ -88,9 +100,17 @@ pub struct ProcessOutput {
     pub stdout_cut: bool,
     /// The last [`STDERR_TAIL`] bytes of stderr.
     pub stderr_tail: Vec<u8>,
-    /// When the spec asked for one: the verdict file's first [`MAX_STDOUT`]
-    /// bytes, or why there are none (not written, not a plain file, too long).
-    pub verdict_file: Option<Result<Vec<u8>, String>>,
+    /// What the program wrote to its verdict channel, when the spec asked for one.
+    pub verdict: Option<Channel>,
+}
+
+/// What came through a verdict channel.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Channel {
+    /// At most [`MAX_VERDICT`] bytes.
+    pub bytes: Vec<u8>,
+    /// True when more came, and was dropped.
+    pub cut: bool,
 }
 
 impl ProcessOutput {
@@ -137,33 +157,33 @@ pub trait ProcessRunner: Send + Sync {
     async fn run(&self, spec: &ProcessSpec, stdin: Vec<u8>) -> Result<ProcessOutput, ProcessError>;
 }
 
-/// The real runner: child processes of the server.
+/// The real runner: child processes of the server, each under the trampoline.
 #[derive(Debug, Default, Clone)]
 pub struct SystemProcessRunner {
-    /// The `quest` binary, which sets resource limits as a trampoline; without
-    /// it, a spec with limits cannot run.
+    /// The `quest` binary, the trampoline every program runs under; without
+    /// it, no program can run.
     trampoline: Option<PathBuf>,
 }
 
 impl SystemProcessRunner {
-    /// A runner whose resource limits are set by the `quest` binary at `trampoline`.
+    /// A runner whose programs run under the `quest` binary at `trampoline`.
     pub fn new(trampoline: Option<PathBuf>) -> SystemProcessRunner {
         SystemProcessRunner { trampoline }
     }
 
-    /// The command to spawn for `spec`: the program itself, or the trampoline
-    /// in front of it when limits are set.
+    /// The command to spawn for `spec`: the trampoline in front of the program.
     fn command(&self, spec: &ProcessSpec) -> Result<tokio::process::Command, String> {
-        if spec.limits.is_empty() {
-            let mut command = tokio::process::Command::new(&spec.argv[0]);
-            command.args(&spec.argv[1..]);
-            return Ok(command);
-        }
         let trampoline = self.trampoline.as_ref().ok_or(
-            "resource limits need the quest binary as a trampoline, and this server has none",
+            "operator programs run under the quest binary as a trampoline, and this server has none",
         )?;
         let mut command = tokio::process::Command::new(trampoline);
-        command.args(spec.limits.trampoline_args()).args(&spec.argv);
+        command
+            .arg(limits::SUBCOMMAND)
+            .args(spec.limits.args())
+            .arg("--timeout-ms")
+            .arg(spec.timeout.as_millis().max(1).to_string())
+            .arg("--")
+            .args(&spec.argv);
         Ok(command)
     }
 }
@@ -192,38 +212,23 @@ impl Scratch {
     fn workdir(&self) -> PathBuf {
         self.dir.path().join("work")
     }
-
-    fn verdict_path(&self) -> PathBuf {
-        self.dir.path().join("verdict.json")
-    }
 }
 
-/// Reads the verdict file the program wrote: a plain file (a symbolic link is
-/// not followed: the server may be root, the program is not), at most `cap` bytes.
-fn read_verdict_file(path: &Path, cap: usize) -> Result<Vec<u8>, String> {
-    use rustix::fs::{Mode, OFlags};
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
-    let fd = match rustix::fs::open(path, flags, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return Err("no verdict file was written".into()),
-        Err(rustix::io::Errno::LOOP) => {
-            return Err("the verdict file is a symbolic link, which is not read".into());
-        }
-        Err(e) => return Err(format!("the verdict file cannot be opened: {e}")),
-    };
-    let file = std::fs::File::from(fd);
-    let is_file = file.metadata().map(|m| m.is_file()).unwrap_or(false);
-    if !is_file {
-        return Err("the verdict file is not a plain file".into());
-    }
-    let mut kept = Vec::new();
-    file.take(cap as u64 + 1)
-        .read_to_end(&mut kept)
-        .map_err(|e| format!("the verdict file cannot be read: {e}"))?;
-    if kept.len() > cap {
-        return Err(format!("the verdict file is longer than {cap} bytes"));
-    }
-    Ok(kept)
+/// Gives `command` the write end of a fresh pipe on descriptor 3 and returns
+/// the read end, which stays in the server (close-on-exec).
+fn verdict_channel(
+    command: &mut tokio::process::Command,
+) -> std::io::Result<tokio::net::unix::pipe::Receiver> {
+    use command_fds::{CommandFdExt, FdMapping};
+    let (reader, writer) = std::io::pipe()?;
+    command
+        .fd_mappings(vec![FdMapping {
+            parent_fd: writer.into(),
+            child_fd: VERDICT_FD,
+        }])
+        .map_err(std::io::Error::other)?
+        .env(VERDICT_FD_VAR, VERDICT_FD.to_string());
+    tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into())
 }
 
 /// The conventional name of a signal number.
@@ -294,13 +299,22 @@ impl ProcessRunner for SystemProcessRunner {
             .kill_on_drop(true)
             .current_dir(spec.workdir.clone().unwrap_or_else(|| scratch.workdir()))
             .process_group(0);
-        if spec.verdict_file {
-            command.env(VERDICT_FILE_VAR, scratch.verdict_path());
-        }
+        let verdict = match spec.verdict_fd {
+            true => Some(
+                verdict_channel(&mut command)
+                    .map_err(|e| spawn_error(format!("cannot make its verdict channel: {e}")))?,
+            ),
+            false => None,
+        };
         if let Some(user) = &spec.user {
             command.uid(user.uid).gid(user.gid);
         }
-        let mut child = command.spawn().map_err(|e| spawn_error(e.to_string()))?;
+        let started = Instant::now();
+        let spawned = command.spawn();
+        // The command holds the server's copy of the channel's write end:
+        // dropped now, so that the read ends when the program's copies are gone.
+        drop(command);
+        let mut child = spawned.map_err(|e| spawn_error(e.to_string()))?;
         let mut group = GroupKill(child.id());
         let (input, output, errors) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take());
@@ -312,24 +326,27 @@ impl ProcessRunner for SystemProcessRunner {
             }
         };
         let exited = async {
+            // The trampoline exits only after everything the program started
+            // is gone; the group kill is a second lock (its group id cannot be
+            // taken by a new process while any member lives; once none does,
+            // the kill finds nothing).
             let status = child.wait().await;
-            // The program is done: what it left running in the background goes
-            // too (and lets go of the pipes, so the reads below can end).
-            // Its group id cannot be taken by a new process while any member
-            // lives; once none does, the kill finds nothing (ESRCH).
             group.kill();
             status
         };
         let work = async {
-            let (_, out, err, status) = tokio::join!(
+            let (_, out, err, channel, status) = tokio::join!(
                 write,
                 read_capped(output, MAX_STDOUT),
                 read_tail(errors, STDERR_TAIL),
+                read_capped(verdict, MAX_VERDICT),
                 exited
             );
-            (out, err, status)
+            (out, err, channel, status)
         };
-        let Ok((out, err, status)) = tokio::time::timeout(spec.timeout, work).await else {
+        let Ok((out, err, channel, status)) =
+            tokio::time::timeout(spec.timeout + TRAMPOLINE_GRACE, work).await
+        else {
             drop(group); // kills the group
             let _ = child.start_kill();
             let _ = child.wait().await;
@@ -337,24 +354,35 @@ impl ProcessRunner for SystemProcessRunner {
         };
         group.0 = None; // killed when the program exited
         let status = status.map_err(|e| ProcessError::Io(e.to_string()))?;
+        let signal = std::os::unix::process::ExitStatusExt::signal(&status);
+        // The trampoline kills the program at its timeout: a run that long,
+        // ended by a signal, is that timeout (the server's own clock says so,
+        // not anything the program printed).
+        if signal.is_some() && started.elapsed() >= spec.timeout {
+            return Err(ProcessError::TimedOut(spec.timeout));
+        }
         let (stdout, stdout_cut) = out.map_err(|e| ProcessError::Io(e.to_string()))?;
         let stderr_tail = err.map_err(|e| ProcessError::Io(e.to_string()))?;
-        if !spec.limits.is_empty() && status.code() == Some(limits::TRAMPOLINE_FAILED) {
+        if status.code() == Some(limits::TRAMPOLINE_FAILED) {
             let stderr = String::from_utf8_lossy(&stderr_tail);
             if let Some(why) = stderr.trim().strip_prefix(limits::TRAMPOLINE_MARK) {
                 return Err(spawn_error(why.to_owned()));
             }
         }
-        let verdict_file = spec
-            .verdict_file
-            .then(|| read_verdict_file(&scratch.verdict_path(), MAX_STDOUT));
+        let verdict = match spec.verdict_fd {
+            true => {
+                let (bytes, cut) = channel.map_err(|e| ProcessError::Io(e.to_string()))?;
+                Some(Channel { bytes, cut })
+            }
+            false => None,
+        };
         Ok(ProcessOutput {
             code: status.code(),
-            signal: std::os::unix::process::ExitStatusExt::signal(&status),
+            signal,
             stdout,
             stdout_cut,
             stderr_tail,
-            verdict_file,
+            verdict,
         })
     }
 }
@@ -403,89 +431,13 @@ async fn read_tail(pipe: Option<impl AsyncRead + Unpin>, keep: usize) -> std::io
 mod tests {
     use super::*;
 
-    fn sh(script: &str) -> ProcessSpec {
-        ProcessSpec {
-            argv: vec!["/bin/sh".into(), "-c".into(), script.into()],
-            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-            timeout: Duration::from_secs(20),
+    #[tokio::test]
+    async fn without_the_quest_binary_no_program_runs() {
+        let spec = ProcessSpec {
+            argv: vec!["/bin/true".into()],
+            timeout: Duration::from_secs(5),
             ..ProcessSpec::default()
-        }
-    }
-
-    async fn run(spec: &ProcessSpec) -> ProcessOutput {
-        SystemProcessRunner::default()
-            .run(spec, Vec::new())
-            .await
-            .expect("the program runs")
-    }
-
-    #[tokio::test]
-    async fn without_a_workdir_each_run_gets_a_fresh_empty_directory_removed_afterwards() {
-        let spec = sh("pwd; ls -A | wc -l; touch left-behind");
-        let first = run(&spec).await;
-        let second = run(&spec).await;
-        let lines = |out: &ProcessOutput| {
-            String::from_utf8(out.stdout.clone())
-                .unwrap()
-                .lines()
-                .map(|l| l.trim().to_owned())
-                .collect::<Vec<_>>()
         };
-        let (a, b) = (lines(&first), lines(&second));
-        assert_ne!(a[0], b[0], "a directory of its own for each run");
-        assert_eq!(
-            (a[1].as_str(), b[1].as_str()),
-            ("0", "0"),
-            "empty at the start"
-        );
-        assert!(
-            !Path::new(&a[0]).exists(),
-            "{} is removed after the run",
-            a[0]
-        );
-        let here = std::fs::canonicalize(".").unwrap();
-        assert_ne!(Path::new(&a[0]), here, "not the server's own directory");
-    }
-
-    #[tokio::test]
-    async fn the_verdict_file_is_read_only_when_it_is_a_plain_file_the_program_wrote() {
-        let mut spec = sh(r#"printf '{"verdict": "FAIL"}' > "$QUEST_VERDICT_FILE""#);
-        spec.verdict_file = true;
-        assert_eq!(
-            run(&spec).await.verdict_file,
-            Some(Ok(br#"{"verdict": "FAIL"}"#.to_vec()))
-        );
-        for (script, says) in [
-            ("echo no file", "no verdict file was written"),
-            (
-                r#"ln -s /etc/passwd "$QUEST_VERDICT_FILE""#,
-                "symbolic link",
-            ),
-            (r#"mkdir "$QUEST_VERDICT_FILE""#, "not a plain file"),
-            (r#"mkfifo "$QUEST_VERDICT_FILE""#, "not a plain file"),
-            (
-                r#"head -c 1048577 /dev/zero > "$QUEST_VERDICT_FILE""#,
-                "longer than 1048576 bytes",
-            ),
-        ] {
-            let mut spec = sh(script);
-            spec.verdict_file = true;
-            match run(&spec).await.verdict_file {
-                Some(Err(why)) => assert!(why.contains(says), "{script}: {why}"),
-                other => panic!("{script}: {other:?}"),
-            }
-        }
-        assert_eq!(
-            run(&sh("echo $QUEST_VERDICT_FILE")).await.stdout,
-            b"\n",
-            "offered only when asked"
-        );
-    }
-
-    #[tokio::test]
-    async fn limits_without_the_quest_binary_cannot_run() {
-        let mut spec = sh("true");
-        spec.limits.cpu_seconds = Some(1);
         let err = SystemProcessRunner::default()
             .run(&spec, Vec::new())
             .await
@@ -526,7 +478,7 @@ mod tests {
             stdout: vec![],
             stdout_cut: false,
             stderr_tail: b"  first line\nlast line\n".to_vec(),
-            verdict_file: None,
+            verdict: None,
         };
         assert_eq!(out.stderr_text(9), "…last line");
         assert_eq!(out.stderr_text(100), "first line\nlast line");

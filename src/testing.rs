@@ -1,5 +1,5 @@
-//! A simulated outside world: a [`FakeFetcher`] and a [`FakeResolver`] with
-//! canned answers, and a [`ManualClock`]. Unit and API tests run gates offline
+//! A simulated outside world: a [`FakeFetcher`], a [`FakeResolver`] and a
+//! [`FakeRunner`] with canned answers, and a [`ManualClock`]. Unit and API tests run gates offline
 //! with them, and `quest demo` builds its simulated world from them; the
 //! server itself never uses them. Nothing here reads the environment or
 //! starts a process (the real DNS server of the end-to-end tests lives in
@@ -16,6 +16,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use crate::domain::Clock;
 use crate::gates::dns::{LookupError, MailAnswer, MxHost, Resolver};
 use crate::gates::fetch::{FetchError, Fetcher, Page};
+use crate::process::{ProcessError, ProcessOutput, ProcessRunner, ProcessSpec};
 
 /// The time every fake page says it was fetched at.
 pub fn fake_fetch_time() -> DateTime<Utc> {
@@ -183,5 +184,39 @@ impl Resolver for FakeResolver {
             .get(host)
             .cloned()
             .unwrap_or_else(|| Err(LookupError::NoDomain(host.to_owned())))
+    }
+}
+
+/// A [`ProcessRunner`] that starts nothing: every run gets the same answer,
+/// and the inputs it was given are kept.
+pub struct FakeRunner {
+    answer: Result<ProcessOutput, ProcessError>,
+    inputs: Mutex<Vec<Vec<u8>>>,
+}
+
+impl FakeRunner {
+    /// A runner whose every run ends with `answer`.
+    pub fn answering(answer: Result<ProcessOutput, ProcessError>) -> FakeRunner {
+        FakeRunner {
+            answer,
+            inputs: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The stdin of every run, in order.
+    pub fn inputs(&self) -> Vec<Vec<u8>> {
+        self.inputs.lock().unwrap().clone()
+    }
+}
+
+#[async_trait]
+impl ProcessRunner for FakeRunner {
+    async fn run(
+        &self,
+        _spec: &ProcessSpec,
+        stdin: Vec<u8>,
+    ) -> Result<ProcessOutput, ProcessError> {
+        self.inputs.lock().unwrap().push(stdin);
+        self.answer.clone()
     }
 }

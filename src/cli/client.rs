@@ -34,6 +34,11 @@ pub mod status {
 pub enum CliError {
     #[error("{0}")]
     Usage(String),
+    /// An agent verb without a token of its own (it never borrows the admin's).
+    #[error(
+        "`quest {verb}` needs an agent token: set QUEST_TOKEN (or --token) to the token an admin created for you with `quest token create --role agent`; agent verbs never use the server's admin.token"
+    )]
+    NoAgentToken { verb: &'static str },
     #[error(
         "cannot reach the quest server at {url}: start it with `quest serve`, or point QUEST_URL / --url at it"
     )]
@@ -53,6 +58,7 @@ impl CliError {
     pub fn exit_status(&self) -> u8 {
         match self {
             CliError::Usage(_) => status::USAGE,
+            CliError::NoAgentToken { .. } => status::AUTH,
             CliError::Unreachable { .. } => status::UNREACHABLE,
             CliError::Garbled(_) => status::SERVER,
             CliError::Refused { status: s, .. } => match s.as_u16() {

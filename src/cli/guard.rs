@@ -213,7 +213,9 @@ pub fn decide(seen: &Seen, mark: Option<&GuardMark>, max_blocks: u32) -> (Decisi
     (Decision::Block(reason), Some(blocks))
 }
 
-/// Runs `quest guard`; always exits 0 so that a harness never reads a failure as a verdict.
+/// Runs `quest guard`; always exits 0 so that a harness never reads a failure
+/// as a verdict (only a guard started without a token of its own exits 77,
+/// before it runs: see [`super::Ctx::new`]).
 pub async fn run(ctx: &Ctx, args: GuardArgs) -> Result<u8, CliError> {
     if let Some(harness) = args.print_config {
         say!("{}", print_config(harness));

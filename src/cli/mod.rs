@@ -70,7 +70,9 @@ pub struct ClientArgs {
         global = true
     )]
     pub url: String,
-    /// Bearer token. Defaults to ./quest-data/admin.token when that file exists.
+    /// Bearer token. Operator verbs default to ./quest-data/admin.token when
+    /// that file exists; agent verbs (next, submit, wait, heartbeat, release,
+    /// mcp, guard) never do.
     #[arg(long, env = "QUEST_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
     /// Session id. Defaults to the most recent session.
@@ -123,6 +125,23 @@ pub enum Verb {
     /// A stop hook for agent harnesses: refuses the end of the agent's turn
     /// while it holds a quest or open quests remain (reads the hook's JSON on stdin).
     Guard(guard::GuardArgs),
+}
+
+impl Verb {
+    /// The verb's name when it is one an agent runs, else `None`.
+    fn agent_name(&self) -> Option<&'static str> {
+        match self {
+            Verb::Next => Some("next"),
+            Verb::Submit(_) => Some("submit"),
+            Verb::Wait(_) => Some("wait"),
+            Verb::Heartbeat => Some("heartbeat"),
+            Verb::Release => Some("release"),
+            Verb::Mcp => Some("mcp"),
+            // Printing the harness configuration talks to no server.
+            Verb::Guard(a) if a.print_config.is_none() => Some("guard"),
+            _ => None,
+        }
+    }
 }
 
 /// `quest submit`.
@@ -227,8 +246,11 @@ pub struct Ctx {
 }
 
 impl Ctx {
-    /// Resolves the token and the state file from the arguments.
-    pub fn new(args: ClientArgs) -> Result<Ctx, CliError> {
+    /// Resolves the token and the state file from the arguments. `agent_verb`
+    /// names an agent verb, which needs a token of its own: the server's admin
+    /// token file is there for the operator, and an agent harness started in
+    /// the server's directory must not act as admin (and approve its own work).
+    pub fn new(args: ClientArgs, agent_verb: Option<&'static str>) -> Result<Ctx, CliError> {
         let url = url::Url::parse(&args.url)
             .ok()
             .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
@@ -239,8 +261,12 @@ impl Ctx {
                 ))
             })?;
         let given = args.token.clone().filter(|t| !t.trim().is_empty());
-        // The local admin token only ever goes to a server on this machine.
-        let token = given.or_else(|| is_loopback(&url).then(local_admin_token).flatten());
+        let token = match (given, agent_verb) {
+            (Some(token), _) => Some(token),
+            (None, Some(verb)) => return Err(CliError::NoAgentToken { verb }),
+            // The local admin token only ever goes to a server on this machine.
+            (None, None) => is_loopback(&url).then(local_admin_token).flatten(),
+        };
         let client = Client::new(&args.url, token.clone());
         let dir = args
             .state_dir
@@ -303,7 +329,7 @@ fn local_admin_token() -> Option<String> {
 
 /// Runs a client verb and returns its exit status.
 pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
-    let ctx = match Ctx::new(args) {
+    let ctx = match Ctx::new(args, verb.agent_name()) {
         Ok(ctx) => ctx,
         Err(e) => return e.report(),
     };

@@ -96,14 +96,33 @@ impl VerifierBackend {
 }
 
 /// Where a command gate reads its program's verdict.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum VerdictChannel {
     /// The whole stdout or its last line (shared with whatever the program runs).
     #[default]
     Stdout,
-    /// The file named by `QUEST_VERDICT_FILE`; stdout is only logged.
-    File,
+    /// Descriptor 3 (named by `QUEST_VERDICT_FD`), the write end of a pipe
+    /// only the server reads; stdout is only logged.
+    Fd,
+}
+
+impl VerdictChannel {
+    /// Reads `verdict = "..."`; the retired `"file"` is refused with its successor.
+    fn parse(text: Option<&str>) -> Result<VerdictChannel, String> {
+        match text {
+            None | Some("stdout") => Ok(VerdictChannel::Stdout),
+            Some("fd") => Ok(VerdictChannel::Fd),
+            Some("file") => Err(
+                "verdict = \"file\" is no longer offered (code the program runs could write the file too): \
+                 set verdict = \"fd\" and write the verdict JSON to descriptor 3 ($QUEST_VERDICT_FD), \
+                 running the agent's code with it closed (`cargo test 3>&-`)"
+                    .into(),
+            ),
+            Some(other) => Err(format!(
+                "verdict = \"{other}\" is neither \"stdout\" nor \"fd\""
+            )),
+        }
+    }
 }
 
 /// One command gate.
@@ -111,7 +130,7 @@ pub enum VerdictChannel {
 pub struct CommandGateConfig {
     pub name: String,
     pub process: ProcessSpec,
-    /// Where the verdict is read (`process.verdict_file` follows it).
+    /// Where the verdict is read (`process.verdict_fd` follows it).
     pub verdict: VerdictChannel,
     /// The top-level result fields AI verifiers may see, each with its whole
     /// value, nested free text included (none: the gate cannot be verified).
@@ -231,6 +250,10 @@ enum VerifierEntry {
         max_concurrency: usize,
         #[serde(default = "default_verifier_timeout_ms")]
         timeout_ms: u64,
+        #[serde(default)]
+        user: Option<String>,
+        #[serde(default)]
+        allow_root: bool,
     },
 }
 
@@ -250,7 +273,7 @@ enum GateEntry {
         #[serde(default)]
         questions: Vec<Question>,
         #[serde(default)]
-        verdict: VerdictChannel,
+        verdict: Option<String>,
         #[serde(default)]
         cpu_seconds: Option<u64>,
         #[serde(default)]
@@ -258,7 +281,13 @@ enum GateEntry {
         #[serde(default)]
         open_files: Option<u64>,
         #[serde(default)]
+        file_size_mb: Option<u64>,
+        #[serde(default)]
+        nproc: Option<u64>,
+        #[serde(default)]
         user: Option<String>,
+        #[serde(default)]
+        allow_root: bool,
     },
 }
 
@@ -349,9 +378,12 @@ impl OperatorConfig {
                     model,
                     max_concurrency,
                     timeout_ms,
+                    user,
+                    allow_root,
                 } => {
-                    let process =
+                    let mut process =
                         process_spec(argv, workdir, &allowed, timeout_ms, env).map_err(&err)?;
+                    process.user = user_of(user.as_deref(), allow_root, system).map_err(&err)?;
                     let model = model.unwrap_or_else(|| process.argv[0].clone());
                     (
                         VerifierBackend::Command { process, model },
@@ -388,16 +420,24 @@ impl OperatorConfig {
                 cpu_seconds,
                 address_space_mb,
                 open_files,
+                file_size_mb,
+                nproc,
                 user,
+                allow_root,
             } = entry;
+            let verdict = VerdictChannel::parse(verdict.as_deref()).map_err(&err)?;
             let mut process =
                 process_spec(argv, workdir, &allowed, timeout_ms, env).map_err(&err)?;
-            process.limits = limits(cpu_seconds, address_space_mb, open_files).map_err(&err)?;
-            process.user = match user {
-                None => None,
-                Some(user) => Some(run_as(&user, system.is_root, &system.passwd).map_err(&err)?),
+            process.user = user_of(user.as_deref(), allow_root, system).map_err(&err)?;
+            let asked = Asked {
+                cpu_seconds,
+                address_space_mb,
+                open_files,
+                file_size_mb,
+                nproc,
             };
-            process.verdict_file = verdict == VerdictChannel::File;
+            process.limits = limits(asked, process.user.is_some()).map_err(&err)?;
+            process.verdict_fd = verdict == VerdictChannel::Fd;
             // A pointer or a dotted path reads as "only this part", which a
             // command gate cannot do: it shows whole top-level fields.
             if let Some(path) = result_fields
@@ -489,12 +529,19 @@ impl System {
     }
 }
 
-/// The limits a gate declares, checked.
-fn limits(
+/// The limits a gate's table asks for.
+struct Asked {
     cpu_seconds: Option<u64>,
     address_space_mb: Option<u64>,
     open_files: Option<u64>,
-) -> Result<Limits, String> {
+    file_size_mb: Option<u64>,
+    nproc: Option<u64>,
+}
+
+/// The limits a gate declares, checked. `nproc` needs a user of its own:
+/// `RLIMIT_NPROC` counts every process and thread of the uid, the server's
+/// own included when the program runs as the server's user.
+fn limits(asked: Asked, own_user: bool) -> Result<Limits, String> {
     let within = |key: &str, value: Option<u64>, range: std::ops::RangeInclusive<u64>| match value {
         Some(v) if !range.contains(&v) => Err(format!(
             "{key} = {v} is not between {} and {}",
@@ -503,15 +550,35 @@ fn limits(
         )),
         other => Ok(other),
     };
+    if asked.nproc.is_some() && !own_user {
+        return Err(
+            "nproc counts every process and thread of the program's user, so it needs `user` (a user of its own); set user = \"...\" or remove nproc".into(),
+        );
+    }
     Ok(Limits {
-        cpu_seconds: within("cpu_seconds", cpu_seconds, 1..=86_400)?,
-        address_space: within("address_space_mb", address_space_mb, 16..=1 << 20)?
+        cpu_seconds: within("cpu_seconds", asked.cpu_seconds, 1..=86_400)?,
+        address_space: within("address_space_mb", asked.address_space_mb, 16..=1 << 20)?
             .map(|mb| mb << 20),
-        open_files: within("open_files", open_files, 4..=1 << 20)?,
+        open_files: within("open_files", asked.open_files, 4..=1 << 20)?,
+        file_size: within("file_size_mb", asked.file_size_mb, 1..=1 << 20)?.map(|mb| mb << 20),
+        processes: within("nproc", asked.nproc, 1..=1 << 20)?,
     })
 }
 
-/// The user a gate's program runs as: a name from `passwd`, or `uid` or
+/// The user an operator program runs as. A server that runs as root runs
+/// none as root unless the table says `allow_root = true`: the agent's code
+/// that a gate runs would run as root too.
+fn user_of(user: Option<&str>, allow_root: bool, system: &System) -> Result<Option<RunAs>, String> {
+    match user {
+        Some(user) => run_as(user, system.is_root, &system.passwd).map(Some),
+        None if system.is_root && !allow_root => Err(
+            "the server runs as root, and this program would too: set user = \"...\" (a user of its own, e.g. \"nobody\"), or allow_root = true to run it as root knowingly".into(),
+        ),
+        None => Ok(None),
+    }
+}
+
+/// The user a program runs as: a name from `passwd`, or `uid` or
 /// `uid:gid`. Only a server that runs as root can switch users.
 fn run_as(user: &str, is_root: bool, passwd: &str) -> Result<RunAs, String> {
     if !is_root {

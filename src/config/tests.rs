@@ -237,10 +237,12 @@ const FILE: &str = r#"
         kind = "command"
         argv = ["/usr/local/bin/judge", "--strict"]
         env = ["PATH", "UNSET_VAR"]
+        allow_root = true
 
         [gates.coverage]
         kind = "command"
         argv = ["/srv/check-coverage.sh"]
+        allow_root = true
         timeout_ms = 60000
         result_fields = ["test_file"]
         questions = ["Does the test assert nothing?", {text = "Does it test the named function?", flag_on = "no"}]
@@ -349,18 +351,21 @@ fn a_command_gate_declares_its_verdict_channel_limits_and_user() {
         passwd: "root:x:0:0::/root:/bin/sh\nrunner:x:1500:1600::/nonexistent:/usr/sbin/nologin\n"
             .into(),
     };
-    let text = "[gates.c]\nkind = \"command\"\nargv = [\"/bin/true\"]\nverdict = \"file\"\n\
-                    cpu_seconds = 30\naddress_space_mb = 512\nopen_files = 64\nuser = \"runner\"";
+    let text = "[gates.c]\nkind = \"command\"\nargv = [\"/bin/true\"]\nverdict = \"fd\"\n\
+                    cpu_seconds = 30\naddress_space_mb = 512\nopen_files = 64\n\
+                    file_size_mb = 8\nnproc = 32\nuser = \"runner\"";
     let c = OperatorConfig::parse_on(text, &env, &root).unwrap();
     let gate = &c.gates[0];
-    assert_eq!(gate.verdict, VerdictChannel::File);
-    assert!(gate.process.verdict_file);
+    assert_eq!(gate.verdict, VerdictChannel::Fd);
+    assert!(gate.process.verdict_fd);
     assert_eq!(
         gate.process.limits,
         Limits {
             cpu_seconds: Some(30),
             address_space: Some(512 << 20),
             open_files: Some(64),
+            file_size: Some(8 << 20),
+            processes: Some(32),
         }
     );
     assert_eq!(
@@ -372,7 +377,7 @@ fn a_command_gate_declares_its_verdict_channel_limits_and_user() {
         })
     );
     let plain = OperatorConfig::parse_on(
-        "[gates.c]\nkind = \"command\"\nargv = [\"/bin/true\"]",
+        "[gates.c]\nkind = \"command\"\nargv = [\"/bin/true\"]\nallow_root = true",
         &env,
         &root,
     )
@@ -412,14 +417,77 @@ fn a_command_gate_declares_its_verdict_channel_limits_and_user() {
         err.message.contains("needs the server to run as root"),
         "{err}"
     );
-    for extra in ["cpu_seconds = 0", "address_space_mb = 1", "open_files = 2"] {
+    for extra in [
+        "cpu_seconds = 0",
+        "address_space_mb = 1",
+        "open_files = 2",
+        "file_size_mb = 0",
+    ] {
         let err = refused(&gate(extra), &not_root);
         assert!(
             err.at == "gates.c" && err.message.contains("is not between"),
             "{extra}: {err}"
         );
     }
-    assert_eq!(refused(&gate("verdict = \"stderr\""), &not_root).at, "toml");
+    let err = refused(&gate("nproc = 16"), &not_root);
+    assert!(
+        err.at == "gates.c" && err.message.contains("needs `user`"),
+        "nproc only with a user of its own: {err}"
+    );
+    let err = refused(&gate("verdict = \"stderr\""), &not_root);
+    assert!(
+        err.at == "gates.c" && err.message.contains("neither"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_retired_verdict_file_is_refused_with_the_setting_that_replaces_it() {
+    let not_root = System {
+        is_root: false,
+        passwd: String::new(),
+    };
+    let text = "[gates.c]\nkind = \"command\"\nargv = [\"/bin/true\"]\nverdict = \"file\"";
+    let err = OperatorConfig::parse_on(text, &env, &not_root).unwrap_err();
+    assert_eq!(err.at, "gates.c");
+    assert!(err.message.contains("verdict = \"fd\""), "{err}");
+}
+
+#[test]
+fn a_root_server_refuses_a_command_gate_or_verifier_without_user_or_allow_root() {
+    let root = System {
+        is_root: true,
+        passwd: "nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n".into(),
+    };
+    let gate = "[gates.tests]\nkind = \"command\"\nargv = [\"/bin/true\"]\n";
+    let verifier = "[verifiers.judge]\nkind = \"command\"\nargv = [\"/bin/true\"]\n";
+    for (text, at) in [(gate, "gates.tests"), (verifier, "verifiers.judge")] {
+        let err = OperatorConfig::parse_on(text, &env, &root).unwrap_err();
+        assert_eq!(err.at, at, "the error names the table");
+        assert!(
+            err.message.contains("runs as root") && err.message.contains("allow_root"),
+            "{err}"
+        );
+        for extra in ["user = \"nobody\"", "allow_root = true"] {
+            let text = format!("{text}{extra}");
+            assert!(
+                OperatorConfig::parse_on(&text, &env, &root).is_ok(),
+                "{at} with {extra}"
+            );
+        }
+        let not_root = System {
+            is_root: false,
+            passwd: String::new(),
+        };
+        assert!(OperatorConfig::parse_on(text, &env, &not_root).is_ok());
+    }
+    let c = OperatorConfig::parse_on(&format!("{verifier}user = \"nobody\""), &env, &root).unwrap();
+    match &c.verifiers[0].backend {
+        VerifierBackend::Command { process, .. } => {
+            assert_eq!(process.user.as_ref().map(|u| u.uid), Some(65534));
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]

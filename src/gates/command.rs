@@ -10,22 +10,24 @@
 //! The last line of stdout may be the agent's own (a test runner that lets the
 //! agent's test print): so a printed PASS counts only with exit status 0, and a
 //! last line that contradicts an earlier verdict line is not believed either.
-//! Both are conflicting signals, and the verdict is REVIEW.
+//! Both are conflicting signals, and the verdict is FAIL with a fact saying
+//! so: REVIEW would let the agent's code turn the operator's FAIL into a
+//! terminal verdict that costs no try.
 //! A program past its timeout, one that cannot start, one killed by a signal,
-//! or one whose output was cut (so that its verdict may be lost) gives REVIEW:
+//! or one whose stdout was cut (so that its verdict may be lost) gives REVIEW:
 //! an unconfirmable result is not a wrong one, and it costs no try.
 //!
-//! A gate declared with `verdict = "file"` reads the verdict JSON from the file
-//! named by `QUEST_VERDICT_FILE` instead, a channel the agent's code does not
-//! share: its stdout is only logged, and a missing or unreadable file is FAIL
-//! with the tail of stderr.
+//! A gate declared with `verdict = "fd"` reads the verdict from descriptor 3
+//! instead, a pipe only the server reads and the program closes for the code
+//! it runs: its stdout is only logged, and the channel must hold exactly one
+//! verdict document ([`verdict::read_channel`]); anything else is FAIL with a
+//! fact naming what it held.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
@@ -35,6 +37,10 @@ use crate::domain::table::cell_as_text;
 use crate::domain::verify::{Question, cut};
 use crate::domain::{Fact, Verdict};
 use crate::process::{ProcessError, ProcessOutput, ProcessRunner};
+
+mod verdict;
+
+use verdict::{Printed, Reading, read_channel, read_printed};
 
 /// The registry name of this gate kind.
 pub const KIND: &str = "command";
@@ -66,7 +72,7 @@ impl CommandGate {
             "env": config.process.env.iter().map(|(k, _)| k).collect::<Vec<_>>(),
             "timeout_ms": config.process.timeout.as_millis() as u64,
             "verdict": format!("{:?}", config.verdict),
-            "limits": [limits.cpu_seconds, limits.address_space, limits.open_files],
+            "limits": [limits.cpu_seconds, limits.address_space, limits.open_files, limits.file_size, limits.processes],
             "user": config.process.user.as_ref().map(|u| (u.uid, u.gid)),
         });
         let digest = hex::encode(Sha256::digest(spec.to_string().as_bytes()));
@@ -101,8 +107,8 @@ impl CommandGate {
     }
 
     fn outcome_of(&self, out: &ProcessOutput) -> GateOutcome {
-        if self.config.verdict == VerdictChannel::File {
-            return self.outcome_of_file(out);
+        if self.config.verdict == VerdictChannel::Fd {
+            return self.outcome_of_channel(out);
         }
         // A cut output may have lost the verdict: the server cannot tell what the
         // program said, so neither a printed verdict nor the exit status decides.
@@ -139,8 +145,8 @@ impl CommandGate {
         }
     }
 
-    /// The verdict from the file the program wrote; stdout is only logged.
-    fn outcome_of_file(&self, out: &ProcessOutput) -> GateOutcome {
+    /// The verdict from the program's descriptor 3; stdout is only logged.
+    fn outcome_of_channel(&self, out: &ProcessOutput) -> GateOutcome {
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stdout = stdout.trim();
         if !stdout.is_empty() {
@@ -151,20 +157,17 @@ impl CommandGate {
         if let Some(killed) = self.killed(out) {
             return killed;
         }
-        let expected = "a verdict JSON written to the file named by QUEST_VERDICT_FILE";
-        let written = match &out.verdict_file {
-            Some(Ok(bytes)) => bytes,
-            Some(Err(why)) => {
-                return self.fail(expected, format!("{why}; {}", status_and_stderr(out)));
-            }
-            None => return self.fail(expected, "no verdict file was offered".into()),
+        let expected = "one verdict JSON document written to descriptor 3 (QUEST_VERDICT_FD)";
+        let Some(channel) = &out.verdict else {
+            return self.fail(expected, "no verdict channel was offered".into());
         };
-        match verdict_of(String::from_utf8_lossy(written).trim()) {
-            Some((printed, verdict)) => self.decided(out, printed, verdict),
-            None => self.fail(
+        match read_channel(channel) {
+            Ok((printed, verdict)) => self.decided(out, printed, verdict),
+            Err(fault) => self.fail(
                 expected,
                 format!(
-                    "the file holds no {{\"verdict\": \"PASS\" | \"FAIL\" | \"REVIEW\"}}; {}",
+                    "the channel holds no verdict: {}; {}",
+                    fault.described(),
                     status_and_stderr(out)
                 ),
             ),
@@ -211,7 +214,10 @@ impl CommandGate {
         )])
     }
 
-    /// Conflicting signals from the program: REVIEW, with whatever it printed.
+    /// Conflicting signals from the program: FAIL, with whatever it printed
+    /// after the fact that says why. The agent's own code can print a line
+    /// or change an exit status; it must not be able to turn a FAIL into a
+    /// REVIEW, which is terminal and costs no try.
     fn conflict(
         &self,
         expected: String,
@@ -226,11 +232,11 @@ impl CommandGate {
                 "",
                 expected,
                 actual,
-                "the program's signals disagree, so it gave no verdict; a person will look at it",
+                "the check's signals disagree (a PASS with a failing exit status, or verdicts that contradict each other), so it did not pass: make it pass for real and submit again",
             ),
         );
         GateOutcome {
-            verdict: Verdict::Review,
+            verdict: Verdict::Fail,
             facts,
             evidence,
         }
@@ -275,83 +281,6 @@ fn status_and_stderr(out: &ProcessOutput) -> String {
     } else {
         format!("{}: {stderr}", out.status_text())
     }
-}
-
-/// What a program's stdout says.
-enum Reading {
-    /// No verdict JSON: the exit status decides.
-    Nothing,
-    /// The verdict JSON: the whole stdout, or else its last line.
-    Verdict(Printed, Verdict),
-    /// The last line is a verdict, and an earlier line printed a different one.
-    Disagreeing(Vec<&'static str>),
-}
-
-/// Reads the verdict JSON: the whole (trimmed) stdout, or else its last line.
-/// Other lines that look like a different verdict make the reading conflicting:
-/// a program that prints its verdict and then output it does not control
-/// (an agent's test) must not have its verdict overridden.
-fn read_printed(text: &str) -> Reading {
-    if let Some((printed, verdict)) = verdict_of(text) {
-        return Reading::Verdict(printed, verdict);
-    }
-    let Some((printed, verdict)) = text
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .and_then(|l| verdict_of(l.trim()))
-    else {
-        return Reading::Nothing;
-    };
-    let mut seen = vec![verdict.as_str()];
-    for (_, other) in text.lines().filter_map(|l| verdict_of(l.trim())) {
-        if !seen.contains(&other.as_str()) {
-            seen.push(other.as_str());
-        }
-    }
-    if seen.len() > 1 {
-        return Reading::Disagreeing(seen);
-    }
-    Reading::Verdict(printed, verdict)
-}
-
-/// One verdict JSON object, if `text` is one.
-fn verdict_of(text: &str) -> Option<(Printed, Verdict)> {
-    if !text.starts_with('{') {
-        return None;
-    }
-    let printed = serde_json::from_str::<Printed>(text).ok()?;
-    let verdict = match printed.verdict.trim().to_ascii_uppercase().as_str() {
-        "PASS" => Verdict::Pass,
-        "FAIL" => Verdict::Fail,
-        "REVIEW" => Verdict::Review,
-        _ => return None,
-    };
-    Some((printed, verdict))
-}
-
-/// What a program may print. Unknown keys are ignored; fact parts may be any JSON.
-#[derive(Deserialize)]
-struct Printed {
-    verdict: String,
-    #[serde(default)]
-    facts: Vec<PrintedFact>,
-    #[serde(default)]
-    evidence: Vec<Value>,
-}
-
-#[derive(Deserialize)]
-struct PrintedFact {
-    #[serde(default)]
-    check: Option<Value>,
-    #[serde(default)]
-    field: Option<Value>,
-    #[serde(default)]
-    expected: Option<Value>,
-    #[serde(default)]
-    actual: Option<Value>,
-    #[serde(default)]
-    hint: Option<Value>,
 }
 
 /// The factory: a session's `{"name": ...}` picks a declared gate.
@@ -426,31 +355,9 @@ impl Gate for CommandGate {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use super::*;
-    use crate::process::ProcessSpec;
-
-    /// A runner that answers from a script and records what it was given.
-    struct FakeRunner {
-        answer: Result<ProcessOutput, ProcessError>,
-        stdin: Mutex<Vec<Value>>,
-    }
-
-    #[async_trait]
-    impl ProcessRunner for FakeRunner {
-        async fn run(
-            &self,
-            _spec: &ProcessSpec,
-            stdin: Vec<u8>,
-        ) -> Result<ProcessOutput, ProcessError> {
-            self.stdin
-                .lock()
-                .unwrap()
-                .push(serde_json::from_slice(&stdin).unwrap());
-            self.answer.clone()
-        }
-    }
+    use crate::process::{Channel, ProcessSpec};
+    use crate::testing::FakeRunner;
 
     fn output(code: i32, stdout: &str, stderr: &str) -> Result<ProcessOutput, ProcessError> {
         Ok(ProcessOutput {
@@ -459,7 +366,7 @@ mod tests {
             stdout: stdout.as_bytes().to_vec(),
             stdout_cut: false,
             stderr_tail: stderr.as_bytes().to_vec(),
-            verdict_file: None,
+            verdict: None,
         })
     }
 
@@ -471,10 +378,7 @@ mod tests {
         verdict: VerdictChannel,
         answer: Result<ProcessOutput, ProcessError>,
     ) -> (GateOutcome, Vec<Value>) {
-        let runner = Arc::new(FakeRunner {
-            answer,
-            stdin: Mutex::new(Vec::new()),
-        });
+        let runner = Arc::new(FakeRunner::answering(answer));
         let gate = CommandGate::new(
             CommandGateConfig {
                 name: "coverage".into(),
@@ -496,7 +400,11 @@ mod tests {
                 &SessionView::alone(),
             )
             .await;
-        let stdin = runner.stdin.lock().unwrap().clone();
+        let stdin = runner
+            .inputs()
+            .iter()
+            .map(|bytes| serde_json::from_slice(bytes).unwrap())
+            .collect();
         (outcome, stdin)
     }
 
@@ -521,24 +429,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_printed_pass_with_a_failing_exit_is_review_not_pass() {
+    async fn a_printed_pass_with_a_failing_exit_is_fail_with_a_fact_not_pass_or_review() {
         // A test runner whose stdout carries the agent's own test output: the
         // test prints a PASS line and fails.
         let printed = r#"{"verdict": "PASS", "facts": [{"field": "/test", "actual": "ok"}]}"#;
         let (o, _) = run(output(1, &format!("running 1 test\n{printed}\n"), "")).await;
-        assert_eq!(o.verdict, Verdict::Review);
+        assert_eq!(o.verdict, Verdict::Fail);
         assert_eq!(o.facts[0].expected, "a printed PASS with exit status 0");
         assert_eq!(o.facts[0].actual, "a printed PASS, but exit status 1");
+        assert!(o.facts[0].hint.contains("disagree"), "{:?}", o.facts[0]);
         assert_eq!(o.facts[1].actual, "ok", "what it printed is kept");
         let (o, _) = run(output(0, printed, "")).await;
         assert_eq!(o.verdict, Verdict::Pass, "a PASS with exit 0 stands");
     }
 
     #[tokio::test]
-    async fn a_last_line_that_contradicts_an_earlier_verdict_is_review() {
+    async fn a_last_line_that_contradicts_an_earlier_verdict_is_fail_with_a_fact() {
         let stdout = "{\"verdict\": \"FAIL\"}\ntest output\n{\"verdict\": \"PASS\"}\n";
         let (o, _) = run(output(0, stdout, "")).await;
-        assert_eq!(o.verdict, Verdict::Review);
+        assert_eq!(o.verdict, Verdict::Fail);
         assert_eq!(o.facts[0].actual, "several: PASS, FAIL");
         let agreeing = "{\"verdict\": \"FAIL\"}\n{\"verdict\": \"fail\"}\n";
         assert_eq!(run(output(1, agreeing, "")).await.0.verdict, Verdict::Fail);
@@ -610,14 +519,19 @@ mod tests {
         }
     }
 
+    fn channel(bytes: &[u8]) -> Option<Channel> {
+        Some(Channel {
+            bytes: bytes.to_vec(),
+            cut: false,
+        })
+    }
+
     #[tokio::test]
-    async fn with_a_verdict_file_stdout_is_only_logged_and_the_file_decides() {
+    async fn with_a_verdict_descriptor_stdout_is_only_logged_and_the_channel_decides() {
         // The agent's test prints a PASS on the stdout it shares with the program.
         let mut out = output(0, r#"{"verdict": "PASS"}"#, "1 test failed").unwrap();
-        out.verdict_file = Some(Ok(
-            br#"{"verdict": "FAIL", "facts": [{"actual": "1 failed"}]}"#.to_vec(),
-        ));
-        let (o, _) = run_with(VerdictChannel::File, Ok(out.clone())).await;
+        out.verdict = channel(br#"{"verdict": "FAIL", "facts": [{"actual": "1 failed"}]}"#);
+        let (o, _) = run_with(VerdictChannel::Fd, Ok(out.clone())).await;
         assert_eq!(o.verdict, Verdict::Fail);
         assert_eq!(o.facts[0].actual, "1 failed");
         let (o, _) = run_with(VerdictChannel::Stdout, Ok(out.clone())).await;
@@ -627,35 +541,39 @@ mod tests {
             "on stdout the rules stay as they were"
         );
 
-        out.verdict_file = Some(Err("no verdict file was written".into()));
-        let (o, _) = run_with(VerdictChannel::File, Ok(out.clone())).await;
-        assert_eq!(o.verdict, Verdict::Fail);
-        assert_eq!(
-            o.facts[0].actual,
-            "no verdict file was written; exit status 0: 1 test failed"
-        );
-        out.verdict_file = Some(Ok(b"all good".to_vec()));
-        let (o, _) = run_with(VerdictChannel::File, Ok(out.clone())).await;
-        assert_eq!(o.verdict, Verdict::Fail);
-        assert!(
-            o.facts[0].actual.starts_with("the file holds no"),
-            "{:?}",
-            o.facts
-        );
+        for (bytes, says) in [
+            (&b""[..], "nothing was written"),
+            (
+                b"{\"verdict\": \"FAIL\"}\n{\"verdict\": \"PASS\"}",
+                "more than one",
+            ),
+            (br#"{"verdict": "FAIL"} and PASS"#, "not JSON"),
+            (br#"{"verdict": "PA"#, "cut"),
+        ] {
+            out.verdict = channel(bytes);
+            let (o, _) = run_with(VerdictChannel::Fd, Ok(out.clone())).await;
+            assert_eq!(o.verdict, Verdict::Fail, "{says}");
+            assert!(o.facts[0].actual.contains(says), "{says}: {:?}", o.facts);
+            assert!(
+                o.facts[0].actual.ends_with("exit status 0: 1 test failed"),
+                "{:?}",
+                o.facts
+            );
+        }
         // A PASS still needs exit status 0, and a signal is still REVIEW.
-        out.verdict_file = Some(Ok(br#"{"verdict": "PASS"}"#.to_vec()));
+        out.verdict = channel(br#"{"verdict": "PASS"}"#);
         out.code = Some(1);
         assert_eq!(
-            run_with(VerdictChannel::File, Ok(out.clone()))
+            run_with(VerdictChannel::Fd, Ok(out.clone()))
                 .await
                 .0
                 .verdict,
-            Verdict::Review
+            Verdict::Fail
         );
         out.code = Some(0);
         out.stdout_cut = true;
         assert_eq!(
-            run_with(VerdictChannel::File, Ok(out.clone()))
+            run_with(VerdictChannel::Fd, Ok(out.clone()))
                 .await
                 .0
                 .verdict,
@@ -663,7 +581,7 @@ mod tests {
             "a long log does not matter"
         );
         (out.code, out.signal) = (None, Some(24));
-        let (o, _) = run_with(VerdictChannel::File, Ok(out)).await;
+        let (o, _) = run_with(VerdictChannel::Fd, Ok(out)).await;
         assert_eq!(o.verdict, Verdict::Review);
         assert!(o.facts[0].actual.contains("SIGXCPU"), "{:?}", o.facts);
     }

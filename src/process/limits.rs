@@ -1,12 +1,14 @@
 //! What an operator program may use: resource limits and the user it runs as.
 //!
-//! Limits are set by a trampoline, because setting them between `fork` and
-//! `exec` needs `unsafe` (`pre_exec`), which this crate forbids: the runner
-//! starts the `quest` binary itself as `quest __run-limited --cpu-seconds N
-//! ... -- PROGRAM ARGS`, which lowers its own limits ([`run_limited`]) and
-//! then replaces itself with the program, which inherits them. The user is set
-//! by the standard library (`CommandExt::uid`/`gid`, which also drops the
-//! supplementary groups), before the trampoline runs.
+//! Limits are set by the `quest` binary, because setting them between `fork`
+//! and `exec` needs `unsafe` (`pre_exec`), which this crate forbids: the
+//! trampoline ([`super::trampoline`]) starts `quest __run-limited --exec
+//! --cpu-seconds N ... -- PROGRAM ARGS`, which lowers its own limits
+//! ([`exec_limited`]) and then replaces itself with the program, which
+//! inherits them. The trampoline itself stays unlimited, so that a low
+//! `open_files` or `address_space_mb` cannot stop it from cleaning up. The
+//! user is set by the standard library (`CommandExt::uid`/`gid`, which also
+//! drops the supplementary groups) when the server starts the trampoline.
 
 use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
@@ -30,6 +32,11 @@ pub struct Limits {
     pub address_space: Option<u64>,
     /// Open file descriptors: opening one more fails.
     pub open_files: Option<u64>,
+    /// The largest file it may write, in bytes: past it, SIGXFSZ.
+    pub file_size: Option<u64>,
+    /// Processes and threads of its user (`RLIMIT_NPROC` counts all of that
+    /// uid's, so it is only offered together with another user).
+    pub processes: Option<u64>,
 }
 
 impl Limits {
@@ -38,20 +45,21 @@ impl Limits {
         *self == Limits::default()
     }
 
-    /// The trampoline's arguments up to and including `--`.
-    pub fn trampoline_args(&self) -> Vec<String> {
-        let mut args = vec![SUBCOMMAND.to_owned()];
+    /// The limit flags the `quest` binary takes.
+    pub fn args(&self) -> Vec<String> {
+        let mut args = Vec::new();
         for (flag, value) in [
             ("--cpu-seconds", self.cpu_seconds),
             ("--address-space", self.address_space),
             ("--open-files", self.open_files),
+            ("--file-size", self.file_size),
+            ("--processes", self.processes),
         ] {
             if let Some(value) = value {
                 args.push(flag.to_owned());
                 args.push(value.to_string());
             }
         }
-        args.push("--".to_owned());
         args
     }
 }
@@ -64,7 +72,7 @@ pub struct RunAs {
     pub gid: u32,
 }
 
-/// `quest __run-limited`: sets resource limits on itself, then becomes the program.
+/// `quest __run-limited`: the trampoline every operator program runs under.
 #[derive(Debug, clap::Args)]
 pub struct LimitedRun {
     #[arg(long)]
@@ -73,19 +81,45 @@ pub struct LimitedRun {
     pub address_space: Option<u64>,
     #[arg(long)]
     pub open_files: Option<u64>,
+    #[arg(long)]
+    pub file_size: Option<u64>,
+    #[arg(long)]
+    pub processes: Option<u64>,
+    /// Past this, the program and everything it started are killed.
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Set the limits and become the program (the trampoline's second step).
+    #[arg(long)]
+    pub exec: bool,
     /// The program and its arguments.
     #[arg(last = true, required = true, num_args = 1..)]
     pub argv: Vec<OsString>,
 }
 
+impl LimitedRun {
+    /// The limits the flags name.
+    pub fn limits(&self) -> Limits {
+        Limits {
+            cpu_seconds: self.cpu_seconds,
+            address_space: self.address_space,
+            open_files: self.open_files,
+            file_size: self.file_size,
+            processes: self.processes,
+        }
+    }
+}
+
 /// Lowers this process's limits and replaces it with the program; returns
 /// only when that failed, with the message to print (after [`TRAMPOLINE_MARK`]).
-pub fn run_limited(run: LimitedRun) -> String {
-    let cpu = run.cpu_seconds.map(|s| (s, s.saturating_add(1)));
+pub fn exec_limited(limits: Limits, argv: &[OsString]) -> String {
+    let cpu = limits.cpu_seconds.map(|s| (s, s.saturating_add(1)));
+    let same = |value: Option<u64>| value.map(|v| (v, v));
     for (resource, limit) in [
         (Resource::Cpu, cpu),
-        (Resource::As, run.address_space.map(|b| (b, b))),
-        (Resource::Nofile, run.open_files.map(|n| (n, n))),
+        (Resource::As, same(limits.address_space)),
+        (Resource::Nofile, same(limits.open_files)),
+        (Resource::Fsize, same(limits.file_size)),
+        (Resource::Nproc, same(limits.processes)),
     ] {
         let Some((soft, hard)) = limit else { continue };
         let limit = Rlimit {
@@ -96,9 +130,11 @@ pub fn run_limited(run: LimitedRun) -> String {
             return format!("cannot set the {resource:?} limit to {soft}: {e}");
         }
     }
-    let (program, args) = run.argv.split_first().expect("clap requires one");
-    // Only returns on failure; the environment and the working directory are
-    // the ones the runner gave the trampoline.
+    let Some((program, args)) = argv.split_first() else {
+        return "no program to run".into();
+    };
+    // Only returns on failure; the environment, the working directory and the
+    // descriptors are the ones the trampoline was given.
     let error = std::process::Command::new(program).args(args).exec();
     format!("cannot start `{}`: {error}", program.to_string_lossy())
 }
@@ -113,12 +149,20 @@ mod tests {
         let limits = Limits {
             cpu_seconds: Some(2),
             open_files: Some(64),
+            file_size: Some(1 << 20),
             ..Limits::default()
         };
         assert!(!limits.is_empty());
         assert_eq!(
-            limits.trampoline_args(),
-            [SUBCOMMAND, "--cpu-seconds", "2", "--open-files", "64", "--"]
+            limits.args(),
+            [
+                "--cpu-seconds",
+                "2",
+                "--open-files",
+                "64",
+                "--file-size",
+                "1048576"
+            ]
         );
     }
 }

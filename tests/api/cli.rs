@@ -623,3 +623,49 @@ async fn token_create_sets_the_lease_cap_and_token_list_shows_it() {
         list.stdout
     );
 }
+
+#[tokio::test]
+async fn agent_verbs_never_borrow_the_admin_token_file_and_operator_verbs_still_do() {
+    let app = spawn_app().await;
+    let session = app.scan(contact_config(2), companies(1)).await;
+    // An agent harness started in the server's directory: the admin token
+    // file is right there, and the agent has no token of its own.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("admin.token"), &app.admin).unwrap();
+    let run = |args: &'static [&'static str]| {
+        let mut command = crate::helpers::quest_binary();
+        command
+            .args(args)
+            .env("QUEST_URL", &app.base)
+            .env("QUEST_AGENT", "harness")
+            .env("QUEST_DATA_DIR", dir.path())
+            .env("QUEST_STATE_DIR", dir.path().join("state"))
+            .stdin(Stdio::null());
+        async move {
+            let out = command.output().await.unwrap();
+            (
+                out.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        }
+    };
+    for verb in [
+        &["next"][..],
+        &["submit", "--field", "email=a@b.test"],
+        &["heartbeat"],
+        &["release"],
+        &["wait"],
+        &["mcp"],
+        &["guard"],
+    ] {
+        let (code, stderr) = run(verb).await;
+        assert_eq!(code, 77, "{verb:?}: {stderr}");
+        assert!(stderr.contains("QUEST_TOKEN"), "{verb:?}: {stderr}");
+    }
+    let (code, stderr) = run(&["status"]).await;
+    assert_eq!(code, 0, "an operator verb keeps the fallback: {stderr}");
+    let (code, stderr) = run(&["token", "list"]).await;
+    assert_eq!(code, 0, "{stderr}");
+    let status = app.status(&session).await;
+    assert_eq!(status["leased"], 0, "nothing was leased as admin: {status}");
+}

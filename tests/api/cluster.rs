@@ -402,7 +402,7 @@ pub(crate) fn slow_gate(dir: &Path) -> std::path::PathBuf {
     std::fs::write(
         &toml,
         format!(
-            "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./check.sh\"]\nworkdir = \"{}\"\ntimeout_ms = 120000\n",
+            "[gates.check]\nkind = \"command\"\nallow_root = true\nargv = [\"/bin/sh\", \"./check.sh\"]\nworkdir = \"{}\"\ntimeout_ms = 120000\n",
             dir.display()
         ),
     )

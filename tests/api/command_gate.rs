@@ -12,10 +12,10 @@ use tempfile::TempDir;
 use crate::helpers::*;
 
 /// Writes `script` as `check.sh` in a fresh dir and declares it as gate `check`.
-fn gate_toml(dir: &TempDir, script: &str, timeout_ms: u64, extra: &str) -> String {
+pub(crate) fn gate_toml(dir: &TempDir, script: &str, timeout_ms: u64, extra: &str) -> String {
     std::fs::write(dir.path().join("check.sh"), script).unwrap();
     format!(
-        "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./check.sh\"]\nworkdir = \"{}\"\n\
+        "[gates.check]\nkind = \"command\"\nallow_root = true\nargv = [\"/bin/sh\", \"./check.sh\"]\nworkdir = \"{}\"\n\
          timeout_ms = {timeout_ms}\n{extra}\n",
         dir.path().display()
     )
@@ -152,12 +152,14 @@ esac
 exit 1
 "#;
     let (_app, _dir, answer) = run_once(script, 10_000, "", json!({"test": "cheat"})).await;
+    // Conflicting signals are a FAIL that costs a try: a REVIEW would be
+    // terminal and free, which the agent's own line must not be able to buy.
     assert_eq!(
         (answer["verdict"].as_str(), answer["state"].as_str()),
-        (Some("REVIEW"), Some("REVIEW")),
-        "conflicting signals are never a PASS: {answer}"
+        (Some("FAIL"), Some("TODO")),
+        "conflicting signals are never a PASS, nor a REVIEW: {answer}"
     );
-    assert_eq!(answer["tries"], 0);
+    assert_eq!(answer["tries"], 1);
     assert_eq!(
         answer["facts"][0]["actual"],
         "a printed PASS, but exit status 1"
@@ -220,7 +222,7 @@ async fn a_program_killed_by_a_signal_is_review_and_costs_no_try() {
 }
 
 /// A killed process that its (also killed) parent never reaped.
-fn is_zombie(proc: &str) -> bool {
+pub(crate) fn is_zombie(proc: &str) -> bool {
     std::fs::read_to_string(format!("{proc}/stat"))
         .map(|s| {
             s.rsplit(')')
@@ -377,55 +379,20 @@ fn inline_gate_toml(script: &str, timeout_ms: u64, extra: &str) -> String {
         "the script goes into a TOML multi-line literal string"
     );
     format!(
-        "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"-c\", '''{script}''']\nenv = [\"PATH\"]\n\
+        "[gates.check]\nkind = \"command\"\nallow_root = true\nargv = [\"/bin/sh\", \"-c\", '''{script}''']\nenv = [\"PATH\"]\n\
          timeout_ms = {timeout_ms}\n{extra}\n"
     )
 }
 
 /// Starts an app with the gate declared in `toml`, scans one company and
 /// submits `result`; returns the app, the quest id and the answer.
-async fn submit_with(toml: &str, result: Value) -> (TestApp, String, Value) {
+pub(crate) async fn submit_with(toml: &str, result: Value) -> (TestApp, String, Value) {
     let app = spawn_app_with(toml).await;
     let agent = app.token("agent", "bot").await;
     let session = app.scan(command_config(), companies(1)).await;
     let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
     let answer = app.submit(&agent, &quest, &lease, result).await.expect(200);
     (app, quest, answer)
-}
-
-#[tokio::test]
-async fn with_a_verdict_file_what_the_agents_code_prints_decides_nothing() {
-    // The program runs the agent's test, which prints a PASS on the stdout it
-    // shares with the program; the program's own verdict goes to the file.
-    let dir = tempfile::tempdir().unwrap();
-    let script = r#"echo "running the agent's test"
-echo '{"verdict": "PASS"}'
-case "$(cat)" in
-  *crash*) echo 'the test runner crashed' >&2; exit 3 ;;
-esac
-if [ -n "$QUEST_VERDICT_FILE" ]; then
-  echo '{"verdict": "FAIL", "facts": [{"field": "/test", "actual": "1 of 3 failed"}]}' > "$QUEST_VERDICT_FILE"
-fi
-"#;
-    let toml = gate_toml(&dir, script, 10_000, "verdict = \"file\"");
-    let (_app, _, answer) = submit_with(&toml, json!({"test": "t"})).await;
-    assert_eq!(answer["verdict"], "FAIL", "{answer}");
-    assert_eq!(answer["facts"][0]["actual"], "1 of 3 failed");
-
-    let (_app, _, answer) = submit_with(&toml, json!({"test": "crash"})).await;
-    assert_eq!(answer["verdict"], "FAIL", "{answer}");
-    assert_eq!(
-        answer["facts"][0]["actual"],
-        "no verdict file was written; exit status 3: the test runner crashed"
-    );
-
-    // The same program on stdout, as before: the agent's line is the last one.
-    let toml = gate_toml(&dir, script, 10_000, "");
-    let (_app, _, answer) = submit_with(&toml, json!({"test": "t"})).await;
-    assert_eq!(
-        answer["verdict"], "PASS",
-        "the risk the file closes: {answer}"
-    );
 }
 
 #[tokio::test]

@@ -149,7 +149,7 @@ async fn spawn_app_clocked(
     clock: Arc<ManualClock>,
 ) -> TestApp {
     let mut config = Config::with_data_dir(data_dir.path());
-    // The server applies command gates' resource limits through its own binary.
+    // The server runs every command program under its own binary (the trampoline).
     config.runner_exe = Some(env!("CARGO_BIN_EXE_quest").into());
     if on_postgres() {
         config.database_url = Some(postgres_for(data_dir.path()).await);
@@ -487,7 +487,7 @@ pub async fn spawn_app_with_slow_gate() -> (TestApp, TempDir) {
     )
     .unwrap();
     let toml = format!(
-        "[gates.slow]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./slow.sh\"]\nworkdir = \"{}\"\n\
+        "[gates.slow]\nkind = \"command\"\nallow_root = true\nargv = [\"/bin/sh\", \"./slow.sh\"]\nworkdir = \"{}\"\n\
          timeout_ms = 10000\n",
         dir.path().display()
     );

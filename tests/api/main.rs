@@ -10,6 +10,7 @@ mod cli_text;
 mod cluster;
 mod coalescing;
 mod command_gate;
+mod command_gate_channel;
 mod concurrency;
 mod connections;
 mod contract;

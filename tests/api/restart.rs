@@ -132,7 +132,7 @@ async fn kill_9_with_a_gate_that_does_io_re_runs_every_pending_submission() {
     std::fs::write(
         &toml,
         format!(
-            "[gates.check]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./check.sh\"]\nworkdir = \"{}\"\ntimeout_ms = 10000\n",
+            "[gates.check]\nkind = \"command\"\nallow_root = true\nargv = [\"/bin/sh\", \"./check.sh\"]\nworkdir = \"{}\"\ntimeout_ms = 10000\n",
             gate.path().display()
         ),
     )

@@ -120,7 +120,7 @@ async fn a_command_verifier_reads_the_request_on_stdin_and_prints_its_answer() {
     )
     .unwrap();
     let toml = format!(
-        "[verifiers.local]\nkind = \"command\"\nargv = [\"/bin/sh\", \"{}\"]\nenv = [\"PATH\"]\nmodel = \"house-rules\"\ntimeout_ms = 10000\n",
+        "[verifiers.local]\nkind = \"command\"\nallow_root = true\nargv = [\"/bin/sh\", \"{}\"]\nenv = [\"PATH\"]\nmodel = \"house-rules\"\ntimeout_ms = 10000\n",
         script.display()
     );
     let app = spawn_app_with(&toml).await;

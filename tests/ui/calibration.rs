@@ -17,7 +17,7 @@ async fn the_session_page_shows_each_verifiers_calibration_and_where_it_and_the_
     )
     .unwrap();
     let toml = format!(
-        "[verifiers.local]\nkind = \"command\"\nargv = [\"/bin/sh\", \"{}\"]\nenv = [\"PATH\"]\nmodel = \"house-rules\"\ntimeout_ms = 10000\n",
+        "[verifiers.local]\nkind = \"command\"\nallow_root = true\nargv = [\"/bin/sh\", \"{}\"]\nenv = [\"PATH\"]\nmodel = \"house-rules\"\ntimeout_ms = 10000\n",
         script.display()
     );
     let app = crate::helpers::spawn_app_with(&toml).await;

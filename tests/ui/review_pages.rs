@@ -224,7 +224,7 @@ async fn the_quest_and_review_pages_show_each_ai_verifiers_answer_with_its_reaso
     )
     .unwrap();
     let toml = format!(
-        "[verifiers.local]\nkind = \"command\"\nargv = [\"/bin/sh\", \"{}\"]\nenv = [\"PATH\"]\nmodel = \"house-rules\"\ntimeout_ms = 10000\n",
+        "[verifiers.local]\nkind = \"command\"\nallow_root = true\nargv = [\"/bin/sh\", \"{}\"]\nenv = [\"PATH\"]\nmodel = \"house-rules\"\ntimeout_ms = 10000\n",
         script.display()
     );
     let app = crate::helpers::spawn_app_with(&toml).await;

@@ -188,7 +188,7 @@ fn verifiers(dir: &std::path::Path) -> String {
             "request=$(cat)\ncase \"$request\" in\n  *subsidiary*) echo '{{\"answer\": \"{flag}\", \"reason\": \"{doubt}\"}}' ;;\n  *) echo '{{\"answer\": \"no\", \"reason\": \"{clear}\"}}' ;;\nesac\n"
         )).unwrap();
         toml.push_str(&format!(
-            "[verifiers.{name}]\nkind = \"command\"\nargv = [\"/bin/sh\", \"{}\"]\nenv = [\"PATH\"]\nmodel = \"{name}-v2\"\ntimeout_ms = 10000\n\n",
+            "[verifiers.{name}]\nkind = \"command\"\nallow_root = true\nargv = [\"/bin/sh\", \"{}\"]\nenv = [\"PATH\"]\nmodel = \"{name}-v2\"\ntimeout_ms = 10000\n\n",
             script.display()
         ));
     }
