@@ -10,6 +10,7 @@
 //! replicas one runs it; at most `workers` checks run at once. The same loop
 //! starts the runs of sessions whose `recheck.every` is due.
 
+use crate::domain::work::Refusal;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -119,7 +120,7 @@ impl Rechecker {
                 }
                 Ok(None) => {}
                 // Nothing passed yet, or the last run still runs: the next tick looks again.
-                Err(StoreError::Conflict { .. }) => {}
+                Err(StoreError::Refused(Refusal::NothingToRecheck | Refusal::RecheckRunning)) => {}
                 Err(e) => return Err(e),
             }
         }

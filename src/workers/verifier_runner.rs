@@ -256,7 +256,7 @@ where
     loop {
         match call().await {
             Ok(value) => return Some(value),
-            Err(e @ (StoreError::NotFound(_) | StoreError::Conflict { .. })) => {
+            Err(e @ (StoreError::NotFound(_) | StoreError::Refused(_))) => {
                 tracing::error!(job = %job, error = %e, "L2 job dropped: nothing to record it on");
                 return None;
             }
