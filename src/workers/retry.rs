@@ -54,6 +54,20 @@ pub enum Cause {
     Gone(&'static str),
 }
 
+impl Cause {
+    /// Whether the database refused the data itself (the permanent errors
+    /// of the containment rules: SQLSTATE class 22, 54000, a row the
+    /// ratchet refused), so that the same work cleaned, or a REVIEW naming
+    /// the cause, may be stored instead. A refusal of the domain's (the
+    /// state forbids the write) or a job that is gone is not.
+    pub fn about_the_data(&self) -> bool {
+        matches!(
+            self,
+            Cause::Unstorable(_) | Cause::Refused(Refusal::Ratchet(_))
+        )
+    }
+}
+
 impl std::fmt::Display for Cause {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -161,7 +175,7 @@ impl<'a> Slot<'a> {
     }
 
     /// A slot of work that holds no permit.
-    pub fn unpooled() -> Slot<'static> {
+    pub fn unpooled() -> Slot<'a> {
         Slot {
             source: None,
             permit: None,
