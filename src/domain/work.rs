@@ -107,6 +107,23 @@ pub enum Refusal {
     },
     /// The move is not in the state machine.
     Illegal(String),
+    /// The database's own rules (a constraint or a ratchet trigger) refused
+    /// the write, in the database's words.
+    Ratchet(String),
+    /// The token was revoked while the request ran.
+    TokenRevoked,
+    /// A live token already has this name.
+    NameTaken(String),
+    /// The bootstrap admin token is the configuration's to manage.
+    BootstrapToken,
+    /// A backup of a store that the server does not keep in a file.
+    BackupUnsupported,
+    /// A re-check run of the session is unfinished.
+    RecheckRunning,
+    /// A re-check of a session without PASS quests.
+    NothingToRecheck,
+    /// A re-check record for a quest that awaits none of that run.
+    RecheckNotDue,
 }
 
 impl Refusal {
@@ -123,7 +140,14 @@ impl Refusal {
             Refusal::ReviewClaimed { .. } => "review_claimed",
             Refusal::NotVerifying => "not_verifying",
             Refusal::LeaseCap { .. } => "lease_cap",
-            Refusal::Illegal(_) => "illegal_transition",
+            Refusal::Illegal(_) | Refusal::Ratchet(_) => "illegal_transition",
+            Refusal::TokenRevoked => "token_revoked",
+            Refusal::NameTaken(_) => "name_taken",
+            Refusal::BootstrapToken => "bootstrap_token",
+            Refusal::BackupUnsupported => "backup_unsupported",
+            Refusal::RecheckRunning => "recheck_running",
+            Refusal::NothingToRecheck => "nothing_to_recheck",
+            Refusal::RecheckNotDue => "recheck_not_due",
         }
     }
 }
@@ -181,7 +205,28 @@ impl fmt::Display for Refusal {
                  with a larger cap (`quest token create --max-leases N`)",
                 if *cap == 1 { "lease" } else { "leases" }
             ),
-            Refusal::Illegal(what) => f.write_str(what),
+            Refusal::Illegal(what) | Refusal::Ratchet(what) => f.write_str(what),
+            Refusal::TokenRevoked => f.write_str("the token was revoked; sign in with a valid one"),
+            Refusal::NameTaken(name) => write!(
+                f,
+                "a live token is already named `{name}`: pick another name or revoke that token"
+            ),
+            Refusal::BootstrapToken => f.write_str(
+                "the bootstrap admin token cannot be revoked over the API; rotate it with QUEST_ADMIN_TOKEN \
+                 or by replacing <data-dir>/admin.token and restarting",
+            ),
+            Refusal::BackupUnsupported => f.write_str(
+                "this server keeps its data in PostgreSQL: back it up with pg_dump (or the database's own backups)",
+            ),
+            Refusal::RecheckRunning => f.write_str(
+                "a re-check of this session is still running; wait until status shows its `rechecked_at`, then start another",
+            ),
+            Refusal::NothingToRecheck => f.write_str(
+                "the session has no PASS quest; a re-check looks at accepted results only, so start it once quests have passed",
+            ),
+            Refusal::RecheckNotDue => f.write_str(
+                "the quest awaits no re-check of this run; nothing was recorded",
+            ),
         }
     }
 }

@@ -44,6 +44,70 @@ pub struct GateOutcome {
 }
 
 impl GateOutcome {
+    /// The outcome with U+0000 replaced by U+FFFD in every text of its facts
+    /// and its evidence (keys included), and a fact saying so when it changed
+    /// anything: PostgreSQL stores no NUL in text. A minimal version; the
+    /// fuller one (which also caps facts and their lengths) replaces it.
+    pub fn bounded(self) -> GateOutcome {
+        fn clean(text: &mut String) -> bool {
+            if !text.contains('\0') {
+                return false;
+            }
+            *text = text.replace('\0', "\u{FFFD}");
+            true
+        }
+        fn clean_value(value: &mut Value) -> bool {
+            match value {
+                Value::String(text) => clean(text),
+                Value::Array(items) => items.iter_mut().fold(false, |c, v| clean_value(v) | c),
+                Value::Object(map) => {
+                    let old = std::mem::take(map);
+                    let mut changed = false;
+                    for (mut key, mut v) in old {
+                        changed |= clean(&mut key) | clean_value(&mut v);
+                        map.insert(key, v);
+                    }
+                    changed
+                }
+                _ => false,
+            }
+        }
+        let GateOutcome {
+            verdict,
+            mut facts,
+            mut evidence,
+        } = self;
+        let mut changed = false;
+        for fact in &mut facts {
+            for text in [
+                &mut fact.check,
+                &mut fact.field,
+                &mut fact.expected,
+                &mut fact.actual,
+                &mut fact.hint,
+            ] {
+                changed |= clean(text);
+            }
+        }
+        for item in &mut evidence {
+            changed |= clean_value(item);
+        }
+        if changed {
+            facts.push(Fact::new(
+                "text",
+                "",
+                "text without U+0000",
+                "U+0000 in the gate's facts or evidence was replaced by U+FFFD",
+                "nothing for you to fix",
+            ));
+        }
+        GateOutcome {
+            verdict,
+            facts,
+            evidence,
+        }
+    }
+
     /// Folds checks into one outcome: FAIL if any failed, else REVIEW if any asked
     /// for review, else PASS. Every fact is kept.
     pub fn from_checks(checks: impl IntoIterator<Item = (Verdict, Option<Fact>)>) -> GateOutcome {

@@ -87,8 +87,8 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound(what) => ApiError::not_found(what),
-            StoreError::Conflict { code, message } => {
-                ApiError::new(StatusCode::CONFLICT, code, message)
+            StoreError::Refused(refusal) => {
+                ApiError::new(StatusCode::CONFLICT, refusal.code(), refusal.to_string())
             }
             StoreError::Unauthorized(message) => {
                 ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
@@ -191,6 +191,7 @@ impl From<crate::service::ServiceError> for ApiError {
             ServiceError::Config(e) => e.into(),
             ServiceError::Gate(e) => e.into(),
             ServiceError::Invalid { code, message } => ApiError::invalid(code, message),
+            ServiceError::Fault(cause) => ApiError::internal(cause),
             ServiceError::Busy {
                 code,
                 message,
@@ -200,5 +201,79 @@ impl From<crate::service::ServiceError> for ApiError {
                 ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, code, message)
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::State;
+    use crate::domain::work::Refusal;
+
+    /// Every refusal with the code clients match on: a refusal travels as
+    /// its variant, and this is where it becomes the wire's 409 and code.
+    fn every_refusal() -> Vec<(Refusal, &'static str)> {
+        let until = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
+        vec![
+            (Refusal::QuestLocked(State::Pass), "quest_locked"),
+            (Refusal::QuestVerifying, "quest_verifying"),
+            (Refusal::LeaseLost, "lease_lost"),
+            (Refusal::LeaseExpired, "lease_expired"),
+            (Refusal::QuestChecking, "quest_checking"),
+            (Refusal::SubmissionInProgress, "submission_in_progress"),
+            (Refusal::NotInReview(State::Done), "not_in_review"),
+            (
+                Refusal::ReviewClaimed {
+                    by: "alice".into(),
+                    until,
+                    same_name: false,
+                },
+                "review_claimed",
+            ),
+            (Refusal::NotVerifying, "not_verifying"),
+            (Refusal::LeaseCap { cap: 2 }, "lease_cap"),
+            (Refusal::Illegal("no".into()), "illegal_transition"),
+            (Refusal::Ratchet("refused".into()), "illegal_transition"),
+            (Refusal::TokenRevoked, "token_revoked"),
+            (Refusal::NameTaken("ci".into()), "name_taken"),
+            (Refusal::BootstrapToken, "bootstrap_token"),
+            (Refusal::BackupUnsupported, "backup_unsupported"),
+            (Refusal::RecheckRunning, "recheck_running"),
+            (Refusal::NothingToRecheck, "nothing_to_recheck"),
+            (Refusal::RecheckNotDue, "recheck_not_due"),
+        ]
+    }
+
+    #[test]
+    fn every_refusal_answers_409_with_its_own_code_and_its_words() {
+        for (refusal, code) in every_refusal() {
+            let words = refusal.to_string();
+            let e = ApiError::from(StoreError::Refused(refusal));
+            assert_eq!((e.status, e.code), (StatusCode::CONFLICT, code));
+            assert_eq!(e.message, words);
+            assert!(!e.message.is_empty(), "{code} says what to do");
+        }
+    }
+
+    #[test]
+    fn a_refusal_inside_a_service_error_reaches_the_wire_unchanged() {
+        let e = ApiError::from(crate::service::ServiceError::Store(
+            Refusal::QuestLocked(State::Pass).into(),
+        ));
+        assert_eq!((e.status, e.code), (StatusCode::CONFLICT, "quest_locked"));
+        assert!(e.message.contains("PASS"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_server_fault_is_a_500_that_does_not_echo_its_cause() {
+        let e = ApiError::from(crate::service::ServiceError::Fault(
+            "the XLSX export failed: disk full at /var/tmp/x".into(),
+        ));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+        );
+        assert!(!e.message.contains("disk full"), "{}", e.message);
+        assert!(!e.message.contains("/var/tmp"), "{}", e.message);
     }
 }

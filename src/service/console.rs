@@ -5,6 +5,7 @@
 //! anything the API would refuse.
 
 use crate::domain::ids::{QuestId, SessionId, TokenId};
+use crate::domain::work::Refusal;
 use futures_util::StreamExt;
 use rand::RngCore;
 
@@ -122,7 +123,7 @@ impl Service {
         {
             Ok(row) => row,
             // Revoked between the look-up and the write.
-            Err(StoreError::Conflict { .. }) => return Ok(None),
+            Err(StoreError::Refused(Refusal::TokenRevoked)) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
         Ok(Some(SignedIn {
@@ -283,10 +284,9 @@ impl Service {
         for (id, outcome) in outcomes {
             match outcome {
                 Ok(quest) => out.decided.push((id, quest.key)),
-                Err(ServiceError::Store(StoreError::Conflict {
-                    code: "review_claimed",
+                Err(ServiceError::Store(StoreError::Refused(Refusal::ReviewClaimed {
                     ..
-                })) => {
+                }))) => {
                     let quest = self.store.get_quest(id).await?;
                     let by = quest
                         .review_claimed_by
@@ -294,7 +294,7 @@ impl Service {
                         .unwrap_or_default();
                     out.claimed.push((id, quest.key, by));
                 }
-                Err(ServiceError::Store(StoreError::NotFound(_) | StoreError::Conflict { .. })) => {
+                Err(ServiceError::Store(StoreError::NotFound(_) | StoreError::Refused(_))) => {
                     out.gone.push(id)
                 }
                 Err(e) => return Err(e),

@@ -4,6 +4,7 @@
 //! never speak HTTP.
 
 use crate::domain::ids::{LeaseId, QuestId, SessionId, SubmissionId, TokenId};
+use crate::domain::work::Refusal;
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -60,6 +61,10 @@ pub enum ServiceError {
     /// Well-formed but invalid input.
     #[error("{message}")]
     Invalid { code: &'static str, message: String },
+    /// The server failed (a writer, a panicked blocking task): a 500 whose
+    /// cause is logged and never echoed.
+    #[error("{0}")]
+    Fault(String),
     /// The server is at a bound (running exports); the request may be retried.
     #[error("{message}")]
     Busy {
@@ -255,11 +260,7 @@ impl Service {
             .into_iter()
             .any(|t| t.id == id && t.name == BOOTSTRAP_ADMIN);
         if bootstrap {
-            return Err(ServiceError::Store(StoreError::conflict(
-                "bootstrap_token",
-                "the bootstrap admin token cannot be revoked over the API; rotate it with QUEST_ADMIN_TOKEN \
-                 or by replacing <data-dir>/admin.token and restarting",
-            )));
+            return Err(ServiceError::Store(Refusal::BootstrapToken.into()));
         }
         let revoked = self.store.revoke_token(id).await?;
         self.tokens.clear();
@@ -309,7 +310,13 @@ impl Service {
                         .await
                         .map_err(|e| match e {
                             export::xlsx::XlsxExportError::Store(e) => ServiceError::Store(e),
-                            other => invalid("export_failed", other.to_string()),
+                            e @ export::xlsx::XlsxExportError::TooWide(_) => {
+                                invalid("export_failed", e.to_string())
+                            }
+                            e @ (export::xlsx::XlsxExportError::Write(_)
+                            | export::xlsx::XlsxExportError::Cancelled) => {
+                                ServiceError::Fault(format!("the XLSX export failed: {e}"))
+                            }
                         })?;
                 Export::File(file)
             }

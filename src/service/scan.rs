@@ -35,12 +35,7 @@ impl Service {
             table::parse(format, &bytes, &options).map(|t| (t, bytes))
         })
         .await
-        .map_err(|e| {
-            invalid(
-                "invalid_table",
-                format!("the file could not be parsed: {e}"),
-            )
-        })??;
+        .map_err(|e| ServiceError::Fault(format!("the table reader failed: {e}")))??;
         let source_name = name;
         let key_column = config
             .key_column

@@ -195,9 +195,9 @@ pub fn expect_touched(what: &str, touched: u64, expected: u64) -> Result<(), Sto
     if touched == expected {
         Ok(())
     } else {
-        Err(StoreError::conflict(
-            "illegal_transition",
-            format!("{what} touched {touched} rows instead of {expected}; nothing was changed"),
+        Err(Refusal::Illegal(format!(
+            "{what} touched {touched} rows instead of {expected}; nothing was changed"
         ))
+        .into())
     }
 }

@@ -34,9 +34,12 @@ pub enum StoreError {
     /// The named thing does not exist.
     #[error("no such {0}")]
     NotFound(&'static str),
-    /// The request conflicts with the current state; nothing was changed.
-    #[error("{message}")]
-    Conflict { code: &'static str, message: String },
+    /// The request conflicts with the current state, as a rule of the domain
+    /// (or the database's repetition of it) says; nothing was changed. It
+    /// travels as this variant up to the HTTP layer and the console, which
+    /// match on it rather than on its wire code.
+    #[error("{0}")]
+    Refused(Refusal),
     /// The caller's token was revoked while the request ran; nothing was changed.
     #[error("{0}")]
     Unauthorized(&'static str),
@@ -56,17 +59,7 @@ pub enum StoreError {
 
 impl From<Refusal> for StoreError {
     fn from(r: Refusal) -> Self {
-        StoreError::conflict(r.code(), r.to_string())
-    }
-}
-
-impl StoreError {
-    /// A state conflict with a machine-readable code and a message that says what to do.
-    pub fn conflict(code: &'static str, message: impl Into<String>) -> Self {
-        StoreError::Conflict {
-            code,
-            message: message.into(),
-        }
+        StoreError::Refused(r)
     }
 }
 

@@ -11,14 +11,13 @@
 
 use crate::domain::ids::{L2JobId, QuestId, SessionId, SubmissionId};
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use std::panic::AssertUnwindSafe;
 
 use futures_util::FutureExt;
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::prompt;
@@ -32,6 +31,7 @@ use crate::store::{
 };
 use crate::workers::VerifierRunner;
 use crate::workers::claims::{self, Held};
+use crate::workers::retry::{Cause, Permits, Pool, Retry, Slot, Stop};
 
 /// One result to check for one quest.
 pub struct Check<'a> {
@@ -208,20 +208,20 @@ async fn run(
     workers: usize,
     shutdown: CancellationToken,
 ) {
-    let permits = Arc::new(Semaphore::new(workers));
+    let pool: Arc<dyn Permits> = Arc::new(Pool::new(workers));
     loop {
         let id = tokio::select! {
             _ = shutdown.cancelled() => break,
             id = rx.recv() => match id { Some(id) => id, None => break },
         };
-        let Ok(permit) = permits.clone().acquire_owned().await else {
+        let Some(permit) = pool.acquire().await else {
             break;
         };
-        let (inner, shutdown) = (inner.clone(), shutdown.clone());
+        let (inner, shutdown, pool) = (inner.clone(), shutdown.clone(), pool.clone());
         tokio::spawn(async move {
-            inner.run_until_decided(id, &shutdown).await;
+            let slot = Slot::holding(pool.as_ref(), permit);
+            inner.run_until_decided(id, slot, &shutdown).await;
             inner.in_flight().remove(&id);
-            drop(permit);
         });
     }
 }
@@ -244,35 +244,48 @@ enum Claimed {
     Lost,
 }
 
-/// The longest pause between two attempts at a submission the store failed on.
-const MAX_RETRY_DELAY: Duration = Duration::from_secs(30);
-
 impl Inner {
     fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<SubmissionId>> {
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs a submission until its decision is stored, under a renewed claim
-    /// (see [`claims`]). A store failure is retried with back-off (a quest must
-    /// never stay `checking` for want of a retry); only shutdown stops it,
-    /// leaving the submission PENDING for the next start, or a lost claim,
-    /// leaving it to the holder that took it over.
-    async fn run_until_decided(&self, id: SubmissionId, shutdown: &CancellationToken) {
-        let claimed = self
-            .retrying(id, shutdown, || {
+    /// (see [`claims`]) and the [`retry`] policy: a transient store failure
+    /// is waited out (a quest must never stay `checking` for want of a
+    /// retry) with the worker given back during each wait; a permanent one
+    /// while recording is handled by [`Inner::record`]. Only shutdown stops
+    /// it, leaving the submission PENDING for the next start, or a lost
+    /// claim, leaving it to the holder that took it over.
+    async fn run_until_decided(
+        &self,
+        id: SubmissionId,
+        mut slot: Slot<'_>,
+        shutdown: &CancellationToken,
+    ) {
+        let name = format!("gate {id}");
+        let retry = Retry::new(&name, shutdown);
+        let claimed = retry
+            .until_stored(&mut slot, || {
                 self.store.claim_job(Job::Gate(id), claims::CLAIM_SECONDS)
             })
             .await;
-        // `None`: another runner (of this replica or another) holds the check.
-        let Some(Some(claim)) = claimed else {
-            return;
+        let claim = match claimed {
+            Ok(Some(claim)) => claim,
+            // Another runner (of this replica or another) holds the check.
+            Ok(None) | Err(Stop::Shutdown) => return,
+            Err(Stop::Permanent(e, _)) => {
+                tracing::error!(submission = %id, error = %e, "the check could not be claimed");
+                return;
+            }
         };
-        let work = self.retrying(id, shutdown, || self.decide_claimed(id, &claim));
-        if let Held::Lost | Held::Done(Some(Claimed::Lost)) =
-            claims::hold(self.store.as_ref(), &claim, work).await
-        {
-            tracing::warn!(submission = %id, "the claim on this check was lost: its verdict is not recorded here");
-            return;
+        let work = self.decide_claimed(id, &claim, &retry, &mut slot);
+        match claims::hold(self.store.as_ref(), &claim, work).await {
+            Held::Lost | Held::Done(Some(Claimed::Lost)) => {
+                tracing::warn!(submission = %id, "the claim on this check was lost: its verdict is not recorded here");
+                return;
+            }
+            // Decided, or stopped (shutdown, or nothing left to decide).
+            Held::Done(_) => {}
         }
         if let Err(e) = self.store.release_job(&claim).await {
             // It lapses by itself within moments.
@@ -280,58 +293,92 @@ impl Inner {
         }
     }
 
-    /// Runs a store call until it succeeds; `None` on shutdown, or when the
-    /// submission or its quest is gone.
-    async fn retrying<T, F, Fut>(
-        &self,
-        id: SubmissionId,
-        shutdown: &CancellationToken,
-        mut call: F,
-    ) -> Option<T>
-    where
-        F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, StoreError>>,
-    {
-        let mut delay = Duration::from_millis(100);
-        loop {
-            match call().await {
-                Ok(value) => return Some(value),
-                Err(StoreError::NotFound(what)) => {
-                    tracing::error!(submission = %id, what, "nothing to decide: the submission or its quest is gone");
-                    return None;
-                }
-                Err(e) => {
-                    tracing::warn!(submission = %id, error = %e, retry_in_ms = delay.as_millis() as u64, "gate run failed; retrying");
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return None,
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                    delay = (delay * 2).min(MAX_RETRY_DELAY);
-                }
-            }
-        }
-    }
-
     /// [`Inner::run_once`] for the holder of `claim`: a submission decided
     /// meanwhile (by an earlier holder) is not checked again, and the verdict
     /// is recorded only if a renewal just before says the claim still lives.
+    /// `None` when it stopped: shutdown, or nothing left to decide.
     async fn decide_claimed(
         &self,
         submission_id: SubmissionId,
         claim: &JobClaim,
-    ) -> Result<Claimed, StoreError> {
-        let job = self.store.gate_job(submission_id).await?;
-        if job.submission.verdict != SubmissionVerdict::Pending {
-            return Ok(Claimed::AlreadyDecided);
-        }
-        let decision = self.decide_job(&job).await?;
-        let record = self.store.apply_verdict(submission_id, decision);
-        let Some(decided) = claims::record_if_held(self.store.as_ref(), claim, record).await?
-        else {
-            return Ok(Claimed::Lost);
+        retry: &Retry<'_>,
+        slot: &mut Slot<'_>,
+    ) -> Option<Claimed> {
+        let gone = |e: StoreError| {
+            tracing::error!(submission = %submission_id, error = %e, "nothing to decide: the submission or its quest is gone");
         };
-        self.verifiers.enqueue(decided.l2_jobs.iter().copied());
-        Ok(Claimed::Decided)
+        let job = match retry
+            .until_stored(slot, || self.store.gate_job(submission_id))
+            .await
+        {
+            Ok(job) => job,
+            Err(Stop::Shutdown) => return None,
+            Err(Stop::Permanent(e, _)) => {
+                gone(e);
+                return None;
+            }
+        };
+        if job.submission.verdict != SubmissionVerdict::Pending {
+            return Some(Claimed::AlreadyDecided);
+        }
+        // Only the look-up of the session's other quests fails here, before
+        // the gate runs: retrying it runs no gate twice.
+        let decision = match retry.until_stored(slot, || self.decide_job(&job)).await {
+            Ok(decision) => decision,
+            Err(Stop::Shutdown) => return None,
+            Err(Stop::Permanent(e, _)) => {
+                gone(e);
+                return None;
+            }
+        };
+        self.record(&job, decision, claim, retry, slot).await
+    }
+
+    /// Records a decision. A permanent store error is answered once by the
+    /// same decision with every text cleaned ([`GateOutcome::bounded`]), and
+    /// if the database refuses that too, by a REVIEW whose one fact names
+    /// the cause (its SQLSTATE, or the refusal): the quest goes to a person
+    /// instead of staying `checking`.
+    async fn record(
+        &self,
+        job: &GateJob,
+        decision: GateDecision,
+        claim: &JobClaim,
+        retry: &Retry<'_>,
+        slot: &mut Slot<'_>,
+    ) -> Option<Claimed> {
+        let id = job.submission.id;
+        let mut decision = decision;
+        for attempt in 0..3 {
+            let recorded = retry
+                .until_stored(slot, || {
+                    let record = self.store.apply_verdict(id, decision.clone());
+                    claims::record_if_held(self.store.as_ref(), claim, record)
+                })
+                .await;
+            let cause = match recorded {
+                Ok(Some(decided)) => {
+                    self.verifiers.enqueue(decided.l2_jobs.iter().copied());
+                    return Some(Claimed::Decided);
+                }
+                Ok(None) => return Some(Claimed::Lost),
+                Err(Stop::Shutdown) => return None,
+                Err(Stop::Permanent(e, cause)) if cause.about_the_data() => {
+                    tracing::error!(submission = %id, error = %e, attempt, "the database refused the verdict");
+                    cause
+                }
+                Err(Stop::Permanent(e, _)) => {
+                    tracing::error!(submission = %id, error = %e, "the verdict cannot be recorded; the submission stays PENDING");
+                    return None;
+                }
+            };
+            decision = match attempt {
+                0 => cleaned(&checked(job), decision),
+                _ => refused(&checked(job), decision, &cause),
+            };
+        }
+        tracing::error!(submission = %id, "the database refused even a REVIEW naming its refusal; the submission stays PENDING");
+        None
     }
 
     async fn run_once(&self, submission_id: SubmissionId) -> Result<Decided, StoreError> {
@@ -345,15 +392,7 @@ impl Inner {
     /// Runs the session's gate on a submission.
     async fn decide_job(&self, job: &GateJob) -> Result<GateDecision, StoreError> {
         let gate = self.gate(job.submission.session_id, &job.config.gate);
-        let check = Check {
-            session_id: job.submission.session_id,
-            quest_id: job.submission.quest_id,
-            key: &job.key,
-            input: &job.input,
-            result: &job.submission.result,
-            config: &job.config,
-        };
-        self.decide(&check, gate, Others::Session).await
+        self.decide(&checked(job), gate, Others::Session).await
     }
 
     /// Runs `gate` on one result, comparing its unique fields with `others`,
@@ -442,26 +481,7 @@ impl Inner {
             }),
             _ => None,
         };
-        let gate_config = serde_json::to_value(&job.config.gate).unwrap_or_default();
-        let receipt = ReceiptParts {
-            input: job.input,
-            result: job.result,
-            facts: &outcome.facts,
-            evidence: &outcome.evidence,
-            gate: &name,
-            gate_version: &version,
-            gate_config: &gate_config,
-        }
-        .seal();
-        Ok(GateDecision {
-            verdict: outcome.verdict,
-            facts: outcome.facts,
-            evidence: outcome.evidence,
-            gate: name,
-            gate_version: version,
-            receipt,
-            verify,
-        })
+        Ok(seal(job, outcome, name, version, verify))
     }
 
     /// Which other quests of the session hold the values of the gate's unique
@@ -510,6 +530,85 @@ impl Inner {
         let gate = self.registry.build(config).map_err(|e| e.to_string())?;
         gates.insert(session_id, gate.clone());
         Ok(gate)
+    }
+}
+
+/// `decision` with every text cleaned again, its receipt sealed anew.
+pub(crate) fn cleaned(job: &Check<'_>, decision: GateDecision) -> GateDecision {
+    let outcome = GateOutcome {
+        verdict: decision.verdict,
+        facts: decision.facts,
+        evidence: decision.evidence,
+    }
+    .bounded();
+    let verify = decision.verify.map(|mut request| {
+        request.artifact.evidence = outcome.evidence.clone();
+        request
+    });
+    seal(job, outcome, decision.gate, decision.gate_version, verify)
+}
+
+/// A REVIEW in place of a decision the database refused twice: the
+/// gate's facts and evidence are what it refused, so only the cause is kept.
+pub(crate) fn refused(job: &Check<'_>, decision: GateDecision, cause: &Cause) -> GateDecision {
+    let fact = Fact::new(
+        "store",
+        "",
+        "a verdict the database can store",
+        format!(
+            "the database refused the gate's verdict and its facts ({cause}); they are not stored"
+        ),
+        "nothing for you to fix; a person will look at it",
+    )
+    .no_answer();
+    seal(
+        job,
+        review(fact),
+        decision.gate,
+        decision.gate_version,
+        None,
+    )
+}
+
+/// The check of a queued submission.
+fn checked(job: &GateJob) -> Check<'_> {
+    Check {
+        session_id: job.submission.session_id,
+        quest_id: job.submission.quest_id,
+        key: &job.key,
+        input: &job.input,
+        result: &job.submission.result,
+        config: &job.config,
+    }
+}
+
+/// A gate's outcome as a decision, with its receipt sealed.
+fn seal(
+    job: &Check<'_>,
+    outcome: GateOutcome,
+    gate: String,
+    gate_version: String,
+    verify: Option<VerifierRequest>,
+) -> GateDecision {
+    let gate_config = serde_json::to_value(&job.config.gate).unwrap_or_default();
+    let receipt = ReceiptParts {
+        input: job.input,
+        result: job.result,
+        facts: &outcome.facts,
+        evidence: &outcome.evidence,
+        gate: &gate,
+        gate_version: &gate_version,
+        gate_config: &gate_config,
+    }
+    .seal();
+    GateDecision {
+        verdict: outcome.verdict,
+        facts: outcome.facts,
+        evidence: outcome.evidence,
+        gate,
+        gate_version,
+        receipt,
+        verify,
     }
 }
 

@@ -7,6 +7,7 @@ pub mod claims;
 pub mod gate_runner;
 pub mod orphans;
 pub mod rechecker;
+pub mod retry;
 pub mod sweeper;
 pub mod verifier_runner;
 

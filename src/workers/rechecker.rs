@@ -10,11 +10,12 @@
 //! replicas one runs it; at most `workers` checks run at once. The same loop
 //! starts the runs of sessions whose `recheck.every` is due.
 
+use crate::domain::work::Refusal;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::Fact;
@@ -22,6 +23,8 @@ use crate::domain::ids::{QuestId, RecheckRunId};
 use crate::domain::recheck::{self, Every};
 use crate::store::{Job, JobClaim, NewRecheck, RecheckRecorded, Store, StoreError};
 use crate::workers::claims::{self, Held};
+use crate::workers::gate_runner::{cleaned, refused};
+use crate::workers::retry::{Permits, Pool, Retry, Slot, Stop};
 use crate::workers::{Check, GateRunner};
 
 /// Who starts the runs of a session's schedule.
@@ -42,7 +45,7 @@ pub struct Rechecker {
 struct Inner {
     store: Arc<dyn Store>,
     gates: GateRunner,
-    permits: Arc<Semaphore>,
+    permits: Pool,
     /// The quests this process is re-checking now.
     running: Mutex<HashSet<(RecheckRunId, QuestId)>>,
     wake: Notify,
@@ -62,7 +65,7 @@ impl Rechecker {
             inner: Arc::new(Inner {
                 store,
                 gates,
-                permits: Arc::new(Semaphore::new(workers.max(1))),
+                permits: Pool::new(workers.max(1)),
                 running: Mutex::new(HashSet::new()),
                 wake: Notify::new(),
             }),
@@ -119,7 +122,7 @@ impl Rechecker {
                 }
                 Ok(None) => {}
                 // Nothing passed yet, or the last run still runs: the next tick looks again.
-                Err(StoreError::Conflict { .. }) => {}
+                Err(StoreError::Refused(Refusal::NothingToRecheck | Refusal::RecheckRunning)) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -142,19 +145,20 @@ impl Rechecker {
                 continue;
             }
             let permit = tokio::select! {
-                permit = self.inner.permits.clone().acquire_owned() => permit,
+                permit = self.inner.permits.acquire() => permit,
                 () = shutdown.cancelled() => break,
             };
-            let Ok(permit) = permit else {
+            let Some(permit) = permit else {
                 break;
             };
             handed += 1;
             let (inner, shutdown) = (self.inner.clone(), shutdown.clone());
             tokio::spawn(async move {
+                let slot = Slot::holding(&inner.permits, permit);
                 tokio::select! {
                     // A stop leaves the quest marked: the next start re-checks it.
                     _ = shutdown.cancelled() => {}
-                    outcome = inner.recheck(key.0, key.1) => match outcome {
+                    outcome = inner.recheck(key.0, key.1, slot, &shutdown) => match outcome {
                         Ok(_) => {}
                         Err(e) => tracing::warn!(quest = %key.1, error = %e, "re-check failed; it is tried again at the next scan"),
                     },
@@ -164,7 +168,6 @@ impl Rechecker {
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
                     .remove(&key);
-                drop(permit);
             });
         }
         Ok(handed)
@@ -176,27 +179,42 @@ impl Rechecker {
         run: RecheckRunId,
         quest: QuestId,
     ) -> Result<Option<RecheckRecorded>, StoreError> {
-        self.inner.recheck(run, quest).await
+        let never = CancellationToken::new();
+        self.inner
+            .recheck(run, quest, Slot::unpooled(), &never)
+            .await
     }
 }
 
 impl Inner {
     /// Claims the re-check (of several replicas one runs it), runs it while
-    /// renewing the claim, and records it only while the claim still lives.
+    /// renewing the claim, and records it only while the claim still lives,
+    /// under the workers' [`retry`] policy: a transient store failure is
+    /// waited out with the worker given back; a permanent one is returned,
+    /// and the quest, still marked, is tried again at the next scan.
     async fn recheck(
         &self,
         run: RecheckRunId,
         quest_id: QuestId,
+        mut slot: Slot<'_>,
+        shutdown: &CancellationToken,
     ) -> Result<Option<RecheckRecorded>, StoreError> {
+        let name = format!("re-check {quest_id}");
+        let retry = Retry::new(&name, shutdown);
         let job = Job::Recheck(run, quest_id);
-        let Some(claim) = self.store.claim_job(job, claims::CLAIM_SECONDS).await? else {
-            // Another replica re-checks it.
+        let claimed = retry
+            .until_stored(&mut slot, || {
+                self.store.claim_job(job, claims::CLAIM_SECONDS)
+            })
+            .await;
+        let Some(claim) = stopped(claimed)?.flatten() else {
+            // Another replica re-checks it, or the server stops.
             return Ok(None);
         };
         let recorded = match claims::hold(
             self.store.as_ref(),
             &claim,
-            self.run(run, quest_id, &claim),
+            self.run(run, quest_id, &claim, &retry, &mut slot),
         )
         .await
         {
@@ -215,8 +233,13 @@ impl Inner {
         run: RecheckRunId,
         quest_id: QuestId,
         claim: &JobClaim,
+        retry: &Retry<'_>,
+        slot: &mut Slot<'_>,
     ) -> Result<Option<RecheckRecorded>, StoreError> {
-        let Some(job) = self.store.recheck_job(quest_id).await? else {
+        let found = retry
+            .until_stored(slot, || self.store.recheck_job(quest_id))
+            .await;
+        let Some(job) = stopped(found)?.flatten() else {
             return Ok(None);
         };
         if job.run_id != run {
@@ -236,27 +259,62 @@ impl Inner {
             result,
             config: &job.config,
         };
-        let decision = self.gates.recheck(&check).await?;
+        let mut decision = self.gates.recheck(&check).await?;
         // A person approved the quest: the facts it carried then are what they accepted.
         let approved: Option<&[Fact]> = quest
             .decided_by
             .as_deref()
             .filter(|by| by.starts_with(REVIEWER))
             .map(|_| quest.last_facts.as_slice());
-        let outcome = recheck::judge(decision.verdict, &decision.facts, approved);
-        metrics::counter!("quest_rechecks_total", "outcome" => outcome.as_str()).increment(1);
-        let record = self.store.record_recheck(NewRecheck {
-            run_id: run,
-            quest_id,
-            verdict: decision.verdict,
-            outcome,
-            facts: decision.facts,
-            evidence: decision.evidence,
-            gate: decision.gate,
-            gate_version: decision.gate_version,
-            passed_gate_version: job.passed_gate_version.clone(),
-            digest: decision.receipt,
-        });
-        claims::record_if_held(self.store.as_ref(), claim, record).await
+        let mut attempt = 0;
+        loop {
+            let outcome = recheck::judge(decision.verdict, &decision.facts, approved);
+            let new = NewRecheck {
+                run_id: run,
+                quest_id,
+                verdict: decision.verdict,
+                outcome,
+                facts: decision.facts.clone(),
+                evidence: decision.evidence.clone(),
+                gate: decision.gate.clone(),
+                gate_version: decision.gate_version.clone(),
+                passed_gate_version: job.passed_gate_version.clone(),
+                digest: decision.receipt.clone(),
+            };
+            let recorded = retry
+                .until_stored(slot, || {
+                    let record = self.store.record_recheck(new.clone());
+                    claims::record_if_held(self.store.as_ref(), claim, record)
+                })
+                .await;
+            // The same answer as a gate runner's verdict the database refuses:
+            // once cleaned, then a REVIEW (here: unconfirmed) naming the cause.
+            decision = match recorded {
+                Err(Stop::Permanent(e, cause)) if cause.about_the_data() && attempt < 2 => {
+                    tracing::error!(quest = %quest_id, error = %e, attempt, "the database refused the re-check");
+                    if attempt == 0 {
+                        cleaned(&check, decision)
+                    } else {
+                        refused(&check, decision, &cause)
+                    }
+                }
+                other => {
+                    if let Ok(Some(recorded)) = &other {
+                        metrics::counter!("quest_rechecks_total", "outcome" => recorded.recheck.outcome.as_str()).increment(1);
+                    }
+                    return stopped(other).map(Option::flatten);
+                }
+            };
+            attempt += 1;
+        }
+    }
+}
+
+/// A retried call's value, `None` on shutdown, or the permanent error.
+fn stopped<T>(outcome: Result<T, Stop>) -> Result<Option<T>, StoreError> {
+    match outcome {
+        Ok(value) => Ok(Some(value)),
+        Err(Stop::Shutdown) => Ok(None),
+        Err(Stop::Permanent(e, _)) => Err(e),
     }
 }

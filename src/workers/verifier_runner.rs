@@ -9,7 +9,7 @@
 //! A job is asked at most once per run of the server: a job already queued or
 //! running here is not queued again, and a job the store says is answered is
 //! not asked. A store failure (reading the job, recording the answer) is
-//! retried with back-off until it succeeds or the server shuts down; the
+//! retried by the workers' one policy ([`crate::workers::retry`]); the
 //! answer already obtained is kept, so the backend is not asked again.
 //!
 //! A transient failure (refused connection, 5xx, 429) is retried with
@@ -23,26 +23,23 @@
 
 use crate::domain::ids::L2JobId;
 use std::collections::{HashMap, HashSet};
-use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::State;
 use crate::domain::verify::{Answer, L2JobStatus, Question};
-use crate::store::{Job, L2Job, L2Recorded, NewL2Answer, Store, StoreError};
+use crate::store::{Job, JobClaim, L2Job, L2Recorded, NewL2Answer, Store, StoreError};
 use crate::verifiers::{AskError, Declared, VerifierRegistry};
 use crate::workers::claims::{self, Held};
+use crate::workers::retry::{Pool, Retry, Slot, Stop};
 
 /// The first pause after a transient failure; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
-/// The first pause after a store failure; it doubles up to [`MAX_STORE_RETRY`].
-const FIRST_STORE_RETRY: Duration = Duration::from_millis(100);
-const MAX_STORE_RETRY: Duration = Duration::from_secs(30);
 
 /// Runs L2 jobs.
 #[derive(Clone)]
@@ -55,7 +52,7 @@ struct Inner {
     store: Arc<dyn Store>,
     verifiers: Arc<VerifierRegistry>,
     /// One per declared verifier: its `max_concurrency`.
-    permits: HashMap<String, Arc<Semaphore>>,
+    permits: HashMap<String, Pool>,
     /// Jobs queued or running here, so that none runs twice at once.
     in_flight: Mutex<HashSet<L2JobId>>,
 }
@@ -72,10 +69,7 @@ impl VerifierRunner {
             .into_iter()
             .filter_map(|name| {
                 let declared = verifiers.get(name)?;
-                Some((
-                    name.to_owned(),
-                    Arc::new(Semaphore::new(declared.max_concurrency)),
-                ))
+                Some((name.to_owned(), Pool::new(declared.max_concurrency)))
             })
             .collect();
         let (queue, rx) = mpsc::unbounded_channel();
@@ -151,41 +145,71 @@ impl Inner {
     }
 
     /// Runs a job until its answer is stored: reads it, asks its backend within
-    /// the backend's concurrency limit, records the outcome. Store failures
-    /// are retried; only shutdown (or a job that cannot be recorded) stops it.
+    /// the backend's concurrency limit, records the outcome, under the
+    /// [`retry`] policy: transient store failures are waited out (with the
+    /// backend's permit given back during each wait); a job or quest that is
+    /// gone, or no longer verified for this job, is dropped; an answer the
+    /// database refuses is recorded once more cleaned, then as no answer
+    /// naming the cause. Only shutdown stops it otherwise.
     async fn run_until_recorded(&self, id: L2JobId, shutdown: &CancellationToken) {
-        let Some(job) = until_stored(id, shutdown, || self.store.l2_job(id)).await else {
-            return;
+        let name = format!("L2 job {id}");
+        let retry = Retry::new(&name, shutdown);
+        let dropped = |stop: Stop| {
+            if let Stop::Permanent(e, _) = stop {
+                tracing::error!(job = %id, error = %e, "L2 job dropped: nothing to record it on");
+            }
+        };
+        let mut unpooled = Slot::unpooled();
+        let job = match retry
+            .until_stored(&mut unpooled, || self.store.l2_job(id))
+            .await
+        {
+            Ok(job) => job,
+            Err(stop) => return dropped(stop),
         };
         if job.status == L2JobStatus::Answered {
             return; // an earlier run asked and recorded it
         }
         // Of several replicas, the one holding the claim asks; the others leave it.
-        let claimed = until_stored(id, shutdown, || {
-            self.store.claim_job(Job::Verify(id), claims::CLAIM_SECONDS)
-        })
-        .await;
-        let Some(Some(claim)) = claimed else {
-            return;
+        let claim = match retry
+            .until_stored(&mut unpooled, || {
+                self.store.claim_job(Job::Verify(id), claims::CLAIM_SECONDS)
+            })
+            .await
+        {
+            Ok(Some(claim)) => claim,
+            Ok(None) => return,
+            Err(stop) => return dropped(stop),
         };
         let work = async {
             // Read again under the claim: an earlier holder may have answered it
             // since the read above.
-            let job = until_stored(id, shutdown, || self.store.l2_job(id)).await?;
+            let job = match retry
+                .until_stored(&mut Slot::unpooled(), || self.store.l2_job(id))
+                .await
+            {
+                Ok(job) => job,
+                Err(stop) => {
+                    dropped(stop);
+                    return None;
+                }
+            };
             if job.status == L2JobStatus::Answered {
                 return Some(true);
             }
-            let _permit = match self.permits.get(&job.verifier) {
-                // The semaphores are never closed.
-                Some(permits) => permits.clone().acquire_owned().await.ok(),
-                None => None,
+            let mut slot = match self.permits.get(&job.verifier) {
+                // The pools are never closed.
+                Some(pool) => Slot::take(pool).await.unwrap_or_else(Slot::unpooled),
+                None => Slot::unpooled(),
             };
             let (answer, latency) = self.ask(&job).await;
-            let recorded = until_stored(id, shutdown, || {
-                let record = self.store.record_l2_answer(answer.clone());
-                claims::record_if_held(self.store.as_ref(), &claim, record)
-            })
-            .await?;
+            let recorded = match self.record(answer, &claim, &retry, &mut slot).await {
+                Ok(recorded) => recorded,
+                Err(stop) => {
+                    dropped(stop);
+                    return None;
+                }
+            };
             let Some(recorded) = recorded else {
                 return Some(false);
             };
@@ -205,6 +229,48 @@ impl Inner {
             Held::Done(Some(false)) | Held::Lost => {
                 tracing::warn!(job = %id, "the claim on this L2 job was lost: its answer is not recorded here");
             }
+        }
+    }
+
+    /// Records an answer while `claim` holds (`None`: it was lost). Data the
+    /// database refuses (not a refusal of the job itself) is recorded once
+    /// more with its texts cleaned, then as no answer naming the cause, so
+    /// that the quest goes on to its decision.
+    async fn record(
+        &self,
+        answer: NewL2Answer,
+        claim: &JobClaim,
+        retry: &Retry<'_>,
+        slot: &mut Slot<'_>,
+    ) -> Result<Option<L2Recorded>, Stop> {
+        let mut answer = answer;
+        let mut attempt = 0;
+        loop {
+            let recorded = retry
+                .until_stored(slot, || {
+                    let record = self.store.record_l2_answer(answer.clone());
+                    claims::record_if_held(self.store.as_ref(), claim, record)
+                })
+                .await;
+            let cause = match recorded {
+                Err(Stop::Permanent(e, cause)) if cause.about_the_data() && attempt < 2 => {
+                    tracing::error!(job = %answer.job_id, error = %e, attempt, "the database refused the L2 answer");
+                    cause
+                }
+                other => return other,
+            };
+            answer = match attempt {
+                0 => cleaned(answer),
+                _ => NewL2Answer {
+                    raw_reply: None,
+                    answer: None,
+                    detail: format!(
+                        "no answer stored: the database refused the verifier's reply ({cause})"
+                    ),
+                    ..answer
+                },
+            };
+            attempt += 1;
         }
     }
 
@@ -239,36 +305,15 @@ impl Inner {
     }
 }
 
-/// Runs a store call until it succeeds. A failure is retried with back-off, so
-/// that a quest never stays `verifying` for want of a retry; `None` when
-/// shutdown stops it, or when no retry can help: the job or its quest is gone,
-/// or the quest is no longer being verified for this job.
-async fn until_stored<T, F, Fut>(
-    job: L2JobId,
-    shutdown: &CancellationToken,
-    mut call: F,
-) -> Option<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, StoreError>>,
-{
-    let mut delay = FIRST_STORE_RETRY;
-    loop {
-        match call().await {
-            Ok(value) => return Some(value),
-            Err(e @ (StoreError::NotFound(_) | StoreError::Conflict { .. })) => {
-                tracing::error!(job = %job, error = %e, "L2 job dropped: nothing to record it on");
-                return None;
-            }
-            Err(e) => {
-                tracing::warn!(job = %job, error = %e, retry_in_ms = delay.as_millis() as u64, "L2 job: the store failed; retrying");
-                tokio::select! {
-                    _ = shutdown.cancelled() => return None,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(MAX_STORE_RETRY);
-            }
-        }
+/// `answer` with U+0000 replaced by U+FFFD in every text: PostgreSQL
+/// stores no NUL in text.
+fn cleaned(answer: NewL2Answer) -> NewL2Answer {
+    let clean = |text: String| text.replace('\0', "\u{FFFD}");
+    NewL2Answer {
+        model: clean(answer.model),
+        raw_reply: answer.raw_reply.map(clean),
+        detail: clean(answer.detail),
+        ..answer
     }
 }
 
@@ -453,52 +498,6 @@ mod tests {
             status: L2JobStatus::Queued,
         };
         ask_until_deadline(&declared, &job, Instant::now()).await
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_store_failure_is_retried_with_back_off_until_it_succeeds() {
-        let calls = std::sync::atomic::AtomicU32::new(0);
-        let shutdown = CancellationToken::new();
-        let started = Instant::now();
-        let got = until_stored(L2JobId::new(), &shutdown, || {
-            let n = calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            async move {
-                if n < 3 {
-                    Err(StoreError::Unavailable)
-                } else {
-                    Ok(n)
-                }
-            }
-        })
-        .await;
-        assert_eq!(got, Some(3));
-        assert_eq!(
-            started.elapsed(),
-            Duration::from_millis(100 + 200 + 400),
-            "the pause doubles"
-        );
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn only_shutdown_or_a_job_that_cannot_be_recorded_stops_the_retries() {
-        let shutdown = CancellationToken::new();
-        let gone = until_stored(L2JobId::new(), &shutdown, || async {
-            Err::<(), _>(StoreError::NotFound("L2 job"))
-        });
-        assert_eq!(gone.await, None);
-        let stopper = shutdown.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_secs(600)).await;
-            stopper.cancel();
-        });
-        let down = until_stored(L2JobId::new(), &shutdown, || async {
-            Err::<(), _>(StoreError::Unavailable)
-        });
-        assert_eq!(
-            down.await,
-            None,
-            "a store that stays down is retried until shutdown"
-        );
     }
 
     #[tokio::test(start_paused = true)]

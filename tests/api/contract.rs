@@ -101,7 +101,7 @@ pub(crate) fn result(quest: QuestId, lease: LeaseId, token: TokenId, email: &str
 
 pub(crate) fn code<T: std::fmt::Debug>(r: Result<T, StoreError>) -> &'static str {
     match r {
-        Err(StoreError::Conflict { code, .. }) => code,
+        Err(StoreError::Refused(refusal)) => refusal.code(),
         other => panic!("expected a conflict, got {other:?}"),
     }
 }

@@ -38,7 +38,7 @@ async fn one_leased_quest(store: &dyn Store) -> (TokenId, QuestId, LeaseId) {
 
 fn conflict_code(e: StoreError) -> &'static str {
     match e {
-        StoreError::Conflict { code, .. } => code,
+        StoreError::Refused(refusal) => refusal.code(),
         other => panic!("expected a conflict, got {other}"),
     }
 }

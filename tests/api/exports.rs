@@ -338,3 +338,29 @@ async fn a_viewer_reading_slowly_holds_two_exports_at_most_and_loses_them_when_i
         );
     }
 }
+
+#[tokio::test]
+async fn an_xlsx_writer_failure_is_a_500_that_does_not_echo_its_cause() {
+    let app = spawn_app().await;
+    let session = app.scan(contact_config(3), companies(2)).await;
+    // The writer's temporary directory goes away under the running server.
+    let exports = app.data_dir.path().join("exports");
+    std::fs::remove_dir_all(&exports).unwrap();
+    let failed = app
+        .get(
+            &format!("/v1/sessions/{session}/export?format=xlsx"),
+            &app.admin,
+        )
+        .await;
+    failed.refused(500, "internal");
+    let message = failed.body["error"]["message"].as_str().unwrap();
+    assert!(
+        !message.contains("exports") && !message.contains("No such file"),
+        "the cause is logged, not echoed: {message}"
+    );
+    std::fs::create_dir_all(&exports).unwrap();
+    let (status, _) = app
+        .bytes(&format!("/v1/sessions/{session}/export?format=xlsx"))
+        .await;
+    assert_eq!(status, 200, "the slot of the failed export was given back");
+}

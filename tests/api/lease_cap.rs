@@ -6,7 +6,7 @@ use std::sync::Arc;
 use quest::domain::ids::{SessionId, TokenId};
 use quest::domain::session::SessionConfig;
 use quest::domain::table::Row;
-use quest::domain::work::{AgentId, ENDED_LEASES_KEPT};
+use quest::domain::work::{AgentId, ENDED_LEASES_KEPT, Refusal};
 use quest::domain::{Role, SystemClock};
 use quest::store::{LeaseOutcome, NewSession, SqliteStore, Store, StoreError};
 use serde_json::json;
@@ -317,9 +317,7 @@ fn tally(outcomes: &[Result<LeaseOutcome, StoreError>]) -> (usize, usize, usize)
         match o {
             Ok(LeaseOutcome::Assigned { .. }) => t.0 += 1,
             Ok(LeaseOutcome::Wait { .. }) => t.1 += 1,
-            Err(StoreError::Conflict {
-                code: "lease_cap", ..
-            }) => t.2 += 1,
+            Err(StoreError::Refused(Refusal::LeaseCap { .. })) => t.2 += 1,
             other => panic!("unexpected outcome {other:?}"),
         }
     }

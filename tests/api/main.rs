@@ -41,6 +41,7 @@ mod schemathesis;
 mod server;
 mod sessions;
 mod store;
+mod store_faults;
 mod verifiers;
 mod verifiers_config;
 mod verifiers_crash;

@@ -296,3 +296,45 @@ async fn the_quest_and_review_pages_show_each_ai_verifiers_answer_with_its_reaso
     let none = get(&app, "/ui/review?check=nothing-like-this", Some(&alice)).await;
     assert!(none.expect(200).contains("Nothing to review"));
 }
+
+#[tokio::test]
+async fn a_decision_the_store_refuses_comes_back_to_the_page_as_that_refusal_and_changes_nothing() {
+    let app = spawn_app().await;
+    let (session, agent) = session(&app, 2).await;
+    let quest = reviews(&app, &agent, &session, 1).await.remove(0);
+    let alice = sign_in(&app, &app.token("reviewer", "alice").await).await;
+    let bob = sign_in(&app, &app.token("reviewer", "bob").await).await;
+    get(&app, &format!("/ui/review?quest={quest}"), Some(&alice))
+        .await
+        .expect(200);
+    let path = format!("/ui/review/{quest}/decide");
+    let approve =
+        |who: &crate::console::Browserless| form(&[("csrf", &who.csrf), ("decision", "approve")]);
+    let claimed = post(&app, &path, Some(&bob), approve(&bob), &[]).await;
+    assert_eq!(
+        claimed.location(),
+        format!("/ui/review?quest={quest}&error=review_claimed")
+    );
+    let shown = get(&app, claimed.location(), Some(&bob)).await;
+    assert!(
+        shown
+            .expect(200)
+            .contains("Another reviewer holds this quest now")
+    );
+    assert_eq!(
+        app.quest(&quest).await["state"],
+        "REVIEW",
+        "bob decided nothing"
+    );
+
+    let decided = post(&app, &path, Some(&alice), approve(&alice), &[]).await;
+    assert_eq!(decided.location(), format!("/ui/review?last={quest}"));
+    let late = post(&app, &path, Some(&alice), approve(&alice), &[]).await;
+    assert_eq!(
+        late.location(),
+        format!("/ui/review?quest={quest}&error=not_in_review")
+    );
+    let after = app.quest(&quest).await;
+    assert_eq!(after["state"], "PASS");
+    assert_eq!(after["reviews"].as_array().unwrap().len(), 1);
+}

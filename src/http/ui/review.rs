@@ -4,6 +4,7 @@
 //! a bulk decision lists the quests it will decide and decides exactly those.
 
 use crate::domain::ids::{QuestId, SessionId};
+use crate::domain::work::Refusal;
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use chrono::{DateTime, Utc};
@@ -161,10 +162,9 @@ pub async fn page(
             match service.claim_review(me, row.id).await {
                 Ok(_) => {}
                 // Taken between the listing and the claim.
-                Err(ServiceError::Store(StoreError::Conflict {
-                    code: "review_claimed",
+                Err(ServiceError::Store(StoreError::Refused(Refusal::ReviewClaimed {
                     ..
-                })) => {
+                }))) => {
                     held_by = service.quest(row.id).await?.review_claimed_by;
                 }
                 Err(e) => return Err(e.into()),
@@ -279,10 +279,13 @@ pub async fn decide(
         .await
     {
         Ok(_) => back(&form.fields, &[("last", Some(&id_text))]),
-        Err(ServiceError::Invalid { code, .. })
-        | Err(ServiceError::Store(StoreError::Conflict { code, .. })) => back(
+        Err(ServiceError::Invalid { code, .. }) => back(
             &form.fields,
             &[("quest", Some(&id_text)), ("error", Some(code))],
+        ),
+        Err(ServiceError::Store(StoreError::Refused(refusal))) => back(
+            &form.fields,
+            &[("quest", Some(&id_text)), ("error", Some(refusal.code()))],
         ),
         Err(e) => return Err(e.into()),
     };
@@ -297,8 +300,7 @@ pub async fn release(
 ) -> Result<Response, PageError> {
     match state.service.release_review(&form.me.reviewer(), id).await {
         // Held by another or decided meanwhile: there is no claim of ours to give back.
-        Ok(())
-        | Err(ServiceError::Store(StoreError::Conflict { .. } | StoreError::NotFound(_))) => {}
+        Ok(()) | Err(ServiceError::Store(StoreError::Refused(_) | StoreError::NotFound(_))) => {}
         Err(e) => return Err(e.into()),
     }
     let to = form

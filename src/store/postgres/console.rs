@@ -3,6 +3,7 @@
 //! `migrations/postgres/0003` keep.
 
 use crate::domain::ids::{SessionId, TokenId};
+use crate::domain::work::Refusal;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
@@ -46,10 +47,7 @@ pub async fn create_browser_session(
         .fetch_optional(tx.db())
         .await?;
     if live.is_none() {
-        return Err(StoreError::conflict(
-            "token_revoked",
-            "the token was revoked; sign in with a valid one",
-        ));
+        return Err(Refusal::TokenRevoked.into());
     }
     sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1")
         .bind(tx.now - TimeDelta::days(KEEP_EXPIRED_DAYS))

@@ -216,10 +216,7 @@ impl Store for PgStore {
     }
 
     async fn backup(&self) -> Result<Backup, StoreError> {
-        Err(StoreError::conflict(
-            "backup_unsupported",
-            "this server keeps its data in PostgreSQL: back it up with pg_dump (or the database's own backups)",
-        ))
+        Err(Refusal::BackupUnsupported.into())
     }
 
     async fn create_session(&self, session: NewSession) -> Result<SessionRow, StoreError> {

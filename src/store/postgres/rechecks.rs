@@ -4,6 +4,7 @@
 //! its record, sets its mark and clears the marker in one transaction, so a
 //! restart re-runs exactly the quests still marked.
 
+use crate::domain::work::Refusal;
 use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::PgPool;
 use sqlx::Row;
@@ -18,11 +19,6 @@ use crate::store::{
     AgentStalenessRow, NewRecheck, RecheckJob, RecheckRecorded, RecheckRow, RecheckRunRow,
     RecheckSummary, StoreError,
 };
-
-/// What a start refused because a run is unfinished says.
-const RUNNING: &str = "a re-check of this session is still running; wait until status shows its `rechecked_at`, then start another";
-/// What a start of a session without PASS quests says.
-const NOTHING: &str = "the session has no PASS quest; a re-check looks at accepted results only, so start it once quests have passed";
 
 fn run_row(r: &PgRow) -> Result<RecheckRunRow, StoreError> {
     Ok(RecheckRunRow {
@@ -89,7 +85,7 @@ pub async fn start_recheck(
             .fetch_optional(tx.db())
             .await?;
     if open.is_some() {
-        return Err(StoreError::conflict("recheck_running", RUNNING));
+        return Err(Refusal::RecheckRunning.into());
     }
     // The run's total is what the marking touched: a count read before it
     // could miss a quest approved in between (each statement of a READ
@@ -103,7 +99,7 @@ pub async fn start_recheck(
             .await?
             .rows_affected();
     if marked == 0 {
-        return Err(StoreError::conflict("nothing_to_recheck", NOTHING));
+        return Err(Refusal::NothingToRecheck.into());
     }
     // Times as stored (microseconds), so that what is returned reads back equal.
     let now = tx.now.trunc_subsecs(6);
@@ -148,10 +144,7 @@ pub async fn record_recheck(tx: &mut Tx, new: NewRecheck) -> Result<RecheckRecor
         });
     }
     if due != Some(new.run_id) {
-        return Err(StoreError::conflict(
-            "recheck_not_due",
-            "the quest awaits no re-check of this run; nothing was recorded",
-        ));
+        return Err(Refusal::RecheckNotDue.into());
     }
     let recheck = RecheckRow {
         run_id: new.run_id,

@@ -6,6 +6,7 @@
 //! [`Db::finish`] are the two halves, for a batch of requests
 //! ([`super::batch`]).
 
+use crate::domain::work::Refusal;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -189,7 +190,7 @@ pub fn as_refusal(e: StoreError) -> StoreError {
         StoreError::Database(sqlx::Error::Database(d))
             if d.code().is_some_and(|c| c.starts_with("23")) =>
         {
-            StoreError::conflict("illegal_transition", d.message().to_owned())
+            Refusal::Ratchet(d.message().to_owned()).into()
         }
         other => other,
     }
@@ -200,9 +201,9 @@ pub fn expect_rows(what: &str, touched: u64, expected: u64) -> Result<(), StoreE
     if touched == expected {
         Ok(())
     } else {
-        Err(StoreError::conflict(
-            "illegal_transition",
-            format!("{what} touched {touched} rows instead of {expected}; nothing was changed"),
+        Err(Refusal::Illegal(format!(
+            "{what} touched {touched} rows instead of {expected}; nothing was changed"
         ))
+        .into())
     }
 }

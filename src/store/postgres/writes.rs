@@ -1,6 +1,7 @@
 //! The rare writes: scans (a session with its uploaded file and quests) and
 //! tokens.
 
+use crate::domain::work::Refusal;
 use std::sync::Arc;
 
 use crate::domain::ids::{QuestId, SessionId, TokenId};
@@ -101,12 +102,7 @@ pub async fn create_token(
     .await?
     .rows_affected();
     if inserted == 0 {
-        return Err(StoreError::conflict(
-            "name_taken",
-            format!(
-                "a live token is already named `{name}`: pick another name or revoke that token"
-            ),
-        ));
+        return Err(Refusal::NameTaken(name).into());
     }
     Ok(TokenRow {
         id,

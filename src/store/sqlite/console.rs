@@ -4,6 +4,7 @@
 //! each read costs the same however many quests a session holds.
 
 use crate::domain::ids::{SessionId, TokenId};
+use crate::domain::work::Refusal;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteRow;
@@ -47,10 +48,7 @@ pub(super) async fn create_browser_session(
         )
         .await?;
     if live.is_none() {
-        return Err(StoreError::conflict(
-            "token_revoked",
-            "the token was revoked; sign in with a valid one",
-        ));
+        return Err(Refusal::TokenRevoked.into());
     }
     ctx.exec(
         sqlx::query("DELETE FROM console_sessions WHERE expires_at < ?")

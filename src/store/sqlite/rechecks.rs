@@ -3,6 +3,7 @@
 //! record, sets its mark and clears the marker in one write, so a restart
 //! re-runs exactly the quests still marked. Writes run alone on the writer.
 
+use crate::domain::work::Refusal;
 use chrono::{DateTime, SubsecRound, Utc};
 use sqlx::SqlitePool;
 use sqlx::sqlite::SqliteRow;
@@ -16,11 +17,6 @@ use crate::store::{
     AgentStalenessRow, NewRecheck, RecheckJob, RecheckRecorded, RecheckRow, RecheckRunRow,
     RecheckSummary, StoreError,
 };
-
-/// What a start refused because a run is unfinished says.
-pub const RUNNING: &str = "a re-check of this session is still running; wait until status shows its `rechecked_at`, then start another";
-/// What a start of a session without PASS quests says.
-pub const NOTHING: &str = "the session has no PASS quest; a re-check looks at accepted results only, so start it once quests have passed";
 
 fn run_row(r: &SqliteRow) -> Result<RecheckRunRow, StoreError> {
     Ok(RecheckRunRow {
@@ -83,7 +79,7 @@ pub async fn start_recheck(
         )
         .await?;
     if open.is_some() {
-        return Err(StoreError::conflict("recheck_running", RUNNING));
+        return Err(Refusal::RecheckRunning.into());
     }
     // The run's total is what the marking touched, as on PostgreSQL (where
     // a count read before it could miss a quest approved in between).
@@ -98,7 +94,7 @@ pub async fn start_recheck(
         )
         .await?;
     if marked == 0 {
-        return Err(StoreError::conflict("nothing_to_recheck", NOTHING));
+        return Err(Refusal::NothingToRecheck.into());
     }
     // Times as stored (microseconds), so that what is returned reads back equal.
     let now = ctx.now.trunc_subsecs(6);
@@ -149,10 +145,7 @@ pub async fn record_recheck(
     let due = quest.opt_str("recheck_run")?;
     let quest = quest_row(&quest)?;
     if due.as_deref() != Some(run.as_str()) {
-        return Err(StoreError::conflict(
-            "recheck_not_due",
-            "the quest awaits no re-check of this run; nothing was recorded",
-        ));
+        return Err(Refusal::RecheckNotDue.into());
     }
     let recheck = RecheckRow {
         run_id: new.run_id,

@@ -2,6 +2,7 @@
 //! alone inside the writer's batch (see [`super::writer::Single`]).
 
 use crate::domain::ids::{QuestId, SessionId, TokenId};
+use crate::domain::work::Refusal;
 use uuid::Uuid;
 
 use super::codec::*;
@@ -84,12 +85,9 @@ pub async fn create_token(
         )
         .await;
     match inserted {
-        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => Err(StoreError::conflict(
-            "name_taken",
-            format!(
-                "a live token is already named `{name}`: pick another name or revoke that token"
-            ),
-        )),
+        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
+            Err(Refusal::NameTaken(name).into())
+        }
         other => {
             other?;
             Ok(TokenRow {

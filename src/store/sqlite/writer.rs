@@ -19,6 +19,7 @@
 //! is opened anew.
 
 use crate::domain::ids::SessionId;
+use crate::domain::work::Refusal;
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::hash::Hash;
@@ -204,7 +205,7 @@ impl From<sqlx::Error> for GroupError {
                 sqlx::Error::Database(d) => d.message().to_owned(),
                 other => other.to_string(),
             };
-            GroupError::Refused(StoreError::conflict("illegal_transition", message))
+            GroupError::Refused(Refusal::Ratchet(message).into())
         } else {
             GroupError::Fatal(e.to_string())
         }
@@ -234,10 +235,12 @@ pub fn expect_rows(what: &str, touched: u64, expected: usize) -> Result<(), Grou
     if touched == expected as u64 {
         Ok(())
     } else {
-        Err(GroupError::Refused(StoreError::conflict(
-            "illegal_transition",
-            format!("{what} touched {touched} rows instead of {expected}; nothing was changed"),
-        )))
+        Err(GroupError::Refused(
+            Refusal::Illegal(format!(
+                "{what} touched {touched} rows instead of {expected}; nothing was changed"
+            ))
+            .into(),
+        ))
     }
 }
 
