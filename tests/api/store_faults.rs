@@ -23,7 +23,7 @@ async fn spawn_slow(workers: usize) -> (TestApp, tempfile::TempDir) {
     .unwrap();
     let toml = format!(
         "[gates.slow]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./slow.sh\"]\nworkdir = \"{}\"\n\
-         timeout_ms = 10000\n",
+         timeout_ms = 10000\nallow_root = true\n",
         dir.path().display()
     );
     let data_dir = tempfile::tempdir().unwrap();
