@@ -31,7 +31,7 @@ use serde_json::{Map, Value};
 use crate::config::CommandGateConfig;
 use crate::domain::session::{Example, GateConfig};
 use crate::domain::verify::Question;
-use crate::domain::{Fact, Verdict};
+use crate::domain::{Fact, Verdict, text};
 use crate::process::ProcessRunner;
 
 /// What a gate decided about one submission.
@@ -57,6 +57,44 @@ impl GateOutcome {
             verdict,
             facts,
             evidence: Vec::new(),
+        }
+    }
+
+    /// The outcome as the store may keep it, whatever the gate or the world
+    /// gave back: every NUL in its facts and evidence replaced by U+FFFD
+    /// (with a first fact saying so), at most [`text::MAX_FACTS`] facts (the
+    /// last saying how many more), each part of a fact cut to
+    /// [`text::MAX_FACT_CHARS`] characters and each evidence item to
+    /// [`text::MAX_EVIDENCE_BYTES`]. The verdict is the gate's, decided on
+    /// every fact before the cut. Idempotent: a bounded outcome is its own
+    /// bound, so that a retry may clean again.
+    pub fn bounded(self) -> GateOutcome {
+        let GateOutcome {
+            verdict,
+            mut facts,
+            mut evidence,
+        } = self;
+        let mut replaced = false;
+        for fact in &mut facts {
+            replaced |= text::clean_fact(fact);
+        }
+        for item in &mut evidence {
+            replaced |= text::clean_value(item);
+        }
+        if replaced {
+            facts.insert(0, text::nul_replaced_fact());
+        }
+        let facts = text::cap_facts(facts)
+            .into_iter()
+            .map(|f| match text::cut_fact(&f) {
+                std::borrow::Cow::Borrowed(_) => f,
+                std::borrow::Cow::Owned(cut) => cut,
+            })
+            .collect();
+        GateOutcome {
+            verdict,
+            facts,
+            evidence: evidence.into_iter().map(text::bound_evidence).collect(),
         }
     }
 }
@@ -372,5 +410,46 @@ mod tests {
         assert_eq!(o.verdict, Verdict::Fail);
         assert_eq!(o.facts.len(), 2);
         assert_eq!(GateOutcome::from_checks([]).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn a_bounded_outcome_keeps_its_verdict_fifty_facts_and_clean_text_and_bounds_again_to_itself() {
+        let mut facts: Vec<Fact> = (0..200)
+            .map(|i| {
+                Fact::new(
+                    "schema",
+                    format!("/items/{i}"),
+                    "a string",
+                    "x".repeat(3000),
+                    "",
+                )
+            })
+            .collect();
+        facts[3].actual = "stderr: \u{0}boom".into();
+        let outcome = GateOutcome {
+            verdict: Verdict::Fail,
+            facts,
+            evidence: vec![json!({"snippet": format!("a\u{0}{}", "b".repeat(40_000))})],
+        };
+        let bounded = outcome.bounded();
+        assert_eq!(bounded.verdict, Verdict::Fail);
+        assert_eq!(bounded.facts.len(), text::MAX_FACTS);
+        assert_eq!(bounded.facts[0], text::nul_replaced_fact());
+        assert_eq!(bounded.facts[4].actual, "stderr: \u{FFFD}boom");
+        assert_eq!(bounded.facts[49].actual, "152 more not shown");
+        assert!(
+            bounded
+                .facts
+                .iter()
+                .all(|f| f.actual.chars().count() <= text::MAX_FACT_CHARS)
+        );
+        assert!(text::json_len(&bounded.evidence[0]) <= text::MAX_EVIDENCE_BYTES);
+        assert!(
+            bounded.evidence[0]["snippet"]
+                .as_str()
+                .unwrap()
+                .starts_with("a\u{FFFD}b")
+        );
+        assert_eq!(bounded.clone().bounded(), bounded);
     }
 }

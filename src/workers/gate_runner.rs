@@ -418,6 +418,9 @@ impl Inner {
                 "unavailable".to_owned(),
             ),
         };
+        // The one place every verdict passes on its way to the store: what a
+        // gate, a page or a program gave back is cleaned and cut here.
+        let outcome = outcome.bounded();
         metrics::histogram!("quest_gate_seconds", "gate" => name.clone())
             .record(started.elapsed().as_secs_f64());
         metrics::counter!("quest_verdicts_total", "verdict" => outcome.verdict.as_str())
