@@ -28,6 +28,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
+use self::fetch::PageCache;
 use crate::config::CommandGateConfig;
 use crate::domain::session::{Example, GateConfig};
 use crate::domain::verify::Question;
@@ -246,12 +247,17 @@ impl GateConfigError {
     }
 }
 
-type Factory =
-    Box<dyn Fn(&Map<String, Value>) -> Result<Arc<dyn Gate>, GateConfigError> + Send + Sync>;
+type Factory = Box<
+    dyn Fn(&Map<String, Value>, &Arc<PageCache>) -> Result<Arc<dyn Gate>, GateConfigError>
+        + Send
+        + Sync,
+>;
 
 /// Builds gates by kind.
 pub struct GateRegistry {
     factories: HashMap<&'static str, Factory>,
+    /// The page cache the gates of submissions read pages through.
+    pages: Arc<PageCache>,
 }
 
 impl GateRegistry {
@@ -274,11 +280,16 @@ impl GateRegistry {
     ) -> Self {
         let mut registry = GateRegistry {
             factories: HashMap::new(),
+            pages: world.pages.clone(),
         };
-        registry.register(schema::KIND, |params| {
+        registry.register(schema::KIND, |params, _| {
             Ok(Arc::new(schema::SchemaGate::from_params(params)?))
         });
-        registry.register(email::KIND, move |params| {
+        registry.register(email::KIND, move |params, pages| {
+            let world = email::EmailWorld {
+                pages: pages.clone(),
+                ..world.clone()
+            };
             Ok(Arc::new(email::EmailGate::from_params(params, &world)?))
         });
         let declared: HashMap<String, Arc<command::CommandGate>> = gates
@@ -290,17 +301,18 @@ impl GateRegistry {
                 )
             })
             .collect();
-        registry.register(command::KIND, move |params| {
+        registry.register(command::KIND, move |params, _| {
             command::pick(&declared, params)
         });
         registry
     }
 
-    /// Adds (or replaces) the factory for `kind`.
+    /// Adds (or replaces) the factory for `kind`: it builds a gate from its
+    /// parameters, reading pages (if it reads any) through the cache given.
     pub fn register(
         &mut self,
         kind: &'static str,
-        factory: impl Fn(&Map<String, Value>) -> Result<Arc<dyn Gate>, GateConfigError>
+        factory: impl Fn(&Map<String, Value>, &Arc<PageCache>) -> Result<Arc<dyn Gate>, GateConfigError>
         + Send
         + Sync
         + 'static,
@@ -308,8 +320,25 @@ impl GateRegistry {
         self.factories.insert(kind, Box::new(factory));
     }
 
-    /// Builds the gate a session's config names, or says what is wrong with it.
+    /// Builds the gate a session's config names, or says what is wrong with
+    /// it; it reads pages through the submissions' page cache.
     pub fn build(&self, config: &GateConfig) -> Result<Arc<dyn Gate>, GateConfigError> {
+        self.build_with(config, &self.pages)
+    }
+
+    /// An empty page cache like the submissions' one (the same budget and
+    /// clock) and apart from it: a re-check run's, so that a re-check asks
+    /// the world again instead of reading what a submission's check saw.
+    pub fn fresh_pages(&self) -> Arc<PageCache> {
+        Arc::new(self.pages.empty_like())
+    }
+
+    /// [`GateRegistry::build`], reading pages through `pages`.
+    pub fn build_with(
+        &self,
+        config: &GateConfig,
+        pages: &Arc<PageCache>,
+    ) -> Result<Arc<dyn Gate>, GateConfigError> {
         let factory = self.factories.get(config.kind.as_str()).ok_or_else(|| {
             let mut kinds: Vec<_> = self.factories.keys().copied().collect();
             kinds.sort_unstable();
@@ -322,7 +351,7 @@ impl GateRegistry {
                 ),
             )
         })?;
-        factory(&config.params)
+        factory(&config.params, pages)
     }
 }
 
