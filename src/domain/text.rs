@@ -164,6 +164,16 @@ pub fn nul_replaced_fact() -> Fact {
     )
 }
 
+/// Cleans what a verifier (a model or a program) replied and the reason
+/// taken from it; the reason, which reviewers see as the verifier's fact,
+/// then says that a NUL was replaced.
+pub fn clean_reply(raw: &mut Option<String>, reason: &mut String) {
+    let in_raw = raw.as_mut().is_some_and(clean_in_place);
+    if clean_in_place(reason) | in_raw {
+        reason.push_str(" (the reply held U+0000, replaced by U+FFFD)");
+    }
+}
+
 /// At most [`MAX_FACTS`] facts: the first `MAX_FACTS - 1` in order and one
 /// that says how many more there were. A list that fits is kept as it is.
 pub fn cap_facts(mut facts: Vec<Fact>) -> Vec<Fact> {
@@ -250,6 +260,17 @@ mod tests {
         assert_eq!(value, json!({"k\u{FFFD}": ["a\u{FFFD}b", 3], "ok": "fine"}));
         assert!(!clean_value(&mut value), "a cleaned value is clean");
         assert_eq!(clean("plain"), Cow::Borrowed("plain"));
+    }
+
+    #[test]
+    fn a_reply_with_a_nul_is_cleaned_and_its_reason_says_so() {
+        let (mut raw, mut reason) = (Some("NO\u{0} fine".to_owned()), "fine".to_owned());
+        clean_reply(&mut raw, &mut reason);
+        assert_eq!(raw.as_deref(), Some("NO\u{FFFD} fine"));
+        assert_eq!(reason, "fine (the reply held U+0000, replaced by U+FFFD)");
+        let (mut raw, mut reason) = (None, "no answer".to_owned());
+        clean_reply(&mut raw, &mut reason);
+        assert_eq!(reason, "no answer");
     }
 
     #[test]

@@ -39,6 +39,7 @@ mod schemathesis;
 mod server;
 mod sessions;
 mod store;
+mod text_limits;
 mod verifiers;
 mod verifiers_config;
 mod verifiers_crash;
