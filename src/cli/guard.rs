@@ -86,7 +86,13 @@ pub fn parse_hook(bytes: &[u8]) -> Result<Hook, String> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Err("stdin is empty; the harness must send the hook's JSON".into());
     }
-    let input: HookInput = serde_json::from_slice(bytes)
+    let value: serde_json::Value = serde_json::from_slice(bytes)
+        .map_err(|e| format!("stdin is not a Stop hook's JSON object ({e})"))?;
+    // serde reads a struct from an array too, field by field: only an object is a hook.
+    if !value.is_object() {
+        return Err("stdin is JSON but not a Stop hook's JSON object".into());
+    }
+    let input: HookInput = serde_json::from_value(value)
         .map_err(|e| format!("stdin is not a Stop hook's JSON object ({e})"))?;
     let event = match input.hook_event_name.as_deref() {
         Some("Stop") => Event::Stop,
@@ -469,6 +475,8 @@ mod tests {
             (&b""[..], "empty"),
             (b"not json", "not a Stop hook's JSON"),
             (b"[1, 2]", "not a Stop hook's JSON"),
+            (br#"["Stop", "s1", false]"#, "not a Stop hook's JSON object"),
+            (b"7", "not a Stop hook's JSON object"),
             (b"{}", "no hook_event_name"),
             (br#"{"hook_event_name": "PreToolUse"}"#, "PreToolUse"),
         ] {

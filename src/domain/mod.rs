@@ -1,6 +1,6 @@
 //! The pure core: quest states and their one transition function, verdicts,
-//! facts, roles, events, receipts, prompts, the rules of the AI verifiers (L2)
-//! and the parsing of uploaded tables.
+//! facts, roles, events, receipts, prompts, the rules of the AI verifiers (L2),
+//! the parsing of uploaded tables and the bounds of the text the server keeps.
 //!
 //! Nothing here performs I/O or knows about HTTP, SQL or gates' outside world.
 
@@ -44,6 +44,7 @@ pub mod receipt;
 pub mod recheck;
 pub mod session;
 pub mod table;
+pub mod text;
 pub mod verify;
 pub mod work;
 

@@ -11,7 +11,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{Fact, Verdict};
+use std::borrow::Cow;
+
+use super::{Fact, Verdict, text};
 
 /// What a PASS quest's latest re-check left on it. No mark: the world
 /// confirmed it (or it was never re-checked).
@@ -91,22 +93,25 @@ pub fn judge(verdict: Verdict, facts: &[Fact], approved: Option<&[Fact]>) -> Out
 }
 
 /// What makes two facts the same reason for review: the check, the field,
-/// what it expected and what it found.
+/// what it expected and what it found, each cut as a verdict keeps it
+/// ([`text::cut_fact`]), so that a fact approved before facts were cut still
+/// matches the same finding found now.
 #[derive(PartialEq, Eq, Hash)]
 struct Finding<'a> {
-    check: &'a str,
-    field: &'a str,
-    expected: &'a str,
-    actual: &'a str,
+    check: Cow<'a, str>,
+    field: Cow<'a, str>,
+    expected: Cow<'a, str>,
+    actual: Cow<'a, str>,
 }
 
 impl<'a> Finding<'a> {
     fn of(f: &'a Fact) -> Finding<'a> {
+        let part = |p: &'a str| text::cut(p, text::MAX_FACT_CHARS);
         Finding {
-            check: &f.check,
-            field: &f.field,
-            expected: &f.expected,
-            actual: &f.actual,
+            check: part(&f.check),
+            field: part(&f.field),
+            expected: part(&f.expected),
+            actual: part(&f.actual),
         }
     }
 }
@@ -221,6 +226,28 @@ mod tests {
             Outcome::Unconfirmed
         );
         assert_eq!(Outcome::Unconfirmed.mark(), Some(Mark::Unconfirmed));
+    }
+
+    #[test]
+    fn a_finding_approved_before_facts_were_cut_is_the_same_finding_cut_now() {
+        let long = format!("https://a.test/{}", "p".repeat(3000));
+        let approved = [Fact::new("source", "/source", "a page", &long, "")];
+        let now = Fact::new(
+            "source",
+            "/source",
+            "a page",
+            text::cut(&long, text::MAX_FACT_CHARS),
+            "",
+        );
+        assert_eq!(
+            judge(Verdict::Review, &[now], Some(&approved)),
+            Outcome::ApprovedAgain
+        );
+        let other = Fact::new("source", "/source", "a page", "https://b.test/", "");
+        assert_eq!(
+            judge(Verdict::Review, &[other], Some(&approved)),
+            Outcome::Unconfirmed
+        );
     }
 
     #[test]

@@ -32,6 +32,11 @@ pub struct SessionConfig {
     /// How long a lease lasts without a heartbeat, 1 to 86400.
     #[serde(default = "default_lease_seconds")]
     pub lease_seconds: u32,
+    /// The largest result an agent may submit, in bytes of compact JSON:
+    /// 1 to 1048576 (1 MiB), 262144 (256 KiB) when left out. Past it a
+    /// submission is refused with 413 `result_too_large`.
+    #[serde(default = "default_max_result_bytes")]
+    pub max_result_bytes: u32,
     /// What the agent is told.
     #[serde(default)]
     pub prompt: PromptConfig,
@@ -98,6 +103,14 @@ fn default_max_lapses() -> u32 {
 fn default_lease_seconds() -> u32 {
     300
 }
+fn default_max_result_bytes() -> u32 {
+    DEFAULT_MAX_RESULT_BYTES
+}
+
+/// The largest result a session accepts when its config says nothing.
+pub const DEFAULT_MAX_RESULT_BYTES: u32 = 256 * 1024;
+/// The most a session's `max_result_bytes` may allow.
+pub const MAX_RESULT_BYTES: u32 = 1024 * 1024;
 
 /// A configuration that is well-formed JSON but says something impossible.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -134,6 +147,12 @@ impl SessionConfig {
         if !(1..=86_400).contains(&config.lease_seconds) {
             return bad("config.lease_seconds", "must be between 1 and 86400");
         }
+        if !(1..=MAX_RESULT_BYTES).contains(&config.max_result_bytes) {
+            return bad(
+                "config.max_result_bytes",
+                "must be between 1 and 1048576 (1 MiB)",
+            );
+        }
         if config.gate.kind.trim().is_empty() {
             return bad("config.gate.kind", "name a gate, e.g. \"schema\"");
         }
@@ -157,6 +176,7 @@ mod tests {
     fn defaults_fill_the_limits() {
         let c = SessionConfig::parse(json!({"gate": {"kind": "schema", "schema": {}}})).unwrap();
         assert_eq!((c.max_tries, c.max_lapses, c.lease_seconds), (3, 3, 300));
+        assert_eq!(c.max_result_bytes, 256 * 1024);
         assert_eq!(c.gate.params["schema"], json!({}));
         assert_eq!(c.recheck, None);
         let c =
@@ -180,6 +200,10 @@ mod tests {
                 "config.lease_seconds",
             ),
             (json!({"gate": {"kind": ""}}), "config.gate.kind"),
+            (
+                json!({"gate": {"kind": "schema"}, "max_result_bytes": 1_048_577}),
+                "config.max_result_bytes",
+            ),
             (
                 json!({"gate": {"kind": "schema"}, "verify": {"verifiers": []}}),
                 "config.verify.verifiers",

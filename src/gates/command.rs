@@ -44,8 +44,6 @@ use verdict::{Printed, Reading, read_channel, read_printed};
 
 /// The registry name of this gate kind.
 pub const KIND: &str = "command";
-/// The most facts kept from one run.
-const MAX_FACTS: usize = 100;
 /// The longest part of a fact, in characters.
 const MAX_FACT_CHARS: usize = 1000;
 /// The most stderr characters quoted in a fact.
@@ -242,7 +240,8 @@ impl CommandGate {
         }
     }
 
-    /// The facts and evidence a program printed, cut to size.
+    /// The facts and evidence a program printed, each part cut to size; how
+    /// many are kept is [`GateOutcome::bounded`]'s rule, as for every gate.
     fn facts_of(&self, printed: Printed) -> (Vec<Fact>, Vec<Value>) {
         let part = |v: &Option<Value>| {
             cut(
@@ -253,7 +252,6 @@ impl CommandGate {
         let facts = printed
             .facts
             .iter()
-            .take(MAX_FACTS)
             .map(|f| {
                 let check = part(&f.check);
                 Fact::new(

@@ -28,10 +28,11 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
+use self::fetch::PageCache;
 use crate::config::CommandGateConfig;
 use crate::domain::session::{Example, GateConfig};
 use crate::domain::verify::Question;
-use crate::domain::{Fact, Verdict};
+use crate::domain::{Fact, Verdict, text};
 use crate::process::ProcessRunner;
 
 /// What a gate decided about one submission.
@@ -44,70 +45,6 @@ pub struct GateOutcome {
 }
 
 impl GateOutcome {
-    /// The outcome with U+0000 replaced by U+FFFD in every text of its facts
-    /// and its evidence (keys included), and a fact saying so when it changed
-    /// anything: PostgreSQL stores no NUL in text. A minimal version; the
-    /// fuller one (which also caps facts and their lengths) replaces it.
-    pub fn bounded(self) -> GateOutcome {
-        fn clean(text: &mut String) -> bool {
-            if !text.contains('\0') {
-                return false;
-            }
-            *text = text.replace('\0', "\u{FFFD}");
-            true
-        }
-        fn clean_value(value: &mut Value) -> bool {
-            match value {
-                Value::String(text) => clean(text),
-                Value::Array(items) => items.iter_mut().fold(false, |c, v| clean_value(v) | c),
-                Value::Object(map) => {
-                    let old = std::mem::take(map);
-                    let mut changed = false;
-                    for (mut key, mut v) in old {
-                        changed |= clean(&mut key) | clean_value(&mut v);
-                        map.insert(key, v);
-                    }
-                    changed
-                }
-                _ => false,
-            }
-        }
-        let GateOutcome {
-            verdict,
-            mut facts,
-            mut evidence,
-        } = self;
-        let mut changed = false;
-        for fact in &mut facts {
-            for text in [
-                &mut fact.check,
-                &mut fact.field,
-                &mut fact.expected,
-                &mut fact.actual,
-                &mut fact.hint,
-            ] {
-                changed |= clean(text);
-            }
-        }
-        for item in &mut evidence {
-            changed |= clean_value(item);
-        }
-        if changed {
-            facts.push(Fact::new(
-                "text",
-                "",
-                "text without U+0000",
-                "U+0000 in the gate's facts or evidence was replaced by U+FFFD",
-                "nothing for you to fix",
-            ));
-        }
-        GateOutcome {
-            verdict,
-            facts,
-            evidence,
-        }
-    }
-
     /// Folds checks into one outcome: FAIL if any failed, else REVIEW if any asked
     /// for review, else PASS. Every fact is kept.
     pub fn from_checks(checks: impl IntoIterator<Item = (Verdict, Option<Fact>)>) -> GateOutcome {
@@ -121,6 +58,44 @@ impl GateOutcome {
             verdict,
             facts,
             evidence: Vec::new(),
+        }
+    }
+
+    /// The outcome as the store may keep it, whatever the gate or the world
+    /// gave back: every NUL in its facts and evidence replaced by U+FFFD
+    /// (with a first fact saying so), at most [`text::MAX_FACTS`] facts (the
+    /// last saying how many more), each part of a fact cut to
+    /// [`text::MAX_FACT_CHARS`] characters and each evidence item to
+    /// [`text::MAX_EVIDENCE_BYTES`]. The verdict is the gate's, decided on
+    /// every fact before the cut. Idempotent: a bounded outcome is its own
+    /// bound, so that a retry may clean again.
+    pub fn bounded(self) -> GateOutcome {
+        let GateOutcome {
+            verdict,
+            mut facts,
+            mut evidence,
+        } = self;
+        let mut replaced = false;
+        for fact in &mut facts {
+            replaced |= text::clean_fact(fact);
+        }
+        for item in &mut evidence {
+            replaced |= text::clean_value(item);
+        }
+        if replaced {
+            facts.insert(0, text::nul_replaced_fact());
+        }
+        let facts = text::cap_facts(facts)
+            .into_iter()
+            .map(|f| match text::cut_fact(&f) {
+                std::borrow::Cow::Borrowed(_) => f,
+                std::borrow::Cow::Owned(cut) => cut,
+            })
+            .collect();
+        GateOutcome {
+            verdict,
+            facts,
+            evidence: evidence.into_iter().map(text::bound_evidence).collect(),
         }
     }
 }
@@ -272,12 +247,17 @@ impl GateConfigError {
     }
 }
 
-type Factory =
-    Box<dyn Fn(&Map<String, Value>) -> Result<Arc<dyn Gate>, GateConfigError> + Send + Sync>;
+type Factory = Box<
+    dyn Fn(&Map<String, Value>, &Arc<PageCache>) -> Result<Arc<dyn Gate>, GateConfigError>
+        + Send
+        + Sync,
+>;
 
 /// Builds gates by kind.
 pub struct GateRegistry {
     factories: HashMap<&'static str, Factory>,
+    /// The page cache the gates of submissions read pages through.
+    pages: Arc<PageCache>,
 }
 
 impl GateRegistry {
@@ -300,11 +280,16 @@ impl GateRegistry {
     ) -> Self {
         let mut registry = GateRegistry {
             factories: HashMap::new(),
+            pages: world.pages.clone(),
         };
-        registry.register(schema::KIND, |params| {
+        registry.register(schema::KIND, |params, _| {
             Ok(Arc::new(schema::SchemaGate::from_params(params)?))
         });
-        registry.register(email::KIND, move |params| {
+        registry.register(email::KIND, move |params, pages| {
+            let world = email::EmailWorld {
+                pages: pages.clone(),
+                ..world.clone()
+            };
             Ok(Arc::new(email::EmailGate::from_params(params, &world)?))
         });
         let declared: HashMap<String, Arc<command::CommandGate>> = gates
@@ -316,17 +301,18 @@ impl GateRegistry {
                 )
             })
             .collect();
-        registry.register(command::KIND, move |params| {
+        registry.register(command::KIND, move |params, _| {
             command::pick(&declared, params)
         });
         registry
     }
 
-    /// Adds (or replaces) the factory for `kind`.
+    /// Adds (or replaces) the factory for `kind`: it builds a gate from its
+    /// parameters, reading pages (if it reads any) through the cache given.
     pub fn register(
         &mut self,
         kind: &'static str,
-        factory: impl Fn(&Map<String, Value>) -> Result<Arc<dyn Gate>, GateConfigError>
+        factory: impl Fn(&Map<String, Value>, &Arc<PageCache>) -> Result<Arc<dyn Gate>, GateConfigError>
         + Send
         + Sync
         + 'static,
@@ -334,8 +320,25 @@ impl GateRegistry {
         self.factories.insert(kind, Box::new(factory));
     }
 
-    /// Builds the gate a session's config names, or says what is wrong with it.
+    /// Builds the gate a session's config names, or says what is wrong with
+    /// it; it reads pages through the submissions' page cache.
     pub fn build(&self, config: &GateConfig) -> Result<Arc<dyn Gate>, GateConfigError> {
+        self.build_with(config, &self.pages)
+    }
+
+    /// An empty page cache like the submissions' one (the same budget and
+    /// clock) and apart from it: a re-check run's, so that a re-check asks
+    /// the world again instead of reading what a submission's check saw.
+    pub fn fresh_pages(&self) -> Arc<PageCache> {
+        Arc::new(self.pages.empty_like())
+    }
+
+    /// [`GateRegistry::build`], reading pages through `pages`.
+    pub fn build_with(
+        &self,
+        config: &GateConfig,
+        pages: &Arc<PageCache>,
+    ) -> Result<Arc<dyn Gate>, GateConfigError> {
         let factory = self.factories.get(config.kind.as_str()).ok_or_else(|| {
             let mut kinds: Vec<_> = self.factories.keys().copied().collect();
             kinds.sort_unstable();
@@ -348,7 +351,7 @@ impl GateRegistry {
                 ),
             )
         })?;
-        factory(&config.params)
+        factory(&config.params, pages)
     }
 }
 
@@ -436,5 +439,46 @@ mod tests {
         assert_eq!(o.verdict, Verdict::Fail);
         assert_eq!(o.facts.len(), 2);
         assert_eq!(GateOutcome::from_checks([]).verdict, Verdict::Pass);
+    }
+
+    #[test]
+    fn a_bounded_outcome_keeps_its_verdict_fifty_facts_and_clean_text_and_bounds_again_to_itself() {
+        let mut facts: Vec<Fact> = (0..200)
+            .map(|i| {
+                Fact::new(
+                    "schema",
+                    format!("/items/{i}"),
+                    "a string",
+                    "x".repeat(3000),
+                    "",
+                )
+            })
+            .collect();
+        facts[3].actual = "stderr: \u{0}boom".into();
+        let outcome = GateOutcome {
+            verdict: Verdict::Fail,
+            facts,
+            evidence: vec![json!({"snippet": format!("a\u{0}{}", "b".repeat(40_000))})],
+        };
+        let bounded = outcome.bounded();
+        assert_eq!(bounded.verdict, Verdict::Fail);
+        assert_eq!(bounded.facts.len(), text::MAX_FACTS);
+        assert_eq!(bounded.facts[0], text::nul_replaced_fact());
+        assert_eq!(bounded.facts[4].actual, "stderr: \u{FFFD}boom");
+        assert_eq!(bounded.facts[49].actual, "152 more not shown");
+        assert!(
+            bounded
+                .facts
+                .iter()
+                .all(|f| f.actual.chars().count() <= text::MAX_FACT_CHARS)
+        );
+        assert!(text::json_len(&bounded.evidence[0]) <= text::MAX_EVIDENCE_BYTES);
+        assert!(
+            bounded.evidence[0]["snippet"]
+                .as_str()
+                .unwrap()
+                .starts_with("a\u{FFFD}b")
+        );
+        assert_eq!(bounded.clone().bounded(), bounded);
     }
 }

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
 use crate::domain::session::Example;
 use crate::domain::table::cell_as_text;
-use crate::domain::verify::Question;
+use crate::domain::verify::{Question, injection_question};
 use crate::domain::{Fact, Verdict};
 
 /// The registry name of this gate.
@@ -237,10 +237,14 @@ impl Gate for SchemaGate {
     }
 
     fn default_questions(&self) -> Vec<Question> {
-        vec![Question::yes_flags(
-            "Does any value in the result look invented, like a placeholder, or like it belongs to a \
-             different input than the one given?",
-        )]
+        vec![
+            Question::yes_flags(
+                "Does any value in the result look invented, like a placeholder, or like it belongs to a \
+                 different input than the one given?",
+            ),
+            // The result is the agent's own free text: it may talk to its judges.
+            injection_question(),
+        ]
     }
 
     async fn check(&self, _input: &Value, result: &Value, _session: &SessionView) -> GateOutcome {
@@ -358,6 +362,13 @@ mod tests {
             "review only when nothing failed"
         );
         assert_eq!(both.facts.len(), 2, "all facts are reported at once");
+    }
+
+    #[test]
+    fn the_default_questions_include_the_one_that_catches_text_aimed_at_the_verifier() {
+        let params = serde_json::json!({"schema": {"type": "object"}});
+        let gate = SchemaGate::from_params(params.as_object().unwrap()).unwrap();
+        assert!(gate.default_questions().contains(&injection_question()));
     }
 
     #[test]

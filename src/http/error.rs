@@ -4,7 +4,7 @@
 
 use axum::Json;
 use axum::extract::multipart::MultipartError;
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{BytesRejection, JsonRejection, PathRejection, QueryRejection};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
@@ -125,6 +125,9 @@ impl From<GateConfigError> for ApiError {
     }
 }
 
+/// What to do about a body over the limit.
+const BODY_HINT: &str = "; send a smaller body (2 MiB at most, 64 MiB for a scan)";
+
 /// The code for a status axum's own extractors chose.
 fn rejection_code(status: StatusCode) -> &'static str {
     match status {
@@ -139,11 +142,25 @@ impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
         let status = r.status();
         let hint = match status {
-            StatusCode::PAYLOAD_TOO_LARGE => {
-                "; send a smaller body (1 MiB at most, 64 MiB for a scan)"
-            }
+            StatusCode::PAYLOAD_TOO_LARGE => BODY_HINT,
             StatusCode::UNSUPPORTED_MEDIA_TYPE => "; send `Content-Type: application/json`",
             _ => "",
+        };
+        ApiError::new(
+            status,
+            rejection_code(status),
+            format!("{}{hint}", r.body_text()),
+        )
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(r: BytesRejection) -> Self {
+        let status = r.status();
+        let hint = if status == StatusCode::PAYLOAD_TOO_LARGE {
+            BODY_HINT
+        } else {
+            ""
         };
         ApiError::new(
             status,
@@ -192,6 +209,9 @@ impl From<crate::service::ServiceError> for ApiError {
             ServiceError::Gate(e) => e.into(),
             ServiceError::Invalid { code, message } => ApiError::invalid(code, message),
             ServiceError::Fault(cause) => ApiError::internal(cause),
+            ServiceError::TooLarge { code, message } => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, code, message)
+            }
             ServiceError::Busy {
                 code,
                 message,

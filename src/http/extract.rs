@@ -11,12 +11,52 @@ use super::error::ApiError;
 use std::marker::PhantomData;
 
 use crate::domain::work::{AgentId, ReviewerId};
-use crate::domain::{Permission, Role, token_hash};
+use crate::domain::{Permission, Role, text, token_hash};
 
-/// `axum::Json` with refusals in the error body.
-#[derive(Debug, FromRequest)]
-#[from_request(via(axum::Json), rejection(ApiError))]
+/// `axum::Json` with refusals in the error body, and no text the store
+/// cannot keep: a body with a NUL (`\u0000`) in any string or member name
+/// is refused with 422 `invalid_text` naming its JSON pointer, before
+/// anything reads it.
+#[derive(Debug)]
 pub struct Json<T>(pub T);
+
+impl<T, S> FromRequest<S> for Json<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        let (parts, body) = req.into_parts();
+        let bytes = axum::body::Bytes::from_request(
+            axum::extract::Request::from_parts(parts.clone(), body),
+            state,
+        )
+        .await?;
+        // A NUL can only arrive escaped; most bodies never spell one, and
+        // only those that do are read twice.
+        if bytes.windows(6).any(|w| w == b"\\u0000")
+            && let Ok(value) = serde_json::from_slice::<serde_json::Value>(&bytes)
+            && let Some(pointer) = text::nul_pointer(&value)
+        {
+            return Err(invalid_text(&format!("the body's `{pointer}`")));
+        }
+        let req = axum::extract::Request::from_parts(parts, axum::body::Body::from(bytes));
+        let axum::Json(value) = axum::Json::<T>::from_request(req, state).await?;
+        Ok(Json(value))
+    }
+}
+
+/// 422 `invalid_text`: `place` holds a NUL.
+pub fn invalid_text(place: &str) -> ApiError {
+    ApiError::invalid(
+        "invalid_text",
+        format!(
+            "{place} holds U+0000 (NUL), which the server cannot store; remove it and send again"
+        ),
+    )
+}
 
 impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
     fn into_response(self) -> axum::response::Response {
@@ -29,10 +69,33 @@ impl<T: serde::Serialize> axum::response::IntoResponse for Json<T> {
 #[from_request(via(axum::extract::Path), rejection(ApiError))]
 pub struct Path<T>(pub T);
 
-/// `axum::extract::Query` with refusals in the error body.
-#[derive(Debug, FromRequestParts)]
-#[from_request(via(axum::extract::Query), rejection(ApiError))]
+/// `axum::extract::Query` with refusals in the error body; a parameter
+/// holding a NUL (`%00`) is refused with 422 `invalid_text` naming it.
+#[derive(Debug)]
 pub struct Query<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for Query<T>
+where
+    T: serde::de::DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        if let Some(query) = parts.uri.query()
+            && let Some((name, _)) = url::form_urlencoded::parse(query.as_bytes())
+                .find(|(name, value)| text::has_nul(name) || text::has_nul(value))
+        {
+            return Err(invalid_text(&format!(
+                "the query parameter `{}`",
+                text::clean(&name)
+            )));
+        }
+        let axum::extract::Query(value) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        Ok(Query(value))
+    }
+}
 
 /// The caller, authenticated by its bearer token.
 #[derive(Debug, Clone)]

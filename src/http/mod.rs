@@ -34,8 +34,10 @@ pub use self::serve::{ConnectionLimits, serve};
 use self::error::ApiError;
 use crate::service::Service;
 
-/// Requests bodies may be this large, except a scan.
-pub const BODY_LIMIT: usize = 1024 * 1024;
+/// Requests bodies may be this large, except a scan: room for the largest
+/// result a session may allow (`max_result_bytes`, 1 MiB at most) and its
+/// envelope.
+pub const BODY_LIMIT: usize = 2 * 1024 * 1024;
 /// A scan's body may be this large.
 pub const SCAN_BODY_LIMIT: usize = 64 * 1024 * 1024;
 

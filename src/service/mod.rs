@@ -65,6 +65,9 @@ pub enum ServiceError {
     /// cause is logged and never echoed.
     #[error("{0}")]
     Fault(String),
+    /// Input larger than its limit (413).
+    #[error("{message}")]
+    TooLarge { code: &'static str, message: String },
     /// The server is at a bound (running exports); the request may be retried.
     #[error("{message}")]
     Busy {
@@ -79,6 +82,32 @@ fn invalid(code: &'static str, message: impl Into<String>) -> ServiceError {
         code,
         message: message.into(),
     }
+}
+
+/// 422 `invalid_text`: `place` holds a NUL, which neither store can keep.
+/// The HTTP layer refuses it in any JSON body or query first; this repeats
+/// the rule for what reaches a use case another way (a console form).
+fn invalid_text(place: &str) -> ServiceError {
+    invalid(
+        "invalid_text",
+        format!(
+            "{place} holds U+0000 (NUL), which the server cannot store; remove it and send again"
+        ),
+    )
+}
+
+/// Refuses an agent name that is too long or holds a NUL.
+fn check_agent(agent: &AgentId) -> Result<(), ServiceError> {
+    if agent.to_string().len() > MAX_AGENT_LEN {
+        return Err(invalid(
+            "invalid_agent",
+            format!("the agent name is longer than {MAX_AGENT_LEN} bytes; shorten it"),
+        ));
+    }
+    if crate::domain::text::has_nul(&agent.name) {
+        return Err(invalid_text("the agent name"));
+    }
+    Ok(())
 }
 
 /// The name of the bootstrap admin token.
@@ -401,12 +430,7 @@ impl Service {
         session_id: SessionId,
         agent: &AgentId,
     ) -> Result<NextResponse, ServiceError> {
-        if agent.to_string().len() > MAX_AGENT_LEN {
-            return Err(invalid(
-                "invalid_agent",
-                format!("the agent name is longer than {MAX_AGENT_LEN} bytes; shorten it"),
-            ));
-        }
+        check_agent(agent)?;
         let session = self.session(session_id).await?;
         let outcome = self.store.lease_next(session_id, agent).await?;
         Ok(match outcome {
@@ -502,6 +526,18 @@ impl Service {
         wait: Duration,
     ) -> Result<SubmitResponse, ServiceError> {
         let result = Value::Object(result);
+        let (quest, session) = self.quest_and_session(quest_id).await?;
+        let limit = session.config.max_result_bytes;
+        let size = crate::domain::text::json_len(&result);
+        if size > limit as usize {
+            return Err(ServiceError::TooLarge {
+                code: "result_too_large",
+                message: format!(
+                    "the result is {size} bytes of JSON; this session accepts {limit} at most \
+                     (its max_result_bytes): send a shorter result"
+                ),
+            });
+        }
         let new = NewSubmission {
             quest_id,
             lease_id,
@@ -509,7 +545,7 @@ impl Service {
             result_hash: digest(&result),
             result,
         };
-        let decision = self.decide_at_once(&new).await?;
+        let decision = self.decide_at_once(&new, &quest, &session).await?;
         // Subscribe before the gate can possibly finish, so its event is not missed.
         let mut events = decision.is_none().then(|| self.events.subscribe());
         let view = match self.store.submit(new, decision).await? {
@@ -561,16 +597,26 @@ impl Service {
         Ok(submit_response(self.store.submission_view(id).await?))
     }
 
+    /// The input of the quest a result is sent for, and its session.
+    async fn quest_and_session(
+        &self,
+        quest_id: QuestId,
+    ) -> Result<(Arc<QuestInput>, Arc<SessionRow>), ServiceError> {
+        let quest = match self.inputs.get(quest_id) {
+            Some(quest) => quest,
+            None => Arc::new(QuestInput::of(&self.store.get_quest(quest_id).await?)),
+        };
+        let session = self.session(quest.session_id).await?;
+        Ok((quest, session))
+    }
+
     /// The decision of the session's gate when it decides at once.
     async fn decide_at_once(
         &self,
         new: &NewSubmission,
+        quest: &QuestInput,
+        session: &SessionRow,
     ) -> Result<Option<GateDecision>, ServiceError> {
-        let quest = match self.inputs.get(new.quest_id) {
-            Some(quest) => quest,
-            None => Arc::new(QuestInput::of(&self.store.get_quest(new.quest_id).await?)),
-        };
-        let session = self.session(quest.session_id).await?;
         let check = Check {
             session_id: quest.session_id,
             quest_id: new.quest_id,
@@ -647,12 +693,7 @@ impl Service {
         session_id: SessionId,
         agent: &AgentId,
     ) -> Result<api::AgentLease, ServiceError> {
-        if agent.to_string().len() > MAX_AGENT_LEN {
-            return Err(invalid(
-                "invalid_agent",
-                format!("the agent name is longer than {MAX_AGENT_LEN} bytes; shorten it"),
-            ));
-        }
+        check_agent(agent)?;
         self.session(session_id).await?;
         let lease = self.store.agent_lease(session_id, agent).await?;
         Ok(api::AgentLease {

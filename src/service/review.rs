@@ -81,13 +81,17 @@ pub(super) fn check_filter(check: Option<&str>) -> Result<Option<CheckFilter>, S
         .map_err(|e| invalid("invalid_check", e.to_string()))
 }
 
-/// Refuses a reviewer's note that is too long, or missing from a rejection.
+/// Refuses a reviewer's note that is too long, holds a NUL, or is missing
+/// from a rejection.
 pub(super) fn check_note(decision: Decision, note: &str) -> Result<(), ServiceError> {
     if note.len() > 10_000 {
         return Err(invalid(
             "invalid_note",
             "the note is longer than 10000 bytes; shorten it",
         ));
+    }
+    if crate::domain::text::has_nul(note) {
+        return Err(super::invalid_text("the note"));
     }
     if decision == Decision::Reject && note.trim().is_empty() {
         return Err(invalid(

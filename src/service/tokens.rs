@@ -19,6 +19,9 @@ impl Service {
                 "give the token a name of 1 to 200 characters without `/`",
             ));
         }
+        if crate::domain::text::has_nul(name) {
+            return Err(super::invalid_text("the token name"));
+        }
         let max_leases = work::lease_cap_for(role, max_leases)
             .map_err(|message| invalid("invalid_max_leases", message))?;
         let secret = new_secret();

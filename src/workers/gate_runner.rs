@@ -25,6 +25,7 @@ use crate::domain::receipt::ReceiptParts;
 use crate::domain::session::GateConfig;
 use crate::domain::verify::{Artifact, Contract, VerifierRequest};
 use crate::domain::{Fact, SubmissionVerdict, Verdict};
+use crate::gates::fetch::PageCache;
 use crate::gates::{Gate, GateOutcome, GateRegistry, HOLDERS_SHOWN, SessionView};
 use crate::store::{
     Decided, GateDecision, GateJob, Job, JobClaim, Store, StoreError, is_plain_field,
@@ -186,9 +187,28 @@ impl GateRunner {
     /// the result, and what the session's other quests hold now is no part of
     /// that world (another quest under review with the same address would
     /// otherwise leave this one `unconfirmed`).
-    pub async fn recheck(&self, check: &Check<'_>) -> Result<GateDecision, StoreError> {
-        let gate = self.gate(check.session_id, &check.config.gate);
+    ///
+    /// The gate reads pages through `pages`, the re-check run's own cache,
+    /// never the submissions' one: a page read by a submission's check a
+    /// minute ago says nothing about the world now. It is built for the
+    /// re-check (re-checks are rare; the runner's built gates hold the
+    /// submissions' cache).
+    pub async fn recheck(
+        &self,
+        check: &Check<'_>,
+        pages: &Arc<PageCache>,
+    ) -> Result<GateDecision, StoreError> {
+        let gate = self
+            .inner
+            .registry
+            .build_with(&check.config.gate, pages)
+            .map_err(|e| e.to_string());
         self.inner.decide(check, gate, Others::Nobody).await
+    }
+
+    /// An empty page cache for a re-check run (see [`GateRunner::recheck`]).
+    pub fn fresh_pages(&self) -> Arc<PageCache> {
+        self.inner.registry.fresh_pages()
     }
 
     /// Queues the L2 jobs a PASS decided in a request created.
@@ -457,6 +477,9 @@ impl Inner {
                 "unavailable".to_owned(),
             ),
         };
+        // The one place every verdict passes on its way to the store: what a
+        // gate, a page or a program gave back is cleaned and cut here.
+        let outcome = outcome.bounded();
         metrics::histogram!("quest_gate_seconds", "gate" => name.clone())
             .record(started.elapsed().as_secs_f64());
         metrics::counter!("quest_verdicts_total", "verdict" => outcome.verdict.as_str())

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::domain::Fact;
 use crate::domain::ids::{QuestId, RecheckRunId};
 use crate::domain::recheck::{self, Every};
+use crate::gates::fetch::PageCache;
 use crate::store::{Job, JobClaim, NewRecheck, RecheckRecorded, Store, StoreError};
 use crate::workers::claims::{self, Held};
 use crate::workers::gate_runner::{cleaned, refused};
@@ -48,7 +49,37 @@ struct Inner {
     permits: Pool,
     /// The quests this process is re-checking now.
     running: Mutex<HashSet<(RecheckRunId, QuestId)>>,
+    /// The page caches of the runs re-checked most recently, one per run
+    /// and fresh for it: a page cited by many quests of a run is fetched
+    /// once in that run, and never read from a submission's check or an
+    /// earlier run.
+    pages: Mutex<RunPages>,
     wake: Notify,
+}
+
+/// How many runs' page caches are kept; a run whose cache went starts a new one.
+const KEPT_RUN_PAGES: usize = 2;
+
+/// The page caches of the latest runs, oldest first.
+#[derive(Default)]
+struct RunPages(Vec<(RecheckRunId, Arc<PageCache>)>);
+
+impl RunPages {
+    /// The cache of `run`, made by `fresh` on its first re-check.
+    fn of(&mut self, run: RecheckRunId, fresh: impl FnOnce() -> Arc<PageCache>) -> Arc<PageCache> {
+        if let Some(i) = self.0.iter().position(|(r, _)| *r == run) {
+            let entry = self.0.remove(i);
+            let pages = entry.1.clone();
+            self.0.push(entry);
+            return pages;
+        }
+        if self.0.len() >= KEPT_RUN_PAGES {
+            self.0.remove(0);
+        }
+        let pages = fresh();
+        self.0.push((run, pages.clone()));
+        pages
+    }
 }
 
 impl Rechecker {
@@ -67,6 +98,7 @@ impl Rechecker {
                 gates,
                 permits: Pool::new(workers.max(1)),
                 running: Mutex::new(HashSet::new()),
+                pages: Mutex::new(RunPages::default()),
                 wake: Notify::new(),
             }),
         };
@@ -259,7 +291,12 @@ impl Inner {
             result,
             config: &job.config,
         };
-        let mut decision = self.gates.recheck(&check).await?;
+        let pages = self
+            .pages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .of(run, || self.gates.fresh_pages());
+        let mut decision = self.gates.recheck(&check, &pages).await?;
         // A person approved the quest: the facts it carried then are what they accepted.
         let approved: Option<&[Fact]> = quest
             .decided_by

@@ -292,12 +292,19 @@ impl Inner {
             ),
         };
         let latency = started.elapsed();
+        let Asked {
+            mut raw,
+            mut detail,
+            ..
+        } = asked;
+        // A model's reply is text nobody checked: cleaned before it is stored.
+        crate::domain::text::clean_reply(&mut raw, &mut detail);
         let answer = NewL2Answer {
             job_id: job.id,
             model,
-            raw_reply: asked.raw,
+            raw_reply: raw,
             answer: asked.answer,
-            detail: asked.detail,
+            detail,
             attempts: asked.attempts,
             latency_ms: latency.as_millis() as u64,
         };

@@ -260,7 +260,7 @@ async fn huge_bodies_are_refused_with_413() {
     let agent = app.token("agent", "bot").await;
     let session = app.scan(contact_config(3), companies(1)).await;
     let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
-    let big = "x".repeat(1024 * 1024 + 10);
+    let big = "x".repeat(2 * 1024 * 1024 + 10);
     let answer = app
         .post(
             &format!("/v1/quests/{quest}/submit"),

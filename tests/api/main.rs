@@ -42,6 +42,7 @@ mod server;
 mod sessions;
 mod store;
 mod store_faults;
+mod text_limits;
 mod verifiers;
 mod verifiers_config;
 mod verifiers_crash;

@@ -516,3 +516,39 @@ async fn a_recheck_by_another_version_of_the_gate_says_the_gate_changed() {
     assert_eq!(recheck["gate_changed"], true, "{recheck}");
     assert_eq!(view["receipt"], passed["receipt"], "the receipt stays");
 }
+
+#[tokio::test]
+async fn a_recheck_a_minute_after_the_page_changed_asks_the_world_again_in_every_run() {
+    let site = Site::serve(PAGE).await;
+    let app = spawn(None).await;
+    let (session, quest) = passed(&app, &site).await;
+    let start = || async {
+        app.post(
+            &format!("/v1/sessions/{session}/recheck"),
+            &app.admin,
+            json!({}),
+        )
+        .await
+        .expect(202)
+    };
+
+    // Well within the five minutes the submissions' page cache keeps a page.
+    site.set(Page::Html(MOVED.to_owned()));
+    app.clock.advance(Duration::from_secs(60));
+    let hits = site.hits.load(Ordering::SeqCst);
+    start().await;
+    let view = rechecked(&app, &quest, 1).await;
+    assert_eq!(view["recheck_mark"], "stale", "{view}");
+    assert!(
+        site.hits.load(Ordering::SeqCst) > hits,
+        "the page was read again"
+    );
+
+    // The next run, a minute later, does not read the last run's page either.
+    site.set(Page::Html(PAGE.to_owned()));
+    app.clock.advance(Duration::from_secs(60));
+    start().await;
+    let view = rechecked(&app, &quest, 2).await;
+    assert_eq!(view["rechecks"][1]["outcome"], "confirmed", "{view}");
+    assert_eq!(view["recheck_mark"], Value::Null, "{view}");
+}

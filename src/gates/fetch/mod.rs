@@ -132,6 +132,11 @@ impl PageCache {
         }
     }
 
+    /// An empty cache with this one's budget and clock, sharing nothing with it.
+    pub fn empty_like(&self) -> PageCache {
+        PageCache::with_limits(self.budget, self.clock.clone())
+    }
+
     /// A fetcher in front of `inner` with a namespace of its own in this cache.
     pub fn fetcher(self: &Arc<Self>, inner: Arc<dyn Fetcher>) -> CachedFetcher {
         CachedFetcher {
