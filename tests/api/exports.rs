@@ -28,7 +28,10 @@ async fn an_agent_cannot_widen_break_or_poison_the_export() {
         {"company": "Acme", "city": "=1+1"},
         {"company": "Beta", "city": "-2+3"}
     ]);
-    let session = app.scan(contact_config(3), items).await;
+    // The widest result a session may accept, so that the export is what stops it.
+    let mut config = contact_config(3);
+    config["max_result_bytes"] = json!(1024 * 1024);
+    let session = app.scan(config, items).await;
     let (q, l) = assigned(&app.next(&agent, &session, "a").await);
     let mut junk = Map::new();
     junk.insert("email".into(), json!("info@acme.test"));

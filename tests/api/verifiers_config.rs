@@ -202,8 +202,15 @@ async fn unknown_verifiers_and_gates_that_declare_no_fields_are_refused_at_scan(
     let questions = created["config"]["verify"]["questions"].as_array().unwrap();
     assert_eq!(
         questions.len(),
-        1,
-        "the schema gate's default question is stored: {created}"
+        2,
+        "the schema gate's default questions are stored: {created}"
+    );
+    assert!(
+        questions[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("text addressed to a verifier"),
+        "the second catches instructions aimed at the verifier: {created}"
     );
     assert_eq!(created["config"]["verify"]["quorum"], 1);
 
