@@ -402,3 +402,231 @@ async fn every_verdict_needs_its_proof_in_the_database() {
         );
     }
 }
+
+/// A connection to a SQLite server's file as the `sqlite3` shell opens one:
+/// SQLite's own defaults, so no `recursive_triggers` and no foreign keys
+/// (sqlx would turn those on).
+async fn plain_sqlite(app: &TestApp) -> SqliteConnection {
+    use sqlx::ConnectOptions;
+    sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(app.data_dir.path().join("quest.db"))
+        .foreign_keys(false)
+        .connect()
+        .await
+        .expect("a plain connection to the database")
+}
+
+async fn plain_exec(db: &mut SqliteConnection, sql: &str) -> Result<u64, String> {
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut *db)
+        .await
+        .map(|r| r.rows_affected())
+        .map_err(|e| e.to_string())
+}
+
+async fn plain_count(db: &mut SqliteConnection, sql: &str) -> i64 {
+    sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(&mut *db)
+        .await
+        .expect(sql)
+}
+
+/// SQLite only: REPLACE deletes the row holding a key without its delete
+/// triggers (PostgreSQL has no REPLACE; its upsert is an update, refused by
+/// the update triggers, see above). Every key of a ratcheted or append-only
+/// table refuses a second row, so neither `INSERT OR REPLACE` nor `REPLACE
+/// INTO` can wipe a PASS quest, a verdict or a record.
+#[tokio::test]
+async fn replace_on_any_key_of_the_ratchet_tables_is_refused() {
+    let app = spawn_app().await;
+    if app.database_url.is_some() {
+        return;
+    }
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(contact_config(3), companies(2)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let pass = app
+        .submit(&agent, &quest, &lease, json!({"email": "a@b.test"}))
+        .await
+        .expect(200);
+    let submission = pass["submission_id"].as_str().unwrap().to_owned();
+    let mut db = plain_sqlite(&app).await;
+    let at = "2026-01-01T00:00:00.000000Z";
+
+    // One row in each of the other append-only tables, written below the store.
+    let (decision, job, run, recheck) = (
+        uuid::Uuid::now_v7(),
+        uuid::Uuid::now_v7(),
+        uuid::Uuid::now_v7(),
+        uuid::Uuid::now_v7(),
+    );
+    for sql in [
+        format!(
+            "INSERT INTO review_decisions (id, quest_id, reviewer, decision, note, created_at)
+             VALUES ('{decision}', '{quest}', 'r', 'approve', 'n', '{at}')"
+        ),
+        format!(
+            "INSERT INTO l2_jobs (id, submission_id, quest_id, session_id, verifier, question_index, question,
+               flag_on, request, status, created_at, answered_at)
+             VALUES ('{job}', '{submission}', '{quest}', '{session}', 'v', 0, 'q', 'yes', '{{}}', 'answered', '{at}', '{at}')"
+        ),
+        format!(
+            "INSERT INTO l2_answers (job_id, submission_id, quest_id, session_id, verifier, model, question_index,
+               question, flag_on, raw_reply, answer, detail, flagged, attempts, latency_ms, created_at)
+             VALUES ('{job}', '{submission}', '{quest}', '{session}', 'v', 'm', 0, 'q', 'yes', 'NO', 'no', 'd', 0, 1, 1, '{at}')"
+        ),
+        format!(
+            "INSERT INTO l2_decisions (submission_id, quest_id, session_id, state_after, facts, decided_at)
+             VALUES ('{submission}', '{quest}', '{session}', 'PASS', '[]', '{at}')"
+        ),
+        format!(
+            "INSERT INTO recheck_runs (id, session_id, started_by, started_at, total)
+             VALUES ('{run}', '{session}', 'admin', '{at}', 1)"
+        ),
+        format!(
+            "INSERT INTO rechecks (id, run_id, quest_id, session_id, submission_id, verdict, outcome, mark, facts,
+               evidence, gate, gate_version, passed_gate_version, digest, created_at)
+             VALUES ('{recheck}', '{run}', '{quest}', '{session}', '{submission}', 'PASS', 'confirmed', NULL, '[]',
+               '[]', 'g', '1', '1', 'd', '{at}')"
+        ),
+        format!(
+            "INSERT INTO verifier_switches (session_id, verifier, question_index, standing, upheld, overruled,
+               missed, cleared, kappa, min_kappa, min_labels, decision_id, created_at)
+             VALUES ('{session}', 'v', 0, 'voting', 0, 0, 0, 0, 1.0, 0.5, 10, '{decision}', '{at}')"
+        ),
+    ] {
+        plain_exec(&mut db, &sql).await.expect(&sql);
+    }
+    let seq = plain_count(&mut db, "SELECT MAX(seq) FROM verifier_switches").await;
+
+    // A fresh open quest, as the insert triggers let one in.
+    let open = "state = 'TODO', phase = 'open', tries = 0, lapses = 0, leases = 0, lease_id = NULL,
+                result = NULL, submission_id = NULL, receipt = NULL, decided_by = NULL";
+    let fresh = || format!("'{}'", uuid::Uuid::now_v7());
+    // (table, the existing row, what the replacing copy of it changes): each
+    // copy collides with the existing row on the one key named.
+    let cases = [
+        (
+            "quests(id)",
+            "quests",
+            format!("id = '{quest}'"),
+            format!("row_index = 999, {open}"),
+        ),
+        (
+            "quests(session_id, row_index)",
+            "quests",
+            format!("id = '{quest}'"),
+            format!("id = {}, {open}", fresh()),
+        ),
+        (
+            "submissions(id)",
+            "submissions",
+            format!("id = '{submission}'"),
+            "result = '{\"email\":\"evil@x.test\"}'".to_owned(),
+        ),
+        (
+            "review_decisions(id)",
+            "review_decisions",
+            format!("id = '{decision}'"),
+            "decision = 'reject'".to_owned(),
+        ),
+        (
+            "leases(id)",
+            "leases",
+            format!("id = '{lease}'"),
+            "agent = 'evil'".to_owned(),
+        ),
+        (
+            "l2_jobs(id)",
+            "l2_jobs",
+            format!("id = '{job}'"),
+            "question_index = 7, question = 'evil'".to_owned(),
+        ),
+        (
+            "l2_jobs(submission_id, verifier, question_index)",
+            "l2_jobs",
+            format!("id = '{job}'"),
+            format!("id = {}, question = 'evil'", fresh()),
+        ),
+        (
+            "l2_answers(job_id)",
+            "l2_answers",
+            format!("job_id = '{job}'"),
+            "detail = 'evil'".to_owned(),
+        ),
+        (
+            "l2_decisions(submission_id)",
+            "l2_decisions",
+            format!("submission_id = '{submission}'"),
+            "state_after = 'REVIEW'".to_owned(),
+        ),
+        (
+            "recheck_runs(session_id) WHERE finished_at IS NULL",
+            "recheck_runs",
+            format!("id = '{run}'"),
+            format!("id = {}", fresh()),
+        ),
+        (
+            "recheck_runs(id)",
+            "recheck_runs",
+            format!("id = '{run}'"),
+            "finished_at = '2026-01-02T00:00:00.000000Z', total = 9".to_owned(),
+        ),
+        (
+            "rechecks(id)",
+            "rechecks",
+            format!("id = '{recheck}'"),
+            format!("run_id = {}, outcome = 'stale', mark = 'stale'", fresh()),
+        ),
+        (
+            "rechecks(run_id, quest_id)",
+            "rechecks",
+            format!("id = '{recheck}'"),
+            format!("id = {}, outcome = 'stale', mark = 'stale'", fresh()),
+        ),
+        (
+            "verifier_switches(seq)",
+            "verifier_switches",
+            format!("seq = {seq}"),
+            "standing = 'advisory'".to_owned(),
+        ),
+    ];
+    for (key, table, row, change) in &cases {
+        for verb in ["INSERT OR REPLACE", "REPLACE"] {
+            for sql in [
+                "DROP TABLE IF EXISTS temp.kept".to_owned(),
+                "DROP TABLE IF EXISTS temp.copy".to_owned(),
+                format!("CREATE TEMP TABLE kept AS SELECT * FROM main.{table} WHERE {row}"),
+                format!("CREATE TEMP TABLE copy AS SELECT * FROM main.{table} WHERE {row}"),
+                format!("UPDATE temp.copy SET {change}"),
+            ] {
+                plain_exec(&mut db, &sql).await.expect(&sql);
+            }
+            let count = format!("SELECT COUNT(*) FROM main.{table}");
+            let before = plain_count(&mut db, &count).await;
+            let sql = format!("{verb} INTO main.{table} SELECT * FROM temp.copy");
+            let err = plain_exec(&mut db, &sql)
+                .await
+                .expect_err(&format!("{key}: {sql}"));
+            assert!(
+                err.contains("ratchet") && err.contains("replaced"),
+                "{key}: {sql}: {err}"
+            );
+            let gone = plain_count(
+                &mut db,
+                &format!("SELECT COUNT(*) FROM (SELECT * FROM temp.kept EXCEPT SELECT * FROM main.{table})"),
+            )
+            .await;
+            assert_eq!(gone, 0, "{key}: {sql}: the original row is gone or changed");
+            assert_eq!(plain_count(&mut db, &count).await, before, "{key}: {sql}");
+        }
+    }
+
+    let view = app.quest(&quest).await;
+    assert_eq!(
+        (view["state"].as_str(), view["result"]["email"].as_str()),
+        (Some("PASS"), Some("a@b.test"))
+    );
+    assert_eq!(view["receipt"], pass["receipt"]);
+    assert_counters_match_the_rows(&app, &session).await;
+}
