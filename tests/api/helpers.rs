@@ -480,6 +480,11 @@ pub fn declaring(mut config: Value, fields: &[&str]) -> Value {
 /// pause: a gate that runs a process, so a submission stays PENDING until
 /// the gate runner decides it. The returned dir holds the gate's script.
 pub async fn spawn_app_with_slow_gate() -> (TestApp, TempDir) {
+    spawn_app_with_slow_gate_tuned(|_| {}).await
+}
+
+/// [`spawn_app_with_slow_gate`], with the server's settings changed by `tune` first.
+pub async fn spawn_app_with_slow_gate_tuned(tune: impl FnOnce(&mut Config)) -> (TestApp, TempDir) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("slow.sh"),
@@ -491,7 +496,8 @@ pub async fn spawn_app_with_slow_gate() -> (TestApp, TempDir) {
          timeout_ms = 10000\n",
         dir.path().display()
     );
-    (spawn_app_with(&toml).await, dir)
+    let app = spawn_app_tuned(tempfile::tempdir().unwrap(), Some(&toml), tune).await;
+    (app, dir)
 }
 
 /// A session config for the `slow` gate of [`spawn_app_with_slow_gate`].

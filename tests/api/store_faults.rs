@@ -15,20 +15,7 @@ use crate::helpers::*;
 /// A server whose `slow` command gate passes every result after a pause,
 /// with `workers` gate workers.
 async fn spawn_slow(workers: usize) -> (TestApp, tempfile::TempDir) {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("slow.sh"),
-        "cat > /dev/null\n/bin/sleep 0.2\necho '{\"verdict\": \"PASS\"}'\n",
-    )
-    .unwrap();
-    let toml = format!(
-        "[gates.slow]\nkind = \"command\"\nargv = [\"/bin/sh\", \"./slow.sh\"]\nworkdir = \"{}\"\n\
-         timeout_ms = 10000\nallow_root = true\n",
-        dir.path().display()
-    );
-    let data_dir = tempfile::tempdir().unwrap();
-    let app = spawn_app_tuned(data_dir, Some(&toml), |c| c.gate_workers = workers).await;
-    (app, dir)
+    spawn_app_with_slow_gate_tuned(|c| c.gate_workers = workers).await
 }
 
 /// Runs raw SQL on the server's own database, beside the server.
