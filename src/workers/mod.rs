@@ -6,8 +6,10 @@
 pub mod claims;
 pub mod gate_runner;
 pub mod orphans;
+mod recent_gates;
 pub mod rechecker;
 pub mod retry;
+pub mod scheduler;
 pub mod sweeper;
 pub mod verifier_runner;
 
