@@ -186,20 +186,21 @@ impl Rechecker {
                 tokio::spawn(async move {
                     let permits = inner.scheduler.permits(owner);
                     let slot = Slot::holding(&permits, permit);
-                    let finished = tokio::select! {
+                    let recorded = tokio::select! {
                         // A stop leaves the quest marked: the next start re-checks it.
                         _ = shutdown.cancelled() => false,
                         outcome = inner.recheck(key.0, key.1, slot, &shutdown) => match outcome {
-                            Ok(_) => true,
+                            Ok(recorded) => recorded.is_some(),
                             Err(e) => {
                                 tracing::warn!(quest = %key.1, error = %e, "re-check failed; it is tried again at the next scan");
                                 false
                             }
                         },
                     };
-                    // The last of a scan's re-checks done: scan again at once
-                    // (not after a failure, which waits for the next tick).
-                    if inner.forget(key) && finished {
+                    // The last of a scan's re-checks recorded: scan again at
+                    // once. Not after a failure, nor when another replica
+                    // holds the claim: those wait for the next tick.
+                    if inner.forget(key) && recorded {
                         inner.wake.notify_one();
                     }
                 });
