@@ -234,7 +234,6 @@ impl App {
         let rechecker = Rechecker::start(
             store.clone(),
             runner.clone(),
-            config.gate_workers,
             Duration::from_secs(config.sweep_seconds.max(1)),
             background.clone(),
         );

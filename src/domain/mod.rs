@@ -1,5 +1,6 @@
 //! The pure core: quest states and their one transition function, verdicts,
 //! facts, roles, events, receipts, prompts, the rules of the AI verifiers (L2),
+//! the fair share of the gate workers,
 //! the parsing of uploaded tables and the bounds of the text the server keeps.
 //!
 //! Nothing here performs I/O or knows about HTTP, SQL or gates' outside world.
@@ -38,6 +39,7 @@ macro_rules! text_enum {
     };
 }
 
+pub mod fair;
 pub mod ids;
 pub mod prompt;
 pub mod receipt;

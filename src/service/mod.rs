@@ -466,7 +466,7 @@ impl Service {
             SubmitOutcome::Recorded { view, l2_jobs } => {
                 metrics::counter!("quest_submissions_total").increment(1);
                 if view.submission.verdict == SubmissionVerdict::Pending {
-                    self.runner.enqueue(view.submission.id);
+                    self.runner.enqueue(&view.submission);
                 } else {
                     self.inputs.forget(quest_id, view.quest.state);
                     self.runner.enqueue_verifiers(&l2_jobs);

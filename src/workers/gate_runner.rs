@@ -1,5 +1,9 @@
-//! The gate runner: a queue of PENDING submissions and a bounded pool of tasks
-//! that run each through its session's gate and apply the decision.
+//! The gate runner: a queue of PENDING submissions and the tasks that run
+//! each through its session's gate and apply the decision. The checks wait
+//! for a worker in the replica's fair [`Scheduler`], shared with the
+//! re-checker, under the submission's session and token; a submission found
+//! by a scan or an event (start-up, the orphan scan) has its owner looked up
+//! once first, in one task.
 //!
 //! A submission is durable (PENDING) before it is queued, so a crash loses no
 //! work: at start-up every PENDING submission is queued again, and because
@@ -9,8 +13,9 @@
 //! (the contract and the gate's artifact); an L1 PASS is stored together with
 //! its L2 jobs, which are then handed to the [`VerifierRunner`].
 
+use crate::domain::fair::Owner;
 use crate::domain::ids::{L2JobId, QuestId, SessionId, SubmissionId};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,11 +33,13 @@ use crate::domain::{Fact, SubmissionVerdict, Verdict};
 use crate::gates::fetch::PageCache;
 use crate::gates::{Gate, GateOutcome, GateRegistry, HOLDERS_SHOWN, SessionView};
 use crate::store::{
-    Decided, GateDecision, GateJob, Job, JobClaim, Store, StoreError, is_plain_field,
+    Decided, GateDecision, GateJob, Job, JobClaim, Store, StoreError, SubmissionRow, is_plain_field,
 };
 use crate::workers::VerifierRunner;
 use crate::workers::claims::{self, Held};
-use crate::workers::retry::{Cause, Permits, Pool, Retry, Slot, Stop};
+use crate::workers::recent_gates::{KEPT_GATES, RecentGates};
+use crate::workers::retry::{Cause, Retry, Slot, Stop};
+use crate::workers::scheduler::Scheduler;
 
 /// One result to check for one quest.
 pub struct Check<'a> {
@@ -48,13 +55,17 @@ pub struct Check<'a> {
 #[derive(Clone)]
 pub struct GateRunner {
     inner: Arc<Inner>,
-    queue: mpsc::UnboundedSender<SubmissionId>,
+    /// Submissions whose owner is looked up before they are queued.
+    found: mpsc::UnboundedSender<SubmissionId>,
 }
 
 struct Inner {
     store: Arc<dyn Store>,
     registry: Arc<GateRegistry>,
     verifiers: VerifierRunner,
+    /// The replica's gate workers, shared with the re-checker.
+    scheduler: Scheduler,
+    shutdown: CancellationToken,
     /// The longest a check may take, unless its gate declares its own.
     timeout: Duration,
     /// Submissions queued or running here, so that one queued twice (by the
@@ -65,53 +76,10 @@ struct Inner {
     gates: Mutex<RecentGates>,
 }
 
-/// How many sessions' gates the runner keeps built.
-const KEPT_GATES: usize = 64;
-
-/// The gates of the most recently used sessions, at most `capacity`; the
-/// least recently used one goes first. Sessions come and go for as long as
-/// the server runs, so an unbounded map would only grow.
-struct RecentGates {
-    capacity: usize,
-    tick: u64,
-    gates: HashMap<SessionId, (u64, Arc<dyn Gate>)>,
-}
-
-impl RecentGates {
-    fn new(capacity: usize) -> RecentGates {
-        RecentGates {
-            capacity: capacity.max(1),
-            tick: 0,
-            gates: HashMap::new(),
-        }
-    }
-
-    fn get(&mut self, session_id: SessionId) -> Option<Arc<dyn Gate>> {
-        self.tick += 1;
-        let (used, gate) = self.gates.get_mut(&session_id)?;
-        *used = self.tick;
-        Some(gate.clone())
-    }
-
-    fn insert(&mut self, session_id: SessionId, gate: Arc<dyn Gate>) {
-        if self.gates.len() >= self.capacity && !self.gates.contains_key(&session_id) {
-            let oldest = self
-                .gates
-                .iter()
-                .min_by_key(|(_, (used, _))| *used)
-                .map(|(id, _)| *id);
-            if let Some(oldest) = oldest {
-                self.gates.remove(&oldest);
-            }
-        }
-        self.tick += 1;
-        self.gates.insert(session_id, (self.tick, gate));
-    }
-}
-
 impl GateRunner {
-    /// Starts a runner with at most `workers` checks at once; L1 PASSes that
-    /// await AI verifiers go on to `verifiers`. It stops when `shutdown` fires.
+    /// Starts a runner with `workers` gate workers (shared with re-checks,
+    /// see [`GateRunner::scheduler`]); L1 PASSes that await AI verifiers go
+    /// on to `verifiers`. It stops when `shutdown` fires.
     pub fn start(
         store: Arc<dyn Store>,
         registry: Arc<GateRegistry>,
@@ -120,28 +88,44 @@ impl GateRunner {
         timeout: Duration,
         shutdown: CancellationToken,
     ) -> GateRunner {
-        let (queue, rx) = mpsc::unbounded_channel();
+        let (found, rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             store,
             registry,
             verifiers,
+            scheduler: Scheduler::start(workers, shutdown.clone()),
+            shutdown,
             timeout,
             in_flight: Mutex::new(HashSet::new()),
             gates: Mutex::new(RecentGates::new(KEPT_GATES)),
         });
-        tokio::spawn(run(inner.clone(), rx, workers.max(1), shutdown));
-        GateRunner { inner, queue }
+        tokio::spawn(look_up_owners(inner.clone(), rx));
+        GateRunner { inner, found }
     }
 
-    /// Queues a PENDING submission, unless it is queued or running here already.
-    pub fn enqueue(&self, submission_id: SubmissionId) {
+    /// The replica's gate workers: the re-checker queues its checks there too.
+    pub fn scheduler(&self) -> Scheduler {
+        self.inner.scheduler.clone()
+    }
+
+    /// Queues a PENDING submission just recorded, under its session and the
+    /// token that submitted it, unless it is queued or running here already.
+    pub fn enqueue(&self, submission: &SubmissionRow) {
+        if self.inner.in_flight().insert(submission.id) {
+            self.inner.schedule(submission.id, owner(submission));
+        }
+    }
+
+    /// Queues a PENDING submission found by a scan or an event, once its
+    /// owner is looked up, unless it is queued or running here already.
+    pub fn enqueue_found(&self, submission_id: SubmissionId) {
         if !self.inner.in_flight().insert(submission_id) {
             return;
         }
         // The receiver lives as long as the runner; after shutdown (or on an
         // API-only replica) the submission stays PENDING in the store, for the
         // next start or a replica with workers.
-        if self.queue.send(submission_id).is_err() {
+        if self.found.send(submission_id).is_err() {
             self.inner.in_flight().remove(&submission_id);
         }
     }
@@ -150,7 +134,7 @@ impl GateRunner {
     pub async fn requeue_pending(&self) -> Result<usize, StoreError> {
         let pending = self.inner.store.pending_submissions().await?;
         for id in &pending {
-            self.enqueue(*id);
+            self.enqueue_found(*id);
         }
         Ok(pending.len())
     }
@@ -222,27 +206,41 @@ impl GateRunner {
     }
 }
 
-async fn run(
-    inner: Arc<Inner>,
-    mut rx: mpsc::UnboundedReceiver<SubmissionId>,
-    workers: usize,
-    shutdown: CancellationToken,
-) {
-    let pool: Arc<dyn Permits> = Arc::new(Pool::new(workers));
+/// Whose check a submission is: its session's and its submitter's token's.
+fn owner(submission: &SubmissionRow) -> Owner {
+    Owner::Check {
+        session: submission.session_id,
+        token: submission.agent.token,
+    }
+}
+
+/// Looks up the owner of each submission found by a scan or an event, one at
+/// a time, and queues the ones still PENDING.
+async fn look_up_owners(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<SubmissionId>) {
+    let shutdown = inner.shutdown.clone();
     loop {
         let id = tokio::select! {
             _ = shutdown.cancelled() => break,
             id = rx.recv() => match id { Some(id) => id, None => break },
         };
-        let Some(permit) = pool.acquire().await else {
-            break;
-        };
-        let (inner, shutdown, pool) = (inner.clone(), shutdown.clone(), pool.clone());
-        tokio::spawn(async move {
-            let slot = Slot::holding(pool.as_ref(), permit);
-            inner.run_until_decided(id, slot, &shutdown).await;
-            inner.in_flight().remove(&id);
-        });
+        let name = format!("owner of {id}");
+        let found = Retry::new(&name, &shutdown)
+            .until_stored(&mut Slot::unpooled(), || inner.store.get_submission(id))
+            .await;
+        match found {
+            Ok(submission) if submission.verdict == SubmissionVerdict::Pending => {
+                inner.schedule(id, owner(&submission));
+            }
+            // Decided meanwhile (by another replica): nothing to check.
+            Ok(_) => {
+                inner.in_flight().remove(&id);
+            }
+            Err(Stop::Shutdown) => break,
+            Err(Stop::Permanent(e, _)) => {
+                tracing::error!(submission = %id, error = %e, "a PENDING submission could not be read; it is not checked here");
+                inner.in_flight().remove(&id);
+            }
+        }
     }
 }
 
@@ -267,6 +265,24 @@ enum Claimed {
 impl Inner {
     fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<SubmissionId>> {
         self.in_flight.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues the check of a submission (in flight already) on the
+    /// scheduler; its task runs once a worker is its.
+    fn schedule(self: &Arc<Self>, id: SubmissionId, owner: Owner) {
+        let inner = self.clone();
+        let queued = self.scheduler.queue(owner, move |permit| {
+            tokio::spawn(async move {
+                let permits = inner.scheduler.permits(owner);
+                let slot = Slot::holding(&permits, permit);
+                inner.run_until_decided(id, slot, &inner.shutdown).await;
+                inner.in_flight().remove(&id);
+            });
+        });
+        if !queued {
+            // Closed: the submission stays PENDING, for the next start.
+            self.in_flight().remove(&id);
+        }
     }
 
     /// Runs a submission until its decision is stored, under a renewed claim
@@ -640,36 +656,5 @@ fn review(fact: Fact) -> GateOutcome {
         verdict: Verdict::Review,
         facts: vec![fact],
         evidence: Vec::new(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::gates::schema::SchemaGate;
-    use serde_json::json;
-
-    fn gate() -> Arc<dyn Gate> {
-        let params = json!({"schema": {"type": "object"}});
-        Arc::new(SchemaGate::from_params(params.as_object().unwrap()).unwrap())
-    }
-
-    #[test]
-    fn only_the_most_recently_used_gates_are_kept() {
-        let mut recent = RecentGates::new(2);
-        let [a, b, c] = [SessionId::new(), SessionId::new(), SessionId::new()];
-        recent.insert(a, gate());
-        recent.insert(b, gate());
-        assert!(
-            recent.get(a).is_some(),
-            "a is used again, so b is now the oldest"
-        );
-        recent.insert(c, gate());
-        assert_eq!(recent.gates.len(), 2);
-        assert!(recent.get(b).is_none());
-        assert!(recent.get(a).is_some() && recent.get(c).is_some());
-        recent.insert(c, gate());
-        assert_eq!(recent.gates.len(), 2, "replacing a kept gate drops nothing");
-        assert!(recent.get(a).is_some());
     }
 }

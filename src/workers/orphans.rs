@@ -29,7 +29,7 @@ pub async fn run_once(
     let jobs = store.orphaned_jobs(GRACE_SECONDS).await?;
     for job in &jobs {
         match *job {
-            Job::Gate(id) => gates.enqueue(id),
+            Job::Gate(id) => gates.enqueue_found(id),
             Job::Verify(id) => verifiers.enqueue([id]),
             // Re-checks are found by their markers, not by the orphan scan.
             Job::Recheck(..) => {}
@@ -58,7 +58,7 @@ pub async fn run(
                 match event {
                     Ok(e) => {
                         for id in waiting_checks(e, &mut events) {
-                            gates.enqueue(id);
+                            gates.enqueue_found(id);
                         }
                     }
                     // Missed events are found by the next scan.

@@ -7,8 +7,10 @@
 //! clears its quest's marker, so after a restart exactly the quests not yet
 //! recorded are re-checked, once (the store keeps one record per run and
 //! quest). Each quest is claimed ([`Job::Recheck`]) so that of several
-//! replicas one runs it; at most `workers` checks run at once. The same loop
-//! starts the runs of sessions whose `recheck.every` is due.
+//! replicas one runs it. The checks wait for the replica's gate workers in
+//! the gate runner's fair [`Scheduler`], as a class of their own (at most
+//! half the workers while submissions' checks wait), round-robin over runs.
+//! The same loop starts the runs of sessions whose `recheck.every` is due.
 
 use crate::domain::work::Refusal;
 use std::collections::HashSet;
@@ -19,13 +21,15 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::domain::Fact;
+use crate::domain::fair::Owner;
 use crate::domain::ids::{QuestId, RecheckRunId};
 use crate::domain::recheck::{self, Every};
 use crate::gates::fetch::PageCache;
 use crate::store::{Job, JobClaim, NewRecheck, RecheckRecorded, Store, StoreError};
 use crate::workers::claims::{self, Held};
 use crate::workers::gate_runner::{cleaned, refused};
-use crate::workers::retry::{Permits, Pool, Retry, Slot, Stop};
+use crate::workers::retry::{Retry, Slot, Stop};
+use crate::workers::scheduler::Scheduler;
 use crate::workers::{Check, GateRunner};
 
 /// Who starts the runs of a session's schedule.
@@ -46,7 +50,7 @@ pub struct Rechecker {
 struct Inner {
     store: Arc<dyn Store>,
     gates: GateRunner,
-    permits: Pool,
+    scheduler: Scheduler,
     /// The quests this process is re-checking now.
     running: Mutex<HashSet<(RecheckRunId, QuestId)>>,
     /// The page caches of the runs re-checked most recently, one per run
@@ -85,18 +89,18 @@ impl RunPages {
 impl Rechecker {
     /// Starts the loop: it scans for due quests and schedules every `every`,
     /// at once when [`Rechecker::wake`] is called, until `shutdown` fires.
+    /// Its checks run on the workers of `gates`' scheduler.
     pub fn start(
         store: Arc<dyn Store>,
         gates: GateRunner,
-        workers: usize,
         every: Duration,
         shutdown: CancellationToken,
     ) -> Rechecker {
         let rechecker = Rechecker {
             inner: Arc::new(Inner {
                 store,
+                scheduler: gates.scheduler(),
                 gates,
-                permits: Pool::new(workers.max(1)),
                 running: Mutex::new(HashSet::new()),
                 pages: Mutex::new(RunPages::default()),
                 wake: Notify::new(),
@@ -161,8 +165,8 @@ impl Rechecker {
         Ok(started)
     }
 
-    /// One scan: hands every due quest not running here to a bounded task;
-    /// the number handed out.
+    /// One scan: queues every due quest not running here on the scheduler;
+    /// the number queued.
     pub async fn run_once(&self, shutdown: &CancellationToken) -> Result<usize, StoreError> {
         let due = self.inner.store.due_rechecks(SCAN).await?;
         let mut handed = 0;
@@ -176,31 +180,37 @@ impl Rechecker {
             {
                 continue;
             }
-            let permit = tokio::select! {
-                permit = self.inner.permits.acquire() => permit,
-                () = shutdown.cancelled() => break,
-            };
-            let Some(permit) = permit else {
-                break;
-            };
-            handed += 1;
             let (inner, shutdown) = (self.inner.clone(), shutdown.clone());
-            tokio::spawn(async move {
-                let slot = Slot::holding(&inner.permits, permit);
-                tokio::select! {
-                    // A stop leaves the quest marked: the next start re-checks it.
-                    _ = shutdown.cancelled() => {}
-                    outcome = inner.recheck(key.0, key.1, slot, &shutdown) => match outcome {
-                        Ok(_) => {}
-                        Err(e) => tracing::warn!(quest = %key.1, error = %e, "re-check failed; it is tried again at the next scan"),
-                    },
-                }
-                inner
-                    .running
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&key);
+            let owner = Owner::Recheck { run: key.0 };
+            let queued = self.inner.scheduler.queue(owner, move |permit| {
+                tokio::spawn(async move {
+                    let permits = inner.scheduler.permits(owner);
+                    let slot = Slot::holding(&permits, permit);
+                    let recorded = tokio::select! {
+                        // A stop leaves the quest marked: the next start re-checks it.
+                        _ = shutdown.cancelled() => false,
+                        outcome = inner.recheck(key.0, key.1, slot, &shutdown) => match outcome {
+                            Ok(recorded) => recorded.is_some(),
+                            Err(e) => {
+                                tracing::warn!(quest = %key.1, error = %e, "re-check failed; it is tried again at the next scan");
+                                false
+                            }
+                        },
+                    };
+                    // The last of a scan's re-checks recorded: scan again at
+                    // once. Not after a failure, nor when another replica
+                    // holds the claim: those wait for the next tick.
+                    if inner.forget(key) && recorded {
+                        inner.wake.notify_one();
+                    }
+                });
             });
+            if !queued {
+                // Closed (the server stops): the quest stays marked.
+                let _ = self.inner.forget(key);
+                break;
+            }
+            handed += 1;
         }
         Ok(handed)
     }
@@ -219,6 +229,13 @@ impl Rechecker {
 }
 
 impl Inner {
+    /// The re-check of `key` no longer runs here: whether none does now.
+    fn forget(&self, key: (RecheckRunId, QuestId)) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        running.remove(&key);
+        running.is_empty()
+    }
+
     /// Claims the re-check (of several replicas one runs it), runs it while
     /// renewing the claim, and records it only while the claim still lives,
     /// under the workers' [`retry`] policy: a transient store failure is

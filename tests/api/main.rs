@@ -19,6 +19,7 @@ mod contract_pending;
 mod contract_rechecks;
 mod contract_replicas;
 mod exports;
+mod fairness;
 mod fake_llm;
 mod guard;
 mod helpers;
