@@ -353,6 +353,7 @@ async fn token(admin: &Client, name: &str) -> Result<String, CliError> {
         name: name.to_owned(),
         role: Role::Agent,
         max_leases: None,
+        sessions: None,
     };
     let (_, created): (_, CreatedToken) = admin.post("/v1/tokens", &request).await?;
     Ok(created.secret)

@@ -76,7 +76,7 @@ async fn pump(
         match &watched {
             Some(ids) => ids.clone(),
             None => service
-                .list_sessions()
+                .list_sessions(None)
                 .await
                 .map(|all| all.into_iter().map(|s| s.id).collect())
                 .unwrap_or_default(),
