@@ -21,7 +21,9 @@ use crate::store::{
     SessionStatus, SubmissionRow, TokenRow,
 };
 
+mod pauses;
 mod recheck;
+pub use pauses::{NextPaused, Pause};
 pub use recheck::{Recheck, RecheckRun};
 
 /// The body of every refusal.
@@ -557,6 +559,12 @@ pub struct CreateTokenRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1, maximum = 1000000)]
     pub max_leases: Option<u32>,
+    /// The sessions the token is limited to (1 to 1000 existing ids; not
+    /// for an admin token). Left out: every session. A limited token is
+    /// refused (403 `out_of_scope`) on any other session or its quests, and
+    /// lists only its own sessions.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Vec<SessionId>>,
 }
 
 /// A token's public part.
@@ -570,6 +578,9 @@ pub struct Token {
     #[serde(default)]
     #[schema(minimum = 1, maximum = 1000000)]
     pub max_leases: Option<u32>,
+    /// The sessions it is limited to; `null`: every session.
+    #[serde(default)]
+    pub sessions: Option<Vec<SessionId>>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -581,6 +592,7 @@ impl From<TokenRow> for Token {
             name: t.name,
             role: t.role,
             max_leases: t.max_leases,
+            sessions: t.sessions,
             created_at: t.created_at,
             revoked_at: t.revoked_at,
         }

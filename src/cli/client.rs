@@ -61,6 +61,7 @@ impl CliError {
             CliError::NoAgentToken { .. } => status::AUTH,
             CliError::Unreachable { .. } => status::UNREACHABLE,
             CliError::Garbled(_) => status::SERVER,
+            CliError::Refused { code, .. } if code == "agent_paused" => super::exit::PAUSED,
             CliError::Refused { status: s, .. } => match s.as_u16() {
                 401 | 403 => status::AUTH,
                 404 => status::NOT_FOUND,
@@ -83,6 +84,8 @@ impl CliError {
                     (401, _) => {
                         " (set QUEST_TOKEN or --token to a valid token; an admin creates one with `quest token create`)"
                     }
+                    (409, "agent_paused") => " (paused: stop and tell the operator)",
+                    (403, "out_of_scope") => "",
                     (403, _) => {
                         " (ask an admin for a token with that role: `quest token create --role ROLE`)"
                     }

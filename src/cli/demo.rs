@@ -284,6 +284,8 @@ struct Tally {
     verdicts: BTreeMap<String, u32>,
     /// Addresses this agent made up.
     invented: HashSet<String>,
+    /// The server paused its token in the session (its quests kept ending DONE).
+    paused: bool,
 }
 
 async fn run_agent(
@@ -299,9 +301,18 @@ async fn run_agent(
         agent: Some(style.name().to_owned()),
     };
     loop {
-        let (_, next): (_, NextResponse) = client
+        let next: Result<(_, NextResponse), CliError> = client
             .post(&format!("/v1/sessions/{session}/next"), &request)
-            .await?;
+            .await;
+        let next = match next {
+            Err(e) if e.exit_status() == super::exit::PAUSED => {
+                // What a real agent does: stop and tell the operator.
+                tally.paused = true;
+                bar.finish_with_message("paused: stopped and told the operator");
+                return Ok(tally);
+            }
+            other => other?.1,
+        };
         let (quest, lease) = match next {
             NextResponse::Finished => return Ok(tally),
             NextResponse::Wait { .. } => {
@@ -323,9 +334,14 @@ async fn run_agent(
                 lease_id: lease.id,
                 result: result.as_object().cloned().unwrap_or_default(),
             };
-            let (_, answer): (_, SubmitResponse) = client
+            let answer: Result<(_, SubmitResponse), CliError> = client
                 .post(&format!("/v1/quests/{}/submit", quest.id), &body)
-                .await?;
+                .await;
+            let answer = match answer {
+                // The token was paused meanwhile and this lease released with it.
+                Err(CliError::Refused { code, .. }) if code == "lease_lost" => break,
+                other => other?.1,
+            };
             tally.submissions += 1;
             let label = match (answer.verdict, answer.state) {
                 (SubmissionVerdict::Fail, State::Done) => "DONE",
@@ -353,6 +369,7 @@ async fn token(admin: &Client, name: &str) -> Result<String, CliError> {
         name: name.to_owned(),
         role: Role::Agent,
         max_leases: None,
+        sessions: None,
     };
     let (_, created): (_, CreatedToken) = admin.post("/v1/tokens", &request).await?;
     Ok(created.secret)
@@ -405,7 +422,7 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
     let table = everyone.iter().fold("company,city\n".to_owned(), |t, c| {
         t + &format!("{},Seoul\n", c.name)
     });
-    let scan_config = json!({"name": "demo: contact emails", "key_column": "company", "gate": {"kind": "email"}, "max_tries": 3});
+    let scan_config = json!({"name": "demo: contact emails", "key_column": "company", "gate": {"kind": "email"}, "max_tries": 3, "max_consecutive_done": 3});
     let form = reqwest::multipart::Form::new()
         .part(
             "file",
@@ -475,10 +492,20 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
             .collect::<Vec<_>>()
             .join(", ");
         println!(
-            "  {:<10} finished {:>2} quests with {:>2} submissions: {verdicts}",
+            "  {:<10} finished {:>2} quests with {:>2} submissions: {verdicts}{}",
             agent.name(),
             t.quests,
-            t.submissions
+            t.submissions,
+            if t.paused { " (then paused)" } else { "" }
+        );
+    }
+    let pauses: Vec<crate::api::Pause> = admin
+        .get(&format!("/v1/sessions/{}/pauses", session.id))
+        .await?;
+    for p in &pauses {
+        println!(
+            "  paused: {} after {} quests in a row ended DONE; an admin resumes it with `quest agent resume {}`",
+            p.agent, p.figures["consecutive_done"], p.token_id
         );
     }
     let sessions: Vec<Session> = admin.get("/v1/sessions").await?;
@@ -557,15 +584,27 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
     let complete = exported == everyone.len()
         && status.total == everyone.len() as u64
         && status.remaining == 0;
-    let ok = complete && undecided == 0 && false_pass.is_empty();
+    // Every agent that heard it was paused has its pause on the server, and
+    // only an agent that burns quests (never the careful one) is paused.
+    let paused: Vec<&str> = tallies
+        .iter()
+        .filter(|(_, t)| t.paused)
+        .map(|(a, _)| a.name())
+        .collect();
+    let pauses_hold = paused.len() == pauses.len()
+        && pauses.iter().all(|p| paused.contains(&p.agent.as_str()))
+        && !paused.contains(&Style::Careful.name());
+    let ok = complete && undecided == 0 && false_pass.is_empty() && pauses_hold;
     println!(
         "\nCheck: {exported} of {} quests exported, {undecided} undecided (the server counts {} remaining); \
          {passed} PASS, every one an address really on the company's page; \
-         {} invented addresses submitted, {} accepted. {}",
+         {} invented addresses submitted, {} accepted; {} agents paused ({}). {}",
         everyone.len(),
         status.remaining,
         invented.len(),
         false_pass.len(),
+        pauses.len(),
+        paused.join(", "),
         if ok { "OK" } else { "FAILED" }
     );
     for f in &false_pass {

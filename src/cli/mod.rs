@@ -49,12 +49,15 @@ pub mod exit {
     pub const WAIT: u8 = 10;
     /// `next`: the session is finished.
     pub const FINISHED: u8 = 11;
+    /// `next`: this token is paused in the session; stop and tell the operator.
+    pub const PAUSED: u8 = 12;
 }
 
 /// The exit statuses, as `quest help` and the README list them.
 pub const EXIT_STATUSES: &str = "\
 Exit statuses:
   next:    0 a quest is assigned · 10 nothing open now (retry later) · 11 the session is finished
+           12 paused: stop and tell the operator
   submit:  0 PASS · 1 FAIL (fix and submit again) · 2 REVIEW · 3 DONE (out of tries) · 4 PENDING (`quest wait`)
   errors:  64 bad arguments or local input · 65 the server refused the request as invalid · 66 unknown id
            69 server unreachable · 70 server error · 75 lease lost or quest already decided · 77 token missing, bad or lacking the role";
@@ -119,6 +122,9 @@ pub enum Verb {
     Backup(backup::BackupArgs),
     /// Print the one-paragraph instruction to paste into an agent.
     AgentPrompt,
+    /// Operate on an agent's token (admin).
+    #[command(subcommand)]
+    Agent(AgentVerb),
     /// Serve the agent loop as MCP tools over stdio (quest_next, quest_submit,
     /// quest_status, quest_release), sharing this CLI's lease state.
     Mcp,
@@ -209,6 +215,19 @@ pub struct ExportArgs {
     pub output: PathBuf,
 }
 
+/// `quest agent`.
+#[derive(Debug, clap::Subcommand)]
+pub enum AgentVerb {
+    /// Resume a token paused in the session (`--session`, else the newest).
+    Resume {
+        /// The paused token's id (`quest agent pauses` and the session's page
+        /// show it). `--token` stays the bearer secret the CLI sends.
+        token_id: TokenId,
+    },
+    /// List the pauses of the session's tokens (`--session`, else the newest).
+    Pauses,
+}
+
 /// `quest token`.
 #[derive(Debug, clap::Subcommand)]
 pub enum TokenVerb {
@@ -221,6 +240,11 @@ pub enum TokenVerb {
         /// The most leases it may hold at once (default: 64 for an agent, no cap for an admin).
         #[arg(long, value_name = "N")]
         max_leases: Option<u32>,
+        /// Limit the token to these sessions (comma-separated ids; not for an
+        /// admin token). `--session` is the session the CLI works on, so the
+        /// limit has a name of its own.
+        #[arg(long, value_name = "ID,...", value_delimiter = ',')]
+        sessions: Vec<SessionId>,
     },
     /// List tokens.
     List,
@@ -345,6 +369,7 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
         Verb::Token(t) => token(&ctx, t).await,
         Verb::Backup(args) => backup::run(&ctx, args).await,
         Verb::AgentPrompt => agent_prompt(&ctx).await,
+        Verb::Agent(verb) => operator::agent(&ctx, verb).await,
         Verb::Heartbeat => heartbeat(&ctx).await,
         Verb::Release => release(&ctx).await,
         Verb::Mcp => mcp::serve(ctx).await,

@@ -215,11 +215,13 @@ pub(super) async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
             role,
             name,
             max_leases,
+            sessions,
         } => {
             let request = CreateTokenRequest {
                 name,
                 role,
                 max_leases,
+                sessions: (!sessions.is_empty()).then_some(sessions),
             };
             let (_, created): (_, CreatedToken) = ctx.client.post("/v1/tokens", &request).await?;
             if ctx.args.json {
@@ -264,6 +266,48 @@ pub(super) async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
                 print_json(&token);
             } else {
                 say!("Revoked token `{}` ({}).", token.name, token.id);
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+pub(super) async fn agent(ctx: &Ctx, verb: AgentVerb) -> Result<u8, CliError> {
+    let session = ctx.session().await?;
+    match verb {
+        AgentVerb::Resume { token_id } => {
+            let url = format!("/v1/sessions/{session}/tokens/{token_id}/resume");
+            let (_, pause): (_, crate::api::Pause) =
+                ctx.client.post(&url, &serde_json::json!({})).await?;
+            if ctx.args.json {
+                print_json(&pause);
+            } else {
+                text::say_err!(
+                    "quest: token {} (agent {}) resumed in session {}",
+                    pause.token_id,
+                    pause.agent,
+                    pause.session_id
+                );
+            }
+        }
+        AgentVerb::Pauses => {
+            let pauses: Vec<crate::api::Pause> = ctx
+                .client
+                .get(&format!("/v1/sessions/{session}/pauses"))
+                .await?;
+            if ctx.args.json {
+                print_json(&pauses);
+            } else {
+                for p in &pauses {
+                    let state = match &p.resumed_by {
+                        Some(by) => format!("resumed by {by}"),
+                        None => "PAUSED".to_owned(),
+                    };
+                    println!(
+                        "{}  {}  {}  {}  {}",
+                        p.token_id, p.agent, p.reason, p.created_at, state
+                    );
+                }
             }
         }
     }

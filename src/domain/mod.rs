@@ -41,6 +41,7 @@ macro_rules! text_enum {
 
 pub mod fair;
 pub mod ids;
+pub mod pause;
 pub mod prompt;
 pub mod receipt;
 pub mod recheck;

@@ -29,6 +29,11 @@ pub struct SessionConfig {
     /// Lease expiries after which a quest ends in DONE.
     #[serde(default = "default_max_lapses")]
     pub max_lapses: u32,
+    /// How many quests in a row that a token held may end DONE (out of
+    /// tries or lapsed) before the token is paused in the session, 0 to
+    /// 10000; 0 turns pauses off.
+    #[serde(default = "default_max_consecutive_done")]
+    pub max_consecutive_done: u32,
     /// How long a lease lasts without a heartbeat, 1 to 86400.
     #[serde(default = "default_lease_seconds")]
     pub lease_seconds: u32,
@@ -100,6 +105,9 @@ fn default_max_tries() -> u32 {
 fn default_max_lapses() -> u32 {
     3
 }
+fn default_max_consecutive_done() -> u32 {
+    crate::domain::pause::DEFAULT_MAX_CONSECUTIVE_DONE
+}
 fn default_lease_seconds() -> u32 {
     300
 }
@@ -143,6 +151,12 @@ impl SessionConfig {
         }
         if config.max_lapses == 0 || config.max_lapses > 1000 {
             return bad("config.max_lapses", "must be between 1 and 1000");
+        }
+        if config.max_consecutive_done > crate::domain::pause::MAX_MAX_CONSECUTIVE_DONE {
+            return bad(
+                "config.max_consecutive_done",
+                "must be between 0 (no pauses) and 10000",
+            );
         }
         if !(1..=86_400).contains(&config.lease_seconds) {
             return bad("config.lease_seconds", "must be between 1 and 86400");

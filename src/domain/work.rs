@@ -124,6 +124,10 @@ pub enum Refusal {
     NothingToRecheck,
     /// A re-check record for a quest that awaits none of that run.
     RecheckNotDue,
+    /// The token is paused in the session (its quests there kept ending DONE).
+    AgentPaused(Box<crate::domain::pause::Pause>),
+    /// A resume of a token that is not paused in the session.
+    NotPaused,
 }
 
 impl Refusal {
@@ -148,6 +152,8 @@ impl Refusal {
             Refusal::RecheckRunning => "recheck_running",
             Refusal::NothingToRecheck => "nothing_to_recheck",
             Refusal::RecheckNotDue => "recheck_not_due",
+            Refusal::AgentPaused(_) => "agent_paused",
+            Refusal::NotPaused => "not_paused",
         }
     }
 }
@@ -226,6 +232,10 @@ impl fmt::Display for Refusal {
             ),
             Refusal::RecheckNotDue => f.write_str(
                 "the quest awaits no re-check of this run; nothing was recorded",
+            ),
+            Refusal::AgentPaused(pause) => pause.fmt(f),
+            Refusal::NotPaused => f.write_str(
+                "this token is not paused in this session; nothing was changed (the session's page lists its pauses)",
             ),
         }
     }

@@ -40,6 +40,12 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 
+    /// The same error with `suffix` added to its message.
+    pub fn with_message_suffix(mut self, suffix: &str) -> Self {
+        self.message.push_str(suffix);
+        self
+    }
+
     /// 422: the request is well-formed but says something invalid.
     pub fn invalid(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::UNPROCESSABLE_ENTITY, code, message)

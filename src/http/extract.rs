@@ -1,8 +1,10 @@
 //! Extractors: axum's own, wrapped so that their refusals use the error body,
 //! and [`Principal`], the authenticated caller.
 
-use crate::domain::ids::TokenId;
+use crate::domain::ids::{QuestId, SessionId, SubmissionId, TokenId};
+use crate::domain::pause::in_scope;
 use axum::extract::{FromRequest, FromRequestParts};
+use axum::extract::{MatchedPath, RawPathParams};
 use axum::http::request::Parts;
 use axum::http::{StatusCode, header};
 
@@ -106,6 +108,8 @@ pub struct Principal {
     /// The SHA-256 of the bearer secret (never the secret): how a long
     /// request, such as an event stream, looks its token up again.
     pub token_hash: String,
+    /// The sessions the token is limited to; `None`: every session.
+    pub sessions: Option<Vec<SessionId>>,
 }
 
 impl Principal {
@@ -191,6 +195,7 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiE
             name: t.name,
             role: t.role,
             token_hash: t.hash,
+            sessions: t.sessions,
         }),
         None => Err(unauthorized(
             "the token is unknown or revoked; ask an admin for a valid one",
@@ -218,7 +223,87 @@ impl<N: Need> FromRequestParts<AppState> for Caller<N> {
                 ),
             ));
         }
+        if let Some(scope) = principal.sessions.as_deref() {
+            check_scope(parts, state, scope).await?;
+        }
         Ok(Caller(principal, PhantomData))
+    }
+}
+
+/// Refuses a token limited to `scope` anything outside it, before the
+/// handler runs: a session named in the path or by a `session` query
+/// parameter, a quest (or a review of one), a submission. Lists that would
+/// span sessions without naming one (`/v1/verifiers`, `/v1/review`) must
+/// name one. An id that does not parse or exist is left to the handler (400, 404).
+async fn check_scope(
+    parts: &mut Parts,
+    state: &AppState,
+    scope: &[SessionId],
+) -> Result<(), ApiError> {
+    let out_of_scope = |what: &str| {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "out_of_scope",
+            format!(
+                "this token is limited to its sessions ({}); {what} is outside them: use a session it is                  limited to, or ask an admin for a token of that session",
+                scope
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        )
+    };
+    let template = parts
+        .extensions
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_default();
+    let queried: Vec<String> =
+        url::form_urlencoded::parse(parts.uri.query().unwrap_or_default().as_bytes())
+            .filter(|(k, _)| k == "session")
+            .map(|(_, v)| v.into_owned())
+            .collect();
+    for s in &queried {
+        if let Ok(id) = s.parse::<SessionId>()
+            && !in_scope(Some(scope), id)
+        {
+            return Err(out_of_scope(&format!("session {id}")));
+        }
+    }
+    if queried.is_empty() && (template == "/v1/verifiers" || template == "/v1/review") {
+        return Err(out_of_scope("every session at once")
+            .with_message_suffix(" (name one with `?session=<id>`)"));
+    }
+    let params = RawPathParams::from_request_parts(parts, state).await.ok();
+    let Some(id) = params.as_ref().and_then(|ps| {
+        ps.iter()
+            .find(|(k, _)| *k == "id" || *k == "quest_id")
+            .map(|(_, v)| v.to_owned())
+    }) else {
+        return Ok(());
+    };
+    let service = &state.service;
+    let session = if template.starts_with("/v1/sessions/{id}") {
+        id.parse::<SessionId>().ok()
+    } else if template.starts_with("/v1/quests/{id}")
+        || template.starts_with("/v1/review/{quest_id}")
+    {
+        match id.parse::<QuestId>() {
+            Ok(q) => service.quest_session(q).await.ok(),
+            Err(_) => None,
+        }
+    } else if template.starts_with("/v1/submissions/{id}") {
+        match id.parse::<SubmissionId>() {
+            Ok(s) => service.submission_session(s).await.ok(),
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
+    match session {
+        Some(s) if !in_scope(Some(scope), s) => Err(out_of_scope(&format!("session {s}"))),
+        _ => Ok(()),
     }
 }
 

@@ -6,6 +6,7 @@ mod agents;
 pub mod error;
 pub mod extract;
 mod ops;
+mod pauses;
 mod quests;
 mod review;
 mod serve;
@@ -147,6 +148,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(sessions::get_source))
         .routes(routes!(sessions::stream_events))
         .routes(routes!(sessions::export_session))
+        .routes(routes!(pauses::list_pauses))
+        .routes(routes!(pauses::resume_token))
         .routes(routes!(quests::lease_next))
         .routes(routes!(quests::submit_result))
         .routes(routes!(quests::heartbeat))

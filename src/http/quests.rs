@@ -10,11 +10,15 @@ use super::AppState;
 use super::error::ApiError;
 use super::extract::*;
 use crate::api::{
-    ErrorBody, Lease, LeaseRequest, NextRequest, NextResponse, Quest, SubmissionDetail,
-    SubmitQuery, SubmitRequest, SubmitResponse,
+    ErrorBody, ErrorDetail, Lease, LeaseRequest, NextPaused, NextRequest, NextResponse, Quest,
+    SubmissionDetail, SubmitQuery, SubmitRequest, SubmitResponse,
 };
 use crate::domain::SubmissionVerdict;
+use crate::domain::work::Refusal;
 use crate::service::MAX_WAIT_SECONDS;
+use crate::service::ServiceError;
+use crate::store::StoreError;
+use axum::response::IntoResponse;
 
 /// Leases the next quest of a session (or the one this agent already holds).
 /// A token holds at most its `max_leases` leases at once, over all sessions
@@ -24,17 +28,32 @@ use crate::service::MAX_WAIT_SECONDS;
     request_body(content = Option<NextRequest>, content_type = "application/json"),
     responses((status = 200, body = NextResponse), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
-        (status = 409, description = "`lease_cap`: the token already holds its `max_leases` leases; release or finish \
-            a quest it holds, or ask an admin for a token with a larger cap", body = ErrorBody),
+        (status = 409, description = "`agent_paused` (a `NextPaused`): the token is paused in this session, its quests \
+            here kept ending DONE; stop and tell the operator, who resumes it. `lease_cap` (an `ErrorBody`): the token \
+            already holds its `max_leases` leases; release or finish a quest it holds, or ask an admin for a token \
+            with a larger cap", body = NextPaused),
         (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn lease_next(
     State(state): State<AppState>,
     caller: Caller<Work>,
     Path(id): Path<SessionId>,
     OptionalJson(request): OptionalJson<NextRequest>,
-) -> Result<Json<NextResponse>, ApiError> {
+) -> Result<axum::response::Response, ApiError> {
     let agent = caller.agent(request.agent.as_deref());
-    Ok(Json(state.service.next(id, &agent).await?))
+    match state.service.next(id, &agent).await {
+        Ok(next) => Ok(Json(next).into_response()),
+        Err(ServiceError::Store(StoreError::Refused(Refusal::AgentPaused(pause)))) => {
+            let body = NextPaused {
+                error: ErrorDetail {
+                    code: "agent_paused".into(),
+                    message: pause.to_string(),
+                },
+                pause: (*pause).into(),
+            };
+            Ok((StatusCode::CONFLICT, Json(body)).into_response())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Submits a result for the leased quest and waits up to `wait` seconds for the verdict.

@@ -160,14 +160,19 @@ pub async fn start_recheck(
     Ok((StatusCode::ACCEPTED, Json(run)))
 }
 
-/// Lists sessions, newest first.
+/// Lists sessions, newest first: for a token limited to sessions, only those.
 #[utoipa::path(get, path = "/v1/sessions", tag = "sessions", operation_id = "list_sessions",
     responses((status = 200, body = Vec<Session>), (status = 401, body = ErrorBody)))]
 pub async fn list_sessions(
     State(state): State<AppState>,
-    _caller: Caller<Read>,
+    caller: Caller<Read>,
 ) -> Result<Json<Vec<Session>>, ApiError> {
-    Ok(Json(state.service.list_sessions().await?))
+    Ok(Json(
+        state
+            .service
+            .list_sessions(caller.sessions.as_deref())
+            .await?,
+    ))
 }
 
 /// One session with its status.

@@ -26,7 +26,7 @@ pub async fn create_token(
         Json(
             state
                 .service
-                .create_token(&body.name, body.role, body.max_leases)
+                .create_token(&body.name, body.role, body.max_leases, body.sessions)
                 .await?,
         ),
     ))

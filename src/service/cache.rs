@@ -126,6 +126,7 @@ mod tests {
 
     fn token(hash: &str) -> TokenRow {
         TokenRow {
+            sessions: None,
             id: crate::domain::ids::TokenId::new(),
             name: "bot".into(),
             role: Role::Agent,

@@ -35,6 +35,8 @@ pub struct BrowserSession {
     /// The token's name: the reviewer's name on every decision.
     pub name: String,
     pub role: Role,
+    /// The sessions the token is limited to; `None`: every session.
+    pub sessions: Option<Vec<SessionId>>,
     /// The per-session CSRF token.
     pub csrf: String,
     pub expires_at: chrono::DateTime<chrono::Utc>,
@@ -132,6 +134,7 @@ impl Service {
                 token_id: row.token.id,
                 name: row.token.name,
                 role: row.token.role,
+                sessions: row.token.sessions,
                 csrf: row.csrf,
                 expires_at: row.expires_at,
             },
@@ -155,6 +158,7 @@ impl Service {
                 token_id: row.token.id,
                 name: row.token.name,
                 role: row.token.role,
+                sessions: row.token.sessions,
                 csrf: row.csrf,
                 expires_at: row.expires_at,
             }))

@@ -36,6 +36,7 @@ mod cache;
 mod calibration;
 pub mod console;
 mod exports;
+mod pauses;
 mod recheck;
 mod review;
 mod scan;
@@ -316,20 +317,6 @@ impl Service {
             status: full,
             ..Session::new(row, &status)
         })
-    }
-
-    /// Every session with its status, newest first.
-    pub async fn list_sessions(&self) -> Result<Vec<Session>, ServiceError> {
-        let mut out = Vec::new();
-        for row in self.store.list_sessions().await? {
-            let status = self.store.session_status(row.id).await?;
-            let full = self.full_status(row.id, &status).await?;
-            out.push(Session {
-                status: full,
-                ..Session::new(row, &status)
-            });
-        }
-        Ok(out)
     }
 
     /// The progress of a session.

@@ -11,6 +11,7 @@ impl Service {
         name: &str,
         role: Role,
         max_leases: Option<u32>,
+        sessions: Option<Vec<SessionId>>,
     ) -> Result<api::CreatedToken, ServiceError> {
         let name = name.trim();
         if name.is_empty() || name.len() > 200 || name.contains('/') {
@@ -24,10 +25,31 @@ impl Service {
         }
         let max_leases = work::lease_cap_for(role, max_leases)
             .map_err(|message| invalid("invalid_max_leases", message))?;
+        let sessions = crate::domain::pause::scope_for(role, sessions)
+            .map_err(|message| invalid("invalid_sessions", message))?;
+        for &id in sessions.iter().flatten() {
+            match self.store.get_session(id).await {
+                Err(StoreError::NotFound(_)) => {
+                    return Err(invalid(
+                        "invalid_sessions",
+                        format!("there is no session {id}; `quest status` lists the sessions"),
+                    ));
+                }
+                other => {
+                    other?;
+                }
+            }
+        }
         let secret = new_secret();
         let row = self
             .store
-            .create_token(name, role, &token_hash(&secret), max_leases)
+            .create_token(
+                name,
+                role,
+                &token_hash(&secret),
+                max_leases,
+                sessions.as_deref(),
+            )
             .await?;
         Ok(api::CreatedToken {
             token: row.into(),

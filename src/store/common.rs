@@ -13,6 +13,21 @@ use crate::store::{
     Counts, LeaseRow, NewSubmission, QuestRow, RecheckRow, StoreError, SubmissionRow,
 };
 
+/// A token's scope as stored: the JSON array of its session ids, or NULL
+/// for every session.
+pub fn scope_text(sessions: Option<&[SessionId]>) -> Option<String> {
+    sessions.map(|ids| serde_json::to_string(ids).expect("ids serialise"))
+}
+
+/// A token's scope read back from [`scope_text`].
+pub fn scope_of(text: Option<String>) -> Result<Option<Vec<SessionId>>, StoreError> {
+    text.map(|t| {
+        serde_json::from_str(&t)
+            .map_err(|e| StoreError::Corrupt(format!("a token's sessions: {e}")))
+    })
+    .transpose()
+}
+
 /// The agent name under which a release keeps a token's console figures of
 /// idle agents it folded away (`<token id>/*`).
 pub const FOLDED_AGENTS: &str = "*";

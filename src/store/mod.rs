@@ -9,6 +9,7 @@
 //! [`Clock`]: crate::domain::Clock
 
 mod common;
+mod pause_sql;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
@@ -22,6 +23,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
+use crate::domain::pause::Pause;
 use crate::domain::work::{AgentId, CheckFilter, Refusal, ReviewerId};
 use crate::domain::{Decision, Role};
 
@@ -259,13 +261,15 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<ExportRow>, StoreError>;
 
     /// Stores a token by the SHA-256 of its secret, with the most leases it
-    /// may hold at once (`None`: no cap).
+    /// may hold at once (`None`: no cap) and the sessions it is limited to
+    /// (`None`: every session).
     async fn create_token(
         &self,
         name: &str,
         role: Role,
         hash: &str,
         max_leases: Option<u32>,
+        sessions: Option<&[SessionId]>,
     ) -> Result<TokenRow, StoreError>;
     /// Makes `hash` the one live token named `name` (the bootstrap admin): a token
     /// with this hash is revived, other live tokens of that name are revoked.
@@ -391,6 +395,21 @@ pub trait Store: Send + Sync + 'static {
         &self,
         session_id: SessionId,
     ) -> Result<Vec<AgentStalenessRow>, StoreError>;
+
+    // Pauses ---------------------------------------------------------------------------
+
+    /// Every pause of a session's tokens, newest first. A pause is decided
+    /// where the DONE that makes it is recorded, in the same transaction.
+    async fn pauses(&self, session_id: SessionId) -> Result<Vec<Pause>, StoreError>;
+    /// Resumes the token's live pause in the session, by the token named
+    /// `by`: `next` leases to it again, and its run of DONEs counts anew.
+    /// Refused with [`Refusal::NotPaused`] when it is not paused there.
+    async fn resume_pause(
+        &self,
+        session_id: SessionId,
+        token_id: TokenId,
+        by: &str,
+    ) -> Result<Pause, StoreError>;
 
     /// The store's own "now", so that pages judge claims and ages by the same
     /// clock the store writes with.

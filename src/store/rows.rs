@@ -338,6 +338,8 @@ pub struct TokenRow {
     pub hash: String,
     /// The most leases it may hold at once; `None`: no cap.
     pub max_leases: Option<u32>,
+    /// The sessions it is limited to (sorted); `None`: every session.
+    pub sessions: Option<Vec<SessionId>>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }

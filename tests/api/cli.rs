@@ -449,6 +449,14 @@ async fn quest_demo_runs_to_completion_and_its_own_check_holds() {
     for agent in ["careful", "sloppy", "inventing", "freemail"] {
         assert!(stdout.contains(agent), "{agent} worked: {stdout}");
     }
+    // The agent that invents addresses burns its quests to DONE: it is paused,
+    // and the check counts the pause.
+    assert!(
+        stdout.contains("paused: inventing after 3 quests in a row ended DONE")
+            && stdout.contains("agents paused (")
+            && !stdout.contains("paused: careful"),
+        "{stdout}"
+    );
     let export = std::fs::read_to_string(&output).unwrap();
     assert!(export.starts_with("company,city,quest_state"), "{export}");
     assert_eq!(export.lines().count(), 31, "30 companies and a header");

@@ -417,7 +417,7 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
         let mut reviewers = Vec::new();
         for name in ["ana", "bo"] {
             let t = store
-                .create_token(name, Role::Reviewer, &format!("hash-{name}"), None)
+                .create_token(name, Role::Reviewer, &format!("hash-{name}"), None, None)
                 .await
                 .unwrap();
             reviewers.push(ReviewerId::new(t.id, name));
@@ -464,7 +464,7 @@ async fn tokens_are_found_by_digest_until_revoked() {
     for b in backends("tokens_are_found_by_digest_until_revoked").await {
         let store = b.store.as_ref();
         let t = store
-            .create_token("bot", Role::Agent, "digest-1", None)
+            .create_token("bot", Role::Agent, "digest-1", None, None)
             .await
             .unwrap();
         assert_eq!(
@@ -474,7 +474,7 @@ async fn tokens_are_found_by_digest_until_revoked() {
         assert_eq!(
             code(
                 store
-                    .create_token("bot", Role::Viewer, "digest-2", None)
+                    .create_token("bot", Role::Viewer, "digest-2", None, None)
                     .await
             ),
             "name_taken"
@@ -487,7 +487,7 @@ async fn tokens_are_found_by_digest_until_revoked() {
         );
         assert!(
             store
-                .create_token("bot", Role::Viewer, "digest-2", None)
+                .create_token("bot", Role::Viewer, "digest-2", None, None)
                 .await
                 .is_ok(),
             "a revoked name is free"

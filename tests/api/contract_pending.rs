@@ -22,7 +22,7 @@ use crate::helpers::contact_config;
 /// the quest and the lease.
 async fn one_leased_quest(store: &dyn Store) -> (TokenId, QuestId, LeaseId) {
     let token = store
-        .create_token("bot", quest::domain::Role::Agent, "hash", None)
+        .create_token("bot", quest::domain::Role::Agent, "hash", None, None)
         .await
         .unwrap();
     let session = add_session(store, &["Acme"]).await;
@@ -106,7 +106,7 @@ async fn a_token_other_than_the_holders_cannot_use_the_lease() {
         let store = backend.store.as_ref();
         let (_token, quest, lease) = one_leased_quest(store).await;
         let other = store
-            .create_token("other", quest::domain::Role::Agent, "hash2", None)
+            .create_token("other", quest::domain::Role::Agent, "hash2", None, None)
             .await
             .unwrap();
         assert_eq!(
@@ -126,7 +126,7 @@ async fn the_holders_of_a_result_value_are_the_other_quests_that_keep_it() {
     {
         let store = backend.store.as_ref();
         let token = store
-            .create_token("bot", quest::domain::Role::Agent, "hash", None)
+            .create_token("bot", quest::domain::Role::Agent, "hash", None, None)
             .await
             .unwrap()
             .id;

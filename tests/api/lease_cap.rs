@@ -265,7 +265,7 @@ async fn store_with(n: usize, cap: u32) -> (tempfile::TempDir, SqliteStore, Toke
     .await
     .unwrap();
     let token = store
-        .create_token("bot", Role::Agent, "hash", Some(cap))
+        .create_token("bot", Role::Agent, "hash", Some(cap), None)
         .await
         .unwrap();
     let rows = (0..n)

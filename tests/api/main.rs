@@ -13,6 +13,7 @@ mod command_gate;
 mod command_gate_channel;
 mod concurrency;
 mod connections;
+mod containment;
 mod contract;
 mod contract_claims;
 mod contract_pending;

@@ -31,6 +31,11 @@ pub struct Me {
     pub role: Role,
     /// Whether the role may decide REVIEW quests.
     pub can_review: bool,
+    /// Whether it may resume paused tokens (an admin).
+    pub can_resume: bool,
+    /// The sessions the token is limited to; `None`: every session.
+    #[serde(skip)]
+    pub sessions: Option<Vec<crate::domain::ids::SessionId>>,
     /// The token every form of this browser session carries.
     pub csrf: String,
 }
@@ -39,6 +44,8 @@ impl From<BrowserSession> for Me {
     fn from(s: BrowserSession) -> Self {
         Me {
             can_review: s.role.allows(Permission::Review),
+            can_resume: s.role.allows(Permission::Administer),
+            sessions: s.sessions,
             token_id: s.token_id,
             name: s.name,
             role: s.role,

@@ -51,7 +51,18 @@ pub async fn stream(
             "Follow at most {MAX_SESSIONS} sessions per stream."
         )));
     }
-    let watched = if ids.is_empty() {
+    if let Some(scope) = signed.me.sessions.as_deref()
+        && ids.iter().any(|id| !scope.contains(id))
+    {
+        return Err(PageError::new(
+            axum::http::StatusCode::FORBIDDEN,
+            "Out of scope",
+            "This token is limited to other sessions.",
+        ));
+    }
+    let watched = if let (true, Some(scope)) = (ids.is_empty(), signed.me.sessions.as_deref()) {
+        Some(scope.iter().copied().collect())
+    } else if ids.is_empty() {
         None
     } else {
         for id in &ids {
@@ -76,7 +87,7 @@ async fn pump(
         match &watched {
             Some(ids) => ids.clone(),
             None => service
-                .list_sessions()
+                .list_sessions(None)
                 .await
                 .map(|all| all.into_iter().map(|s| s.id).collect())
                 .unwrap_or_default(),

@@ -194,7 +194,7 @@ pub async fn page(
         None => None,
     };
     let sessions = service
-        .list_sessions()
+        .list_sessions(signed.me.sessions.as_deref())
         .await?
         .into_iter()
         .map(|s| SessionOption {

@@ -17,6 +17,7 @@ use crate::domain::ids::{
 use sqlx::types::Json;
 
 use crate::domain::work::LeaseFacts;
+use crate::store::common::scope_of;
 use crate::store::{
     L2AnswerRow, L2Job, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow, TokenRow,
 };
@@ -225,6 +226,7 @@ pub fn token_row(r: &PgRow) -> Result<TokenRow, StoreError> {
         role: r.parsed("role")?,
         hash: r.try_get("hash")?,
         max_leases: r.try_get::<Option<i32>, _>("max_leases")?.map(|n| n as u32),
+        sessions: scope_of(r.try_get("sessions")?)?,
         created_at: r.try_get("created_at")?,
         revoked_at: r.try_get("revoked_at")?,
     })

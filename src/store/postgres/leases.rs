@@ -76,6 +76,14 @@ pub async fn lease_many(
             Err(e) => return Err(e),
         };
         sweep(tx, Some(session_id)).await?;
+        let refused = super::pauses::refuse_paused(tx, session_id, &of_session, reqs).await?;
+        let of_session: Vec<usize> = of_session
+            .into_iter()
+            .filter(|i| !refused.contains_key(i))
+            .collect();
+        for (i, e) in refused {
+            out[i] = Some(Err(e));
+        }
         for (i, outcome) in held_leases(tx, session_id, &of_session, reqs).await? {
             out[i] = Some(Ok(outcome));
         }

@@ -23,6 +23,7 @@ mod console;
 mod events;
 mod jobs;
 mod leases;
+mod pauses;
 mod reads;
 mod rechecks;
 mod saves;
@@ -444,10 +445,17 @@ impl Store for PgStore {
         role: Role,
         hash: &str,
         max_leases: Option<u32>,
+        scope: Option<&[SessionId]>,
     ) -> Result<TokenRow, StoreError> {
-        let args = (name.to_owned(), role, hash.to_owned(), max_leases);
-        self.write(args, |tx, (n, r, h, m)| {
-            Box::pin(writes::create_token(tx, n, r, h, m))
+        let args = (
+            name.to_owned(),
+            role,
+            hash.to_owned(),
+            max_leases,
+            scope.map(<[_]>::to_vec),
+        );
+        self.write(args, |tx, (n, r, h, m, s)| {
+            Box::pin(writes::create_token(tx, n, r, h, m, s))
         })
         .await
     }
@@ -616,6 +624,22 @@ impl Store for PgStore {
         session_id: SessionId,
     ) -> Result<Vec<AgentStalenessRow>, StoreError> {
         rechecks::agent_staleness(&self.db.pool, session_id).await
+    }
+
+    async fn pauses(&self, session_id: SessionId) -> Result<Vec<Pause>, StoreError> {
+        pauses::list(&self.db.pool, session_id).await
+    }
+
+    async fn resume_pause(
+        &self,
+        session_id: SessionId,
+        token_id: TokenId,
+        by: &str,
+    ) -> Result<Pause, StoreError> {
+        self.write((session_id, token_id, by.to_owned()), |tx, (s, t, b)| {
+            Box::pin(pauses::resume(tx, s, t, b))
+        })
+        .await
     }
 
     fn now(&self) -> DateTime<Utc> {

@@ -107,11 +107,15 @@ impl Db {
         }
     }
 
-    /// Commits what `out` says succeeded (with its events, for the other
-    /// replicas), then publishes the events; rolls back on an error.
+    /// Commits what `out` says succeeded (with the pauses its DONEs call
+    /// for, see [`super::pauses`], and its events, for the other replicas),
+    /// then publishes the events; rolls back on an error.
     pub async fn finish<T>(&self, mut tx: Tx, out: Result<T, StoreError>) -> Result<T, StoreError> {
         let out = match out {
-            Ok(v) => events::record(&mut tx, self.origin).await.map(|()| v),
+            Ok(v) => match super::pauses::after_done(&mut tx).await {
+                Ok(()) => events::record(&mut tx, self.origin).await.map(|()| v),
+                Err(e) => Err(e),
+            },
             Err(e) => Err(e),
         };
         match out {

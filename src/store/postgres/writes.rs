@@ -9,7 +9,7 @@ use crate::domain::ids::{QuestId, SessionId, TokenId};
 use super::codec::*;
 use super::tx::Tx;
 use crate::domain::Role;
-use crate::store::common::session_event;
+use crate::store::common::{scope_text, session_event};
 use crate::store::{NewSession, SOURCE_CHUNK, StoreError, TokenRow};
 
 /// Quests per insert of a scan: one statement over arrays, a few MB of binds.
@@ -85,18 +85,20 @@ pub async fn create_token(
     role: Role,
     hash: String,
     max_leases: Option<u32>,
+    sessions: Option<Vec<SessionId>>,
 ) -> Result<TokenRow, StoreError> {
     let id = TokenId::new();
     // DO NOTHING, not an error: a taken name (or digest) leaves the transaction usable.
     let inserted = sqlx::query(
-        "INSERT INTO tokens (id, name, role, hash, max_leases, created_at) VALUES ($1, $2, $3, $4, $5, $6)
-         ON CONFLICT DO NOTHING",
+        "INSERT INTO tokens (id, name, role, hash, max_leases, sessions, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
     )
     .bind(id)
     .bind(&name)
     .bind(role.as_str())
     .bind(&hash)
     .bind(max_leases.map(|n| n.min(i32::MAX as u32) as i32))
+    .bind(scope_text(sessions.as_deref()))
     .bind(tx.now)
     .execute(tx.db())
     .await?
@@ -110,6 +112,7 @@ pub async fn create_token(
         role,
         hash,
         max_leases,
+        sessions,
         created_at: tx.now,
         revoked_at: None,
     })

@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use crate::domain::verify::{Answer, FlagOn};
 use crate::domain::work::{AgentId, LeaseFacts};
+use crate::store::common::scope_of;
 pub use crate::store::common::{lease_of, set_status, status_of};
 use crate::store::{
     L2AnswerRow, L2Job, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow, TokenRow,
@@ -211,6 +212,7 @@ pub fn token_row(r: &SqliteRow) -> Result<TokenRow, StoreError> {
         role: text(&r.str("role")?)?,
         hash: r.str("hash")?,
         max_leases: r.opt_int("max_leases")?.map(|n| n as u32),
+        sessions: scope_of(r.opt_str("sessions")?)?,
         created_at: parse_ts(&r.str("created_at")?)?,
         revoked_at: opt(r.opt_str("revoked_at")?, parse_ts)?,
     })

@@ -7,8 +7,9 @@ use crate::domain::ids::{LeaseId, QuestId, SessionId, TokenId};
 use serde_json::{Value, json};
 
 use super::codec::*;
+use super::pauses::live_pauses;
 use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
-use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts};
+use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts, Refusal};
 use crate::domain::{EventKind, QuestStatus, Transition};
 use crate::store::common::{Cap, FOLDED_AGENTS, admit};
 use crate::store::{LeaseOutcome, LeaseRow, QuestRow, StoreError};
@@ -52,6 +53,11 @@ impl Kind for Lease {
         sweep(ctx).await?;
         let mut out: Vec<Option<Result<LeaseOutcome, StoreError>>> =
             (0..reqs.len()).map(|_| None).collect();
+        // A paused token leases nothing in that session (its held leases were released).
+        let pauses = live_pauses(ctx, reqs.iter().map(|r| (r.session, r.agent.clone()))).await?;
+        for (i, pause) in pauses {
+            out[i] = Some(Err(Refusal::AgentPaused(Box::new(pause)).into()));
+        }
         let wanted: Vec<Value> = reqs
             .iter()
             .map(|r| json!({"s": r.session.to_string(), "a": r.agent.to_string()}))
@@ -67,6 +73,9 @@ impl Kind for Lease {
             .await?
         {
             let i = row.int("i")? as usize;
+            if out[i].is_some() {
+                continue;
+            }
             let lease = prefixed_lease(&row)?.ok_or_else(|| corrupt("held lease"))?;
             out[i] = Some(Ok(LeaseOutcome::Assigned {
                 quest: quest_row(&row)?,

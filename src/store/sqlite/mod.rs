@@ -17,6 +17,7 @@ mod codec;
 mod console;
 mod inputs;
 mod leases;
+mod pauses;
 mod reads;
 mod rechecks;
 mod sessions;
@@ -469,10 +470,11 @@ impl Store for SqliteStore {
         role: Role,
         hash: &str,
         max_leases: Option<u32>,
+        scope: Option<&[SessionId]>,
     ) -> Result<TokenRow, StoreError> {
-        let (name, hash) = (name.to_owned(), hash.to_owned());
+        let (name, hash, scope) = (name.to_owned(), hash.to_owned(), scope.map(<[_]>::to_vec));
         single!(self, |ctx| sessions::create_token(
-            ctx, name, role, hash, max_leases
+            ctx, name, role, hash, max_leases, scope
         )
         .await)
     }
@@ -603,6 +605,21 @@ impl Store for SqliteStore {
         session_id: SessionId,
     ) -> Result<Vec<AgentStalenessRow>, StoreError> {
         rechecks::agent_staleness(&self.read, session_id).await
+    }
+
+    async fn pauses(&self, session_id: SessionId) -> Result<Vec<Pause>, StoreError> {
+        pauses::list(&self.read, session_id).await
+    }
+
+    async fn resume_pause(
+        &self,
+        session_id: SessionId,
+        token_id: TokenId,
+        by: &str,
+    ) -> Result<Pause, StoreError> {
+        let by = by.to_owned();
+        single!(self, |ctx| pauses::resume(ctx, session_id, token_id, by)
+            .await)
     }
 
     fn now(&self) -> chrono::DateTime<chrono::Utc> {

@@ -8,6 +8,7 @@ use uuid::Uuid;
 use super::codec::*;
 use super::writer::WriteCtx;
 use crate::domain::Role;
+use crate::store::common::scope_text;
 use crate::store::{NewSession, StoreError, TokenRow};
 
 /// Rows per multi-row insert of a scan: SQLite binds at most 32,766 values.
@@ -69,18 +70,21 @@ pub async fn create_token(
     role: Role,
     hash: String,
     max_leases: Option<u32>,
+    sessions: Option<Vec<SessionId>>,
 ) -> Result<TokenRow, StoreError> {
     let id = TokenId::new();
     let inserted = ctx
         .exec(
             sqlx::query(
-                "INSERT INTO tokens (id, name, role, hash, max_leases, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO tokens (id, name, role, hash, max_leases, sessions, created_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(id.to_string())
             .bind(name.clone())
             .bind(role.as_str())
             .bind(hash.clone())
             .bind(max_leases.map(i64::from))
+            .bind(scope_text(sessions.as_deref()))
             .bind(ts(ctx.now)),
         )
         .await;
@@ -96,6 +100,7 @@ pub async fn create_token(
                 role,
                 hash,
                 max_leases,
+                sessions,
                 created_at: ctx.now,
                 revoked_at: None,
             })

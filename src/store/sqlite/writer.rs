@@ -122,6 +122,15 @@ impl WriteCtx {
             .push(quest_event(kind, quest, submission, self.now));
     }
 
+    /// The quests this batch has ended in DONE so far.
+    pub fn ended_done(&self) -> Vec<crate::domain::ids::QuestId> {
+        self.events
+            .iter()
+            .filter(|e| e.state == Some(State::Done))
+            .filter_map(|e| e.quest_id)
+            .collect()
+    }
+
     /// Publishes `event` after commit (a change that moves no count).
     pub fn publish(&mut self, event: QuestEvent) {
         self.events.push(event);
@@ -464,6 +473,24 @@ async fn run_group<K: Kind>(
     Ok(results)
 }
 
+/// Decides the pauses the batch's DONEs call for, in its transaction (see
+/// [`super::pauses`]). Refused, they are rolled back alone and logged: the
+/// batch's writes stand, and the next DONE of the token decides again.
+async fn decide_pauses(ctx: &mut WriteCtx) -> Result<(), String> {
+    let mark = ctx.mark();
+    ctx.plain("SAVEPOINT batch_pauses").await.map_err(text)?;
+    match super::pauses::after_done(ctx).await {
+        Ok(()) => {}
+        Err(GroupError::Fatal(e)) => return Err(e),
+        Err(GroupError::Refused(e)) => {
+            tracing::error!(error = %e, "pauses could not be decided; the next DONE decides them again");
+            ctx.rewind(mark);
+            ctx.plain("ROLLBACK TO batch_pauses").await.map_err(text)?;
+        }
+    }
+    ctx.plain("RELEASE batch_pauses").await.map_err(text)
+}
+
 /// Receives requests until every sender is gone.
 pub async fn run(mut writer: Writer, mut queue: mpsc::Receiver<Op>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -536,6 +563,9 @@ impl Writer {
             if let Err(e) = runner(ctx, items, &mut finishers).await {
                 failed = Some(e);
             }
+        }
+        if failed.is_none() {
+            failed = decide_pauses(ctx).await.err();
         }
         let outcome = match failed {
             None => ctx.plain("COMMIT").await.map_err(text),

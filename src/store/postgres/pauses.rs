@@ -1,0 +1,223 @@
+//! Pauses on PostgreSQL. Every write transaction that ended a quest in DONE
+//! decides the pauses it calls for just before it commits ([`super::tx`]),
+//! under an exclusive advisory lock on (session, token); every `next` takes
+//! the same lock shared before it reads the token's pauses. So two
+//! transactions ending the token's quests at once count each other's DONEs
+//! (the second waits for the first to commit, then reads it), and a `next`
+//! racing a pause either commits first (its lease is then released by the
+//! pause) or waits and hears `agent_paused`.
+
+use std::collections::HashMap;
+
+use sqlx::postgres::PgRow;
+
+use super::codec::*;
+use super::saves::{end_leases, save_quests};
+use super::tx::Tx;
+use crate::domain::ids::{SessionId, TokenId};
+use crate::domain::pause::{self, Ending, Pause};
+use crate::domain::work::{self, AgentId, LeaseEnd, Refusal};
+use crate::domain::{EventKind, State};
+use crate::store::StoreError;
+use crate::store::common::{set_status, status_of};
+use crate::store::pause_sql::*;
+
+/// The advisory lock of a token in a session: two keys, one for each.
+const LOCK_KEY: &str = "hashtextextended($1::text || '/' || $2::text, 0)";
+
+/// Decides the pauses of the tokens whose quests this transaction ended in DONE.
+pub async fn after_done(tx: &mut Tx) -> Result<(), StoreError> {
+    let quests: Vec<uuid::Uuid> = tx
+        .events
+        .iter()
+        .filter(|e| e.state == Some(State::Done))
+        .filter_map(|e| e.quest_id.map(Into::into))
+        .collect();
+    if quests.is_empty() {
+        return Ok(());
+    }
+    let pairs: Vec<(SessionId, TokenId)> = sqlx::query_as(
+        "SELECT DISTINCT session_id, token_id FROM token_endings
+         WHERE quest_id = ANY($1::uuid[]) AND done ORDER BY 1, 2",
+    )
+    .bind(&quests)
+    .fetch_all(tx.db())
+    .await?;
+    for (session, token) in pairs {
+        decide(tx, session, token).await?;
+    }
+    Ok(())
+}
+
+async fn decide(tx: &mut Tx, session: SessionId, token: TokenId) -> Result<(), StoreError> {
+    let max = super::leases::session(tx, session)
+        .await?
+        .config
+        .max_consecutive_done;
+    if max == 0 {
+        return Ok(());
+    }
+    let lock = format!("SELECT pg_advisory_xact_lock({LOCK_KEY})");
+    sqlx::query(sqlx::AssertSqlSafe(lock))
+        .bind(session)
+        .bind(token)
+        .execute(tx.db())
+        .await?;
+    let rows = sqlx::query(RECENT_ENDINGS)
+        .bind(session)
+        .bind(token)
+        .bind(i64::from(max))
+        .fetch_all(tx.db())
+        .await?;
+    let Some(latest) = rows.first() else {
+        return Ok(());
+    };
+    if !sqlx::Row::try_get::<bool, _>(latest, "paused")? {
+        let endings = rows
+            .iter()
+            .map(|r| {
+                Ok(Ending {
+                    done: sqlx::Row::try_get(r, "done")?,
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let Some(decision) = pause::pause_after(max, &endings) else {
+            return Ok(());
+        };
+        let agent: String = sqlx::Row::try_get(latest, "agent")?;
+        let seq: i64 = sqlx::Row::try_get(latest, "seq")?;
+        let row = sqlx::query(INSERT_PAUSE)
+            .bind(uuid::Uuid::now_v7())
+            .bind(session)
+            .bind(token)
+            .bind(agent_name(&agent))
+            .bind(decision.reason.as_str())
+            .bind(decision.figures.to_string())
+            .bind(seq)
+            .bind(tx.now)
+            .fetch_one(tx.db())
+            .await?;
+        let pause = pause_row(&row)?;
+        tracing::warn!(session = %session, token = %token, agent = %pause.agent, "a token was paused: {pause}");
+    }
+    release_live_leases(tx, session, token).await
+}
+
+/// Releases the token's leased quests in the session (no try, no lapse).
+async fn release_live_leases(
+    tx: &mut Tx,
+    session: SessionId,
+    token: TokenId,
+) -> Result<(), StoreError> {
+    let sql = format!(
+        "SELECT q.*, {LEASE_PREFIXED} FROM leases l
+         JOIN quests q ON q.id = l.quest_id AND q.lease_id = l.id AND q.phase = 'leased'
+         WHERE l.ended_at IS NULL AND l.session_id = $1 AND left(l.agent, 36) = $2::text
+         FOR UPDATE OF q, l"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(session)
+        .bind(token.to_string())
+        .fetch_all(tx.db())
+        .await?;
+    let (mut quests, mut ended) = (Vec::new(), Vec::new());
+    for row in &rows {
+        let mut quest = quest_row(row)?;
+        let lease =
+            prefixed_lease(row)?.ok_or_else(|| StoreError::Corrupt("a paused lease".into()))?;
+        let released = work::check_release(status_of(&quest))?;
+        set_status(&mut quest, released);
+        quest.lease_id = None;
+        quest.updated_at = tx.now;
+        tx.moved(EventKind::Released, &quest, None);
+        quests.push((quest, lease.id));
+        ended.push((lease.id, LeaseEnd::Released));
+    }
+    let fenced: Vec<_> = quests.iter().map(|(q, l)| (q, Some(*l))).collect();
+    save_quests(tx, &fenced).await?;
+    end_leases(tx, &ended).await
+}
+
+/// Refuses the requests (by index) whose token is paused in their session,
+/// after waiting for any pause being decided for it.
+pub async fn refuse_paused(
+    tx: &mut Tx,
+    session: SessionId,
+    which: &[usize],
+    reqs: &[(SessionId, AgentId)],
+) -> Result<HashMap<usize, StoreError>, StoreError> {
+    let mut tokens: Vec<uuid::Uuid> = which.iter().map(|&i| reqs[i].1.token.into()).collect();
+    tokens.sort();
+    tokens.dedup();
+    let lock = format!(
+        "SELECT pg_advisory_xact_lock_shared({}) FROM unnest($2::uuid[]) AS t(id) ORDER BY t.id",
+        LOCK_KEY.replace("$2::text", "t.id::text")
+    );
+    sqlx::query(sqlx::AssertSqlSafe(lock))
+        .bind(session)
+        .bind(&tokens)
+        .execute(tx.db())
+        .await?;
+    let rows = sqlx::query(
+        "SELECT * FROM token_pauses WHERE session_id = $1 AND token_id = ANY($2::uuid[]) AND resumed_at IS NULL",
+    )
+    .bind(session)
+    .bind(&tokens)
+    .fetch_all(tx.db())
+    .await?;
+    let mut paused: HashMap<TokenId, Pause> = HashMap::new();
+    for row in &rows {
+        let p = pause_row(row)?;
+        paused.insert(p.token_id, p);
+    }
+    Ok(which
+        .iter()
+        .filter_map(|&i| {
+            paused
+                .get(&reqs[i].1.token)
+                .map(|p| (i, Refusal::AgentPaused(Box::new(p.clone())).into()))
+        })
+        .collect())
+}
+
+pub async fn resume(
+    tx: &mut Tx,
+    session: SessionId,
+    token: TokenId,
+    by: String,
+) -> Result<Pause, StoreError> {
+    let row = sqlx::query(RESUME_PAUSE)
+        .bind(session)
+        .bind(token)
+        .bind(tx.now)
+        .bind(by)
+        .fetch_optional(tx.db())
+        .await?
+        .ok_or(StoreError::Refused(Refusal::NotPaused))?;
+    pause_row(&row)
+}
+
+pub async fn list(pool: &sqlx::PgPool, session: SessionId) -> Result<Vec<Pause>, StoreError> {
+    let rows = sqlx::query(SESSION_PAUSES)
+        .bind(session)
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(pause_row).collect()
+}
+
+fn pause_row(r: &PgRow) -> Result<Pause, StoreError> {
+    use sqlx::Row;
+    let figures: String = r.try_get("figures")?;
+    Ok(Pause {
+        id: r.try_get("id")?,
+        session_id: r.try_get("session_id")?,
+        token_id: r.try_get("token_id")?,
+        agent: r.try_get("agent")?,
+        reason: r.parsed("reason")?,
+        figures: serde_json::from_str(&figures)
+            .map_err(|e| StoreError::Corrupt(format!("a pause's figures: {e}")))?,
+        created_at: r.try_get("created_at")?,
+        resumed_at: r.try_get("resumed_at")?,
+        resumed_by: r.try_get("resumed_by")?,
+    })
+}
