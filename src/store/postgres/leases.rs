@@ -97,6 +97,8 @@ pub async fn lease_many(
         let caps = lease_caps(tx, idle.iter().map(|&i| reqs[i].1.token)).await?;
         let (admitted, capped) = admit(idle.iter().map(|&i| (i, reqs[i].1.token)), &caps);
         let agents: Vec<&AgentId> = admitted.iter().map(|&i| &reqs[i].1).collect();
+        // Granted after every lease this claim can see ended (see Tx::catch_up).
+        tx.catch_up().await?;
         let claimed = claim(tx, &s, &agents).await?;
         let served = claimed.len();
         for (n, outcome) in claimed {

@@ -72,6 +72,7 @@ impl Db {
             conn,
             now,
             events: Vec::new(),
+            database_time: matches!(self.time, TimeSource::Database),
             // BEGIN, and the read of "now" when the database gives it.
             trips: 1 + u64::from(matches!(self.time, TimeSource::Database)),
             sessions: HashMap::new(),
@@ -146,6 +147,9 @@ pub struct Tx {
     pub conn: Transaction<'static, Postgres>,
     pub now: DateTime<Utc>,
     pub events: Vec<QuestEvent>,
+    /// Whether `now` is the database's (not an injected clock's), so that
+    /// [`Tx::catch_up`] can read it again.
+    database_time: bool,
     /// Statements sent so far (`quest_store_round_trips_total`).
     pub trips: u64,
     /// The sessions read so far: they never change after the scan.
@@ -153,6 +157,21 @@ pub struct Tx {
 }
 
 impl Tx {
+    /// Moves `now` on to the database's clock at this statement. `now` is
+    /// read when the transaction begins, but under READ COMMITTED a later
+    /// statement sees rows that transactions begun after it committed
+    /// meanwhile: a lease granted on a quest another transaction just freed
+    /// must not be stamped before that one ended it.
+    pub async fn catch_up(&mut self) -> Result<(), StoreError> {
+        if self.database_time {
+            let now: DateTime<Utc> = sqlx::query_scalar("SELECT clock_timestamp()")
+                .fetch_one(self.db())
+                .await?;
+            self.now = self.now.max(now);
+        }
+        Ok(())
+    }
+
     /// The connection, for one statement: counted as a round trip.
     pub fn db(&mut self) -> &mut PgConnection {
         self.trips += 1;
