@@ -11,7 +11,7 @@ use crate::api::{AgentLease, AgentLeaseQuery, ErrorBody};
 /// The live lease one agent of the caller's token holds in a session; renews nothing.
 #[utoipa::path(get, path = "/v1/sessions/{id}/lease", tag = "agents", operation_id = "get_agent_lease",
     params(("id" = Uuid, Path, description = "Session id"), AgentLeaseQuery),
-    responses((status = 200, body = AgentLease), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "The lease this agent holds in the session, if any", body = AgentLease), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn get_agent_lease(
     State(state): State<AppState>,

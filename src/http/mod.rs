@@ -3,6 +3,7 @@
 //! map the result. No SQL and no gate logic here.
 
 mod agents;
+mod document;
 pub mod error;
 pub mod extract;
 mod ops;
@@ -206,7 +207,7 @@ fn split() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     let (api, mut doc) = api_router().split_for_parts();
     // Applied here, not in `#[openapi(modifiers)]`: that runs before any route is added.
     ServerRefusals.modify(&mut doc);
-    (api, doc)
+    (api, document::conform(doc))
 }
 
 /// The full router: the API, its document at `/openapi.json`, docs at `/docs`,

@@ -12,7 +12,7 @@ use super::extract::{Administer, Caller, Json};
 use crate::api::{ErrorBody, Health};
 
 /// The process is up.
-#[utoipa::path(get, path = "/healthz", tag = "ops", operation_id = "get_health", security(()), responses((status = 200, body = Health)))]
+#[utoipa::path(get, path = "/healthz", tag = "ops", operation_id = "get_health", security(()), responses((status = 200, description = "The process is up", body = Health)))]
 pub async fn healthz() -> Json<Health> {
     Json(Health {
         status: "ok".into(),
@@ -21,7 +21,7 @@ pub async fn healthz() -> Json<Health> {
 
 /// The database answers.
 #[utoipa::path(get, path = "/readyz", tag = "ops", operation_id = "get_readiness", security(()),
-    responses((status = 200, body = Health), (status = 503, body = ErrorBody)))]
+    responses((status = 200, description = "The server is ready: its database answers", body = Health), (status = 503, body = ErrorBody)))]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Health>, ApiError> {
     state.service.ready().await.map_err(|e| {
         tracing::warn!(error = %e, "readiness check failed");

@@ -11,7 +11,7 @@ use crate::domain::ids::{SessionId, TokenId};
 /// Lists the pauses of a session's tokens, newest first (resumed ones included).
 #[utoipa::path(get, path = "/v1/sessions/{id}/pauses", tag = "sessions", operation_id = "list_pauses",
     params(("id" = Uuid, Path, description = "Session id")),
-    responses((status = 200, body = Vec<Pause>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "The session's pauses, live and resumed", body = Vec<Pause>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn list_pauses(
     State(state): State<AppState>,

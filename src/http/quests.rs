@@ -26,7 +26,7 @@ use axum::response::IntoResponse;
 #[utoipa::path(post, path = "/v1/sessions/{id}/next", tag = "agents", operation_id = "lease_next_quest",
     params(("id" = Uuid, Path, description = "Session id")),
     request_body(content = Option<NextRequest>, content_type = "application/json"),
-    responses((status = 200, body = NextResponse), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "One of three answers, told apart by `status`: a quest leased to you (`assigned`), nothing open yet (`wait`), or nothing left (`finished`)", body = NextResponse), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody),
         (status = 409, description = "`agent_paused` (a `NextPaused`): the token is paused in this session, its quests \
             here kept ending DONE; stop and tell the operator, who resumes it. `lease_cap` (an `ErrorBody`): the token \
@@ -100,7 +100,7 @@ pub async fn submit_result(
 /// Extends a lease by the session's lease time.
 #[utoipa::path(post, path = "/v1/quests/{id}/heartbeat", tag = "agents", operation_id = "heartbeat_lease",
     params(("id" = Uuid, Path, description = "Quest id")), request_body = LeaseRequest,
-    responses((status = 200, body = Lease), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "The lease, renewed", body = Lease), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn heartbeat(
     State(state): State<AppState>,
@@ -137,7 +137,7 @@ pub async fn release(
 /// A quest with its full history of submissions, verdicts, facts, evidence and reviews.
 #[utoipa::path(get, path = "/v1/quests/{id}", tag = "quests", operation_id = "get_quest",
     params(("id" = Uuid, Path, description = "Quest id")),
-    responses((status = 200, body = Quest), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "The quest, its state and its history", body = Quest), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_quest(
     State(state): State<AppState>,
     _caller: Caller<Read>,
@@ -149,7 +149,7 @@ pub async fn get_quest(
 /// One submission and its verdict (poll it after a 202).
 #[utoipa::path(get, path = "/v1/submissions/{id}", tag = "quests", operation_id = "get_submission",
     params(("id" = Uuid, Path, description = "Submission id")),
-    responses((status = 200, body = SubmissionDetail), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "The submission with its verdict, facts and evidence", body = SubmissionDetail), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_submission(
     State(state): State<AppState>,
     __caller: Caller<Read>,

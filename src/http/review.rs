@@ -13,7 +13,7 @@ use crate::api::{
 /// REVIEW quests, oldest first, with their facts, evidence, L2 answers and history;
 /// filter by session and by the check that raised the doubt (`check=l2:alpha`).
 #[utoipa::path(get, path = "/v1/review", tag = "review", operation_id = "list_review_queue", params(ReviewQuery),
-    responses((status = 200, body = Vec<Quest>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "The quests waiting for a person, oldest first", body = Vec<Quest>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn list_review_queue(
     State(state): State<AppState>,
@@ -35,7 +35,7 @@ pub async fn list_review_queue(
 /// Claims a REVIEW quest so that two reviewers do not collide.
 #[utoipa::path(post, path = "/v1/review/{quest_id}/claim", tag = "review", operation_id = "claim_review",
     params(("quest_id" = Uuid, Path, description = "Quest id")),
-    responses((status = 200, body = ReviewClaim), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "The claim: the quest is yours to decide until it expires", body = ReviewClaim), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn claim_review(
     State(state): State<AppState>,
@@ -70,7 +70,7 @@ pub async fn release_review(
 /// Approves (→ PASS) or rejects (→ DONE) a REVIEW quest, with a note (required to reject).
 #[utoipa::path(post, path = "/v1/review/{quest_id}", tag = "review", operation_id = "decide_review",
     params(("quest_id" = Uuid, Path, description = "Quest id")), request_body = ReviewRequest,
-    responses((status = 200, body = Quest), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "The decision is recorded and the quest's new state", body = Quest), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 422, body = ErrorBody), (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 pub async fn decide_review(
     State(state): State<AppState>,
@@ -91,7 +91,7 @@ pub async fn decide_review(
 /// standing in a session (`voting` or `advisory`) and its switches: of one
 /// session with `?session=`, else of the whole server.
 #[utoipa::path(get, path = "/v1/verifiers", tag = "review", operation_id = "list_verifiers", params(VerifiersQuery),
-    responses((status = 200, body = Verifiers), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "The AI verifiers and their figures", body = Verifiers), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn list_verifiers(
     State(state): State<AppState>,

@@ -124,7 +124,7 @@ fn config_part(text: &str) -> Result<Value, ApiError> {
         (ScanForm = "multipart/form-data"),
     )),
     responses(
-        (status = 201, body = Session),
+        (status = 201, description = "The session is created, with a quest per row", body = Session),
         (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 413, body = ErrorBody), (status = 415, body = ErrorBody), (status = 422, body = ErrorBody),
     ))]
@@ -162,7 +162,7 @@ pub async fn start_recheck(
 
 /// Lists sessions, newest first: for a token limited to sessions, only those.
 #[utoipa::path(get, path = "/v1/sessions", tag = "sessions", operation_id = "list_sessions",
-    responses((status = 200, body = Vec<Session>), (status = 401, body = ErrorBody)))]
+    responses((status = 200, description = "The sessions this token may see", body = Vec<Session>), (status = 401, body = ErrorBody)))]
 pub async fn list_sessions(
     State(state): State<AppState>,
     caller: Caller<Read>,
@@ -178,7 +178,7 @@ pub async fn list_sessions(
 /// One session with its status.
 #[utoipa::path(get, path = "/v1/sessions/{id}", tag = "sessions", operation_id = "get_session",
     params(("id" = Uuid, Path, description = "Session id")),
-    responses((status = 200, body = Session), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "The session and its configuration", body = Session), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_session(
     State(state): State<AppState>,
     _caller: Caller<Read>,
@@ -190,7 +190,7 @@ pub async fn get_session(
 /// Counts and progress of a session.
 #[utoipa::path(get, path = "/v1/sessions/{id}/status", tag = "sessions", operation_id = "get_session_status",
     params(("id" = Uuid, Path, description = "Session id")),
-    responses((status = 200, body = Status), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
+    responses((status = 200, description = "The session's counts and progress", body = Status), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_status(
     State(state): State<AppState>,
     _caller: Caller<Read>,

@@ -11,7 +11,7 @@ use crate::api::{CreateTokenRequest, CreatedToken, ErrorBody, Token};
 
 /// Creates a token with a role.
 #[utoipa::path(post, path = "/v1/tokens", tag = "tokens", operation_id = "create_token", request_body = CreateTokenRequest,
-    responses((status = 201, body = CreatedToken), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 201, description = "The token; its secret is shown this once", body = CreatedToken), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 409, body = ErrorBody),
         (status = 422, description = "`invalid_max_leases`: `max_leases` is outside 1 to 1000000, or given for a \
             reviewer or viewer token (which lease nothing); `invalid_body`: the body is not a token request", body = ErrorBody),
@@ -34,7 +34,7 @@ pub async fn create_token(
 
 /// Lists tokens (never their secrets).
 #[utoipa::path(get, path = "/v1/tokens", tag = "tokens", operation_id = "list_tokens",
-    responses((status = 200, body = Vec<Token>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
+    responses((status = 200, description = "The tokens, without their secrets", body = Vec<Token>), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody)))]
 pub async fn list_tokens(
     State(state): State<AppState>,
     _caller: Caller<Administer>,
@@ -45,7 +45,7 @@ pub async fn list_tokens(
 /// Revokes a token; requests with it are refused from now on.
 #[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "tokens", operation_id = "revoke_token",
     params(("id" = Uuid, Path, description = "Token id")),
-    responses((status = 200, body = Token), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+    responses((status = 200, description = "The token, revoked", body = Token), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 409, body = ErrorBody)))]
 pub async fn revoke_token(
     State(state): State<AppState>,

@@ -52,3 +52,64 @@ fn a_tokens_cap_is_documented_as_creation_checks_it() {
         "POST /v1/tokens documents its 422 invalid_max_leases: {refusal}"
     );
 }
+
+#[test]
+fn every_response_describes_itself_as_openapi_3_1_requires() {
+    let doc = serde_json::to_value(quest::http::openapi()).unwrap();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            for (status, response) in op["responses"].as_object().unwrap() {
+                assert!(
+                    response["description"]
+                        .as_str()
+                        .is_some_and(|d| !d.is_empty()),
+                    "{method} {path} {status} has no description: {response}"
+                );
+            }
+        }
+    }
+}
+
+/// `openapi-spec-validator` (PyPI), run on the document the server serves,
+/// finds it valid OpenAPI 3.1. Skips with a message when it is not installed
+/// (`pip install openapi-spec-validator`); with `CI=true` that is a failure.
+#[tokio::test]
+async fn the_served_document_is_valid_openapi_3_1() {
+    let found = std::process::Command::new("openapi-spec-validator")
+        .arg("--help")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "openapi-spec-validator is not installed, and CI=true makes that a failure; \
+             install it with `pip install openapi-spec-validator`"
+        );
+        eprintln!(
+            "SKIPPED the_served_document_is_valid_openapi_3_1: openapi-spec-validator is not installed \
+             (pip install openapi-spec-validator); with CI=true this is a failure"
+        );
+        return;
+    }
+    let app = crate::helpers::spawn_app().await;
+    let served = reqwest::get(format!("{}/openapi.json", app.base))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("openapi.json");
+    std::fs::write(&file, served).unwrap();
+    let output = std::process::Command::new("openapi-spec-validator")
+        .args(["--schema", "3.1"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "openapi-spec-validator refuses the served document:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

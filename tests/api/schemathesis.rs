@@ -88,7 +88,7 @@ enabled = false
         .args(["run", &format!("{}/openapi.json", app.base)])
         .args([
             "--checks",
-            "status_code_conformance,content_type_conformance,not_a_server_error",
+            "status_code_conformance,content_type_conformance,response_schema_conformance,not_a_server_error",
             "--generation-deterministic",
             "--phases",
             "coverage,fuzzing",
