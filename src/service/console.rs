@@ -11,6 +11,7 @@ use rand::RngCore;
 
 use super::{Service, ServiceError, check_filter};
 use crate::api;
+use crate::domain::pause::in_scope;
 use crate::domain::work::ReviewerId;
 use crate::domain::{Decision, Role, token_hash};
 use crate::store::{
@@ -236,9 +237,13 @@ impl Service {
     }
 
     /// The REVIEW quests the review page lists, oldest first, without their
-    /// history (the page reads the history of the one it opens).
+    /// history (the page reads the history of the one it opens): of
+    /// `session` when one is chosen, else of every session a token limited
+    /// to `scope` may see (`None`: every session); never of a session
+    /// outside the scope (the console refuses to name one before this).
     pub async fn review_list(
         &self,
+        scope: Option<&[SessionId]>,
         session: Option<SessionId>,
         check: Option<&str>,
         limit: u32,
@@ -247,9 +252,14 @@ impl Service {
         if let Some(id) = session {
             self.session(id).await?;
         }
+        let sessions = match session.as_ref() {
+            Some(id) if in_scope(scope, *id) => Some(std::slice::from_ref(id)),
+            Some(_) => Some(&[][..]),
+            None => scope,
+        };
         Ok(self
             .store
-            .review_queue(session, check.as_ref(), limit.clamp(1, BULK_LIMIT))
+            .review_queue(sessions, check.as_ref(), limit.clamp(1, BULK_LIMIT))
             .await?)
     }
 

@@ -13,7 +13,7 @@ fn pausing(n: u32) -> Value {
     config
 }
 
-async fn scoped_token(app: &TestApp, role: &str, sessions: &[&str]) -> (String, String) {
+pub async fn scoped_token(app: &TestApp, role: &str, sessions: &[&str]) -> (String, String) {
     let created = app
         .post(
             "/v1/tokens",

@@ -12,6 +12,7 @@ mod events;
 mod login;
 mod quest;
 mod review;
+mod scope;
 mod session;
 mod templates;
 mod view;
