@@ -11,6 +11,7 @@ use rand::RngCore;
 
 use super::{Service, ServiceError, check_filter};
 use crate::api;
+use crate::domain::pause::{Pause, in_scope};
 use crate::domain::work::ReviewerId;
 use crate::domain::{Decision, Role, token_hash};
 use crate::store::{
@@ -82,6 +83,16 @@ pub struct SessionOverview {
     pub quests: QuestPage,
     /// The AI verifiers' calibration, when the session has verifiers.
     pub verifiers: Option<api::Verifiers>,
+    /// The pauses of its tokens, newest first, resumed ones included.
+    pub pauses: Vec<NamedPause>,
+}
+
+/// A pause as the session's page shows it: with its token's name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NamedPause {
+    pub pause: Pause,
+    /// The paused token's name; `None` when no token has its id.
+    pub token_name: Option<String>,
 }
 
 /// What a bulk decision did, quest by quest.
@@ -232,13 +243,40 @@ impl Service {
             failing,
             quests,
             verifiers,
+            pauses: self.named_pauses(id).await?,
         })
     }
 
+    /// A session's pauses, newest first, each with its token's name.
+    async fn named_pauses(&self, id: SessionId) -> Result<Vec<NamedPause>, ServiceError> {
+        let pauses = self.store.pauses(id).await?;
+        if pauses.is_empty() {
+            return Ok(Vec::new());
+        }
+        let names: std::collections::HashMap<TokenId, String> = self
+            .store
+            .list_tokens()
+            .await?
+            .into_iter()
+            .map(|t| (t.id, t.name))
+            .collect();
+        Ok(pauses
+            .into_iter()
+            .map(|pause| NamedPause {
+                token_name: names.get(&pause.token_id).cloned(),
+                pause,
+            })
+            .collect())
+    }
+
     /// The REVIEW quests the review page lists, oldest first, without their
-    /// history (the page reads the history of the one it opens).
+    /// history (the page reads the history of the one it opens): of
+    /// `session` when one is chosen, else of every session a token limited
+    /// to `scope` may see (`None`: every session); never of a session
+    /// outside the scope (the console refuses to name one before this).
     pub async fn review_list(
         &self,
+        scope: Option<&[SessionId]>,
         session: Option<SessionId>,
         check: Option<&str>,
         limit: u32,
@@ -247,9 +285,14 @@ impl Service {
         if let Some(id) = session {
             self.session(id).await?;
         }
+        let sessions = match session.as_ref() {
+            Some(id) if in_scope(scope, *id) => Some(std::slice::from_ref(id)),
+            Some(_) => Some(&[][..]),
+            None => scope,
+        };
         Ok(self
             .store
-            .review_queue(session, check.as_ref(), limit.clamp(1, BULK_LIMIT))
+            .review_queue(sessions, check.as_ref(), limit.clamp(1, BULK_LIMIT))
             .await?)
     }
 

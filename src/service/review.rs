@@ -20,7 +20,11 @@ impl Service {
         let mut out = Vec::new();
         for quest in self
             .store
-            .review_queue(session, check.as_ref(), limit.clamp(1, 500))
+            .review_queue(
+                session.as_ref().map(std::slice::from_ref),
+                check.as_ref(),
+                limit.clamp(1, 500),
+            )
             .await?
         {
             out.push(self.with_history(quest).await?);

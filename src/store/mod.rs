@@ -201,13 +201,13 @@ pub trait Store: Send + Sync + 'static {
         id: QuestId,
     ) -> Result<(Vec<SubmissionRow>, Vec<ReviewDecisionRow>), StoreError>;
 
-    /// Quests in REVIEW, oldest first, optionally of one session, optionally
+    /// Quests in REVIEW, oldest first, optionally only of `sessions`, optionally
     /// only those whose last facts include a fact of `check` (a trailing `*`
     /// matches a prefix, e.g. `l2:*`). A fact of an AI verifier (`l2:<name>`)
     /// counts only when that verifier raised a doubt: a flag or no answer.
     async fn review_queue(
         &self,
-        session_id: Option<SessionId>,
+        sessions: Option<&[SessionId]>,
         check: Option<&CheckFilter>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError>;

@@ -7,13 +7,13 @@ use serde_json::{Value, json};
 use crate::helpers::{TestApp, assigned, companies, contact_config, spawn_app};
 
 /// A config whose quests end DONE on the first FAIL, pausing after `n` in a row.
-fn pausing(n: u32) -> Value {
+pub fn pausing(n: u32) -> Value {
     let mut config = contact_config(1);
     config["max_consecutive_done"] = json!(n);
     config
 }
 
-async fn scoped_token(app: &TestApp, role: &str, sessions: &[&str]) -> (String, String) {
+pub async fn scoped_token(app: &TestApp, role: &str, sessions: &[&str]) -> (String, String) {
     let created = app
         .post(
             "/v1/tokens",
@@ -30,7 +30,7 @@ async fn scoped_token(app: &TestApp, role: &str, sessions: &[&str]) -> (String, 
 }
 
 /// Leases a quest for `agent` and fails it, which ends it DONE (max_tries 1).
-async fn burn(app: &TestApp, token: &str, session: &str, agent: &str) -> String {
+pub async fn burn(app: &TestApp, token: &str, session: &str, agent: &str) -> String {
     let (quest, lease) = assigned(&app.next(token, session, agent).await);
     let answer = app
         .submit(token, &quest, &lease, json!({"email": "nobody"}))

@@ -403,7 +403,7 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
             .await
             .unwrap();
         let queue = store
-            .review_queue(Some(s), Some(&CheckFilter::parse("schema").unwrap()), 10)
+            .review_queue(Some(&[s]), Some(&CheckFilter::parse("schema").unwrap()), 10)
             .await
             .unwrap();
         assert_eq!(
@@ -412,6 +412,17 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
             "{}",
             b.name
         );
+        // A queue of sessions lists theirs only: a limited token's review list.
+        let elsewhere = SessionId::new();
+        for (sessions, listed) in [
+            (None, 1),
+            (Some(&[elsewhere, s][..]), 1),
+            (Some(&[elsewhere][..]), 0),
+            (Some(&[][..]), 0),
+        ] {
+            let queue = store.review_queue(sessions, None, 10).await.unwrap();
+            assert_eq!(queue.len(), listed, "{}: {sessions:?}", b.name);
+        }
         // Reviewers of live tokens: the store refuses a claim or decision of
         // a token that is revoked or unknown.
         let mut reviewers = Vec::new();

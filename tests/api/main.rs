@@ -13,7 +13,14 @@ mod command_gate;
 mod command_gate_channel;
 mod concurrency;
 mod connections;
+#[expect(
+    dead_code,
+    reason = "the console tests' helpers; the API tests use some of them"
+)]
+#[path = "../ui/console.rs"]
+mod console;
 mod containment;
+mod containment_console;
 mod contract;
 mod contract_claims;
 mod contract_pending;

@@ -20,6 +20,7 @@ mod browsing;
 mod calibration;
 mod console;
 mod pages;
+mod pauses;
 mod rechecks;
 mod review_pages;
 mod reviewer_tokens;

@@ -1,6 +1,7 @@
 //! Browser sign-in: the session cookie, the extractors that turn it into the
 //! signed-in token ([`Signed`], and [`SignedForm`] for forms, which also
-//! checks the per-session CSRF token), and the cross-site check every
+//! checks the per-session CSRF token; both refuse what a limited token may
+//! not see, by [`super::scope`]), and the cross-site check every
 //! state-changing request passes first.
 
 use std::marker::PhantomData;
@@ -11,7 +12,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, header};
 use serde::Serialize;
 
-use super::PageError;
+use super::{PageError, scope};
 use crate::domain::ids::TokenId;
 use crate::domain::work::ReviewerId;
 use crate::domain::{Permission, Role};
@@ -216,6 +217,9 @@ impl<N: Need> FromRequestParts<AppState> for Signed<N> {
                 ),
             ));
         }
+        if let Some(limit) = session.sessions.as_deref() {
+            scope::check_address(parts, state, limit).await?;
+        }
         Ok(Signed {
             me: session.into(),
             cookie,
@@ -305,6 +309,9 @@ impl<N: Need> FromRequest<AppState> for SignedForm<N> {
                 "This form does not carry this browser session's token (it may come from another site, \
                  or from before you signed in again). Reload the page and try again.",
             ));
+        }
+        if let Some(limit) = signed.me.sessions.as_deref() {
+            scope::check_named(state, limit, &fields).await?;
         }
         Ok(SignedForm {
             me: signed.me,

@@ -10,8 +10,10 @@ mod chart;
 mod dashboard;
 mod events;
 mod login;
+mod pauses;
 mod quest;
 mod review;
+mod scope;
 mod session;
 mod templates;
 mod view;
@@ -46,6 +48,10 @@ pub fn router() -> Router<AppState> {
         .route("/events", get(events::stream))
         .route("/sessions/{id}", get(session::page))
         .route("/sessions/{id}/export", get(session::export))
+        .route(
+            "/sessions/{id}/tokens/{token_id}/resume",
+            post(pauses::resume),
+        )
         .route("/quests/{id}", get(quest::page))
         .route("/review", get(review::page))
         .route(

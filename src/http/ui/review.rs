@@ -132,7 +132,12 @@ pub async fn page(
     let service = &state.service;
     let me = &signed.me.reviewer();
     let list = service
-        .review_list(q.session, q.check(), QUEUE_SHOWN)
+        .review_list(
+            signed.me.sessions.as_deref(),
+            q.session,
+            q.check(),
+            QUEUE_SHOWN,
+        )
         .await?;
     let now = service.now();
     let requested = q.quest.and_then(|id| list.iter().position(|r| r.id == id));
@@ -358,7 +363,12 @@ pub async fn bulk_confirm(
     };
     let list = state
         .service
-        .review_list(q.session, q.check(), BULK_LIMIT)
+        .review_list(
+            signed.me.sessions.as_deref(),
+            q.session,
+            q.check(),
+            BULK_LIMIT,
+        )
         .await?;
     let now = state.service.now();
     let me = &signed.me.reviewer();

@@ -1,5 +1,5 @@
 //! A session's page (`/ui/sessions/{id}`): live counts, throughput, ETA, the
-//! agents table, the checks that fail most, the quest table (filtered by
+//! pauses of its tokens (see [`super::pauses`]), the agents table, the checks that fail most, the quest table (filtered by
 //! state or re-check mark, searched by key, paged by upload order) and the exports.
 
 use crate::domain::ids::{QuestId, SessionId};
@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Signed;
 use super::chart::{self, Chart};
+use super::pauses::PauseView;
 use super::view::{self, SessionView, query};
 use super::{PageError, PagePath, PageQuery, templates};
 use crate::domain::recheck::Mark;
@@ -109,6 +110,7 @@ struct SessionPage {
     next_url: Option<String>,
     filtered: bool,
     verifiers: Option<crate::api::Verifiers>,
+    pauses: Vec<PauseView>,
 }
 
 fn parse_mark(s: Option<&str>) -> Result<Option<Mark>, PageError> {
@@ -284,6 +286,7 @@ pub async fn page(
         previous_url,
         next_url,
         verifiers: o.verifiers,
+        pauses: o.pauses.into_iter().map(PauseView::from).collect(),
         session: SessionView::from(&o.session),
     };
     templates::page("session.html", &signed.me, page)

@@ -360,11 +360,11 @@ impl Store for PgStore {
 
     async fn review_queue(
         &self,
-        session_id: Option<SessionId>,
+        sessions: Option<&[SessionId]>,
         check: Option<&CheckFilter>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError> {
-        reads::review_queue(&self.db.pool, session_id, check, limit).await
+        reads::review_queue(&self.db.pool, sessions, check, limit).await
     }
 
     async fn claim_review(

@@ -324,7 +324,7 @@ pub async fn quest_history(
 
 pub async fn review_queue(
     pool: &PgPool,
-    session_id: Option<SessionId>,
+    sessions: Option<&[SessionId]>,
     check: Option<&CheckFilter>,
     limit: u32,
 ) -> Result<Vec<QuestRow>, StoreError> {
@@ -337,7 +337,7 @@ pub async fn review_queue(
     // a fact matches only when that verifier raised a doubt (a flag or no
     // answer) about the quest's submission, as its recorded answers say.
     let rows = sqlx::query(
-        "SELECT * FROM quests q WHERE state = 'REVIEW' AND ($1::uuid IS NULL OR session_id = $1)
+        "SELECT * FROM quests q WHERE state = 'REVIEW' AND ($1::uuid[] IS NULL OR session_id = ANY($1))
          AND (($3::text IS NULL AND $4::text IS NULL) OR EXISTS (
              SELECT 1 FROM json_array_elements(q.last_facts) f
              WHERE (f ->> 'check' = $3 OR left(f ->> 'check', length($4)) = $4)
@@ -348,7 +348,7 @@ pub async fn review_queue(
                      AND (a.flagged OR a.answer IS NULL)))))
          ORDER BY updated_at, row_index LIMIT $2",
     )
-    .bind(session_id)
+    .bind(sessions)
     .bind(i64::from(limit))
     .bind(exact)
     .bind(prefix)

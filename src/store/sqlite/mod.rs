@@ -385,11 +385,11 @@ impl Store for SqliteStore {
 
     async fn review_queue(
         &self,
-        session_id: Option<SessionId>,
+        sessions: Option<&[SessionId]>,
         check: Option<&CheckFilter>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError> {
-        reads::review_queue(&self.read, session_id, check, limit).await
+        reads::review_queue(&self.read, sessions, check, limit).await
     }
 
     async fn claim_review(

@@ -329,7 +329,7 @@ pub async fn quest_history(
 
 pub async fn review_queue(
     pool: &SqlitePool,
-    session_id: Option<SessionId>,
+    sessions: Option<&[SessionId]>,
     check: Option<&CheckFilter>,
     limit: u32,
 ) -> Result<Vec<QuestRow>, StoreError> {
@@ -342,7 +342,8 @@ pub async fn review_queue(
     // a fact matches only when that verifier raised a doubt (a flag or no
     // answer) about the quest's submission, as its recorded answers say.
     let rows = sqlx::query(
-        "SELECT * FROM quests q WHERE state = 'REVIEW' AND (?1 IS NULL OR session_id = ?1)
+        "SELECT * FROM quests q WHERE state = 'REVIEW'
+           AND (?1 IS NULL OR session_id IN (SELECT value FROM json_each(?1)))
          AND ((?3 IS NULL AND ?4 IS NULL) OR EXISTS (
              SELECT 1 FROM json_each(q.last_facts) f
              WHERE (json_extract(f.value, '$.check') = ?3
@@ -354,7 +355,8 @@ pub async fn review_queue(
                      AND (a.flagged = 1 OR a.answer IS NULL)))))
          ORDER BY updated_at, row_index LIMIT ?2",
     )
-    .bind(session_id.map(|s| s.to_string()))
+    // The ids as one JSON array of their text, as the rows keep them.
+    .bind(sessions.map(|ids| serde_json::json!(ids).to_string()))
     .bind(limit as i64)
     .bind(exact)
     .bind(prefix)
