@@ -42,6 +42,7 @@ pub mod ids;
 pub mod prompt;
 pub mod receipt;
 pub mod recheck;
+pub mod replay;
 pub mod session;
 pub mod table;
 pub mod text;

@@ -487,7 +487,7 @@ async fn agents_on_different_tokens_never_share_a_remembered_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_says_when_a_result_is_a_replay_and_keeps_leases_alive() {
+async fn the_cli_says_when_a_result_repeats_a_fail_and_keeps_leases_alive() {
     let app = spawn_app().await;
     let token = app.token("agent", "bots").await;
     // `note` is declared, so that the export has a `result_note` column.
@@ -497,10 +497,14 @@ async fn the_cli_says_when_a_result_is_a_replay_and_keeps_leases_alive() {
     let bot = Shell::new(&app, &token, Some(&session), "bot");
     exits(&bot.run(&["next"]).await, 0);
     exits(&bot.run(&["submit", "--field", "email=bad"]).await, 1);
+    // Issue 18: the same result after a printed FAIL is checked again and
+    // costs a try, and its first fact says that nothing changed.
     let again = bot.run(&["submit", "--field", "email=bad"]).await;
     exits(&again, 1);
     assert!(
-        again.stdout.contains("identical to your last submission"),
+        again.stdout.contains("FAIL: 1 tries left.")
+            && again.stdout.contains("unchanged")
+            && again.stdout.contains("this result is identical to submission"),
         "{}",
         again.stdout
     );

@@ -22,6 +22,7 @@ mod exports;
 mod fake_llm;
 mod guard;
 mod helpers;
+mod idempotency;
 mod injection;
 mod inputs;
 mod lease_cap;
