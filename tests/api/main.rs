@@ -6,6 +6,7 @@ mod bad_input;
 mod calibration;
 mod calibration_store;
 mod cli;
+mod cli_loop;
 mod cli_text;
 mod cluster;
 mod coalescing;
