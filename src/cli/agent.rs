@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::Ctx;
 use super::client::CliError;
-use super::state::Held;
+use super::state::{Held, Sent};
 use crate::api::{
     Lease, LeaseRequest, NextRequest, NextResponse, Session, SubmissionDetail, SubmitRequest,
     SubmitResponse,
@@ -98,6 +98,8 @@ pub async fn lease(ctx: &Ctx) -> Result<NextResponse, CliError> {
             lease_id: Some(lease.id),
             key: Some(quest.key.clone()),
             submission_id,
+            // A submit whose verdict was not shown yet stays retryable.
+            sent: held.sent.take(),
         };
         save(ctx, &held)?;
     }
@@ -132,28 +134,69 @@ fn let_go(state: State, phase: Option<Phase>) -> bool {
 }
 
 /// Submits a result for the remembered lease; the server waits up to `wait` seconds.
+///
+/// The request carries an `Idempotency-Key`, written into the state file
+/// (with the result's digest) before it is sent: the same result sent again
+/// before its verdict was shown ([`settled`]) reuses the key, so that a
+/// rerun of a killed `quest submit` is answered by the submission it made
+/// and costs nothing. Once the verdict is shown, the same result again is a
+/// new submit with a fresh key (after a FAIL, a new try).
 pub async fn submit(
     ctx: &Ctx,
     result: Map<String, Value>,
     wait: u32,
 ) -> Result<SubmitResponse, CliError> {
     let mut held = ctx.state.load();
-    let (quest, lease) = held_lease(&held)?;
+    let result_hash = crate::domain::receipt::digest(&Value::Object(result.clone()));
+    let sent = match held.sent.take() {
+        // The same result for the lease it was sent on (or after the quest let go).
+        Some(sent)
+            if sent.result_hash == result_hash
+                && held.lease_id.is_none_or(|l| l == sent.lease_id) =>
+        {
+            sent
+        }
+        _ => {
+            let (quest_id, lease_id) = held_lease(&held)?;
+            Sent {
+                key: format!("quest-cli-{}", uuid::Uuid::new_v4()),
+                result_hash,
+                quest_id,
+                lease_id,
+            }
+        }
+    };
+    let (quest, lease) = (sent.quest_id, sent.lease_id);
+    let key = sent.key.clone();
+    held.sent = Some(sent);
+    save(ctx, &held)?;
     let path = format!("/v1/quests/{quest}/submit?wait={wait}");
     // The server waits up to `wait` seconds for the verdict; leave it that long and a margin.
     let timeout = Duration::from_secs(u64::from(wait) + 30);
-    let (_, answer): (_, SubmitResponse) = ctx
+    let sent: Result<(_, SubmitResponse), CliError> = ctx
         .client
-        .post_with_timeout(
+        .post_keyed(
             &path,
             &SubmitRequest {
                 lease_id: lease,
                 result,
             },
+            &key,
             timeout,
         )
         .await
-        .map_err(forgotten_quest)?;
+        .map_err(forgotten_quest);
+    let answer = match sent {
+        Ok((_, answer)) => answer,
+        Err(e) => {
+            if matches!(&e, CliError::Refused { code, .. } if code == "idempotency_key_reused") {
+                // Not this agent's submit after all (another used the state file): start afresh.
+                held.sent = None;
+                save(ctx, &held)?;
+            }
+            return Err(e);
+        }
+    };
     held.submission_id = Some(answer.submission_id);
     if let_go(answer.state, answer.phase) {
         held.quest_id = None;
@@ -161,6 +204,20 @@ pub async fn submit(
     }
     save(ctx, &held)?;
     Ok(answer)
+}
+
+/// Forgets the submit in flight once its verdict has been shown: the same
+/// result sent after this is a new submit. A PENDING answer is no verdict,
+/// and keeps it.
+pub fn settled(ctx: &Ctx, verdict: SubmissionVerdict) -> Result<(), CliError> {
+    if verdict == SubmissionVerdict::Pending {
+        return Ok(());
+    }
+    let mut held = ctx.state.load();
+    if held.sent.take().is_some() {
+        save(ctx, &held)?;
+    }
+    Ok(())
 }
 
 /// Follows a submission until it has a verdict or `timeout` passes.
@@ -239,6 +296,12 @@ fn forgotten_quest(e: CliError) -> CliError {
         other => other,
     }
 }
+
+/// What an answer that a recorded submission gave (`replayed`) adds for the
+/// agent while the quest is still its own.
+pub const REPLAYED_NOTE: &str = "This is the verdict the server had already recorded for this very submit \
+    (a retry of it), so nothing was checked again and no try was used. Sending the same result again as a new \
+    submit is checked again and uses a try: change the result according to the facts.";
 
 /// The exit status for a verdict and the quest's state after it.
 pub fn verdict_status(verdict: SubmissionVerdict, state: State) -> u8 {

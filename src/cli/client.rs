@@ -198,6 +198,23 @@ impl Client {
             .await
     }
 
+    /// [`Self::post_with_timeout`] with an `Idempotency-Key` header.
+    pub async fn post_keyed<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<(StatusCode, T), CliError> {
+        self.send(
+            self.request(Method::POST, path)
+                .header("Idempotency-Key", key)
+                .json(body)
+                .timeout(timeout),
+        )
+        .await
+    }
+
     /// DELETE a resource.
     pub async fn delete<T: DeserializeOwned>(&self, path: &str) -> Result<T, CliError> {
         Ok(self.send(self.request(Method::DELETE, path)).await?.1)

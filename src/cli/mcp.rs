@@ -111,7 +111,14 @@ impl QuestTools {
         };
         Ok(
             match agent::submit(&self.ctx, result, SUBMIT_WAIT_SECONDS).await {
-                Ok(submitted) => submit_answer(&submitted),
+                Ok(submitted) => {
+                    let answer = submit_answer(&submitted);
+                    // A PENDING answer keeps the key: the same result again follows it.
+                    match agent::settled(&self.ctx, submitted.verdict) {
+                        Ok(()) => answer,
+                        Err(e) => refusal(&e),
+                    }
+                }
                 Err(e) => refusal(&e),
             },
         )
@@ -209,10 +216,7 @@ fn submit_answer(s: &crate::api::SubmitResponse) -> CallToolResult {
     let left = s.max_tries.saturating_sub(s.tries);
     let mut text = agent::verdict_text(Surface::Mcp, s.verdict, s.state, Some(left), &s.facts);
     if s.replayed && s.state == State::Todo && s.verdict != SubmissionVerdict::Pending {
-        text.push_str(
-            "\nThis result is identical to your last submission, so nothing was checked again and no try was used: \
-             change the result before you submit.",
-        );
+        text.push_str(&format!("\n{}", agent::REPLAYED_NOTE));
     }
     if s.verdict == SubmissionVerdict::Pending {
         text.push_str(&format!(

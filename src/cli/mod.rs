@@ -56,11 +56,13 @@ pub mod exit {
 /// The exit statuses, as `quest help` and the README list them.
 pub const EXIT_STATUSES: &str = "\
 Exit statuses:
-  next:    0 a quest is assigned · 10 nothing open now (retry later) · 11 the session is finished
+  next:    0 a quest is assigned · 10 nothing open now (it prints retry_after_seconds; `quest next --wait`
+           sleeps that long and asks again itself) · 11 the session is finished
            12 paused: stop and tell the operator
   submit:  0 PASS · 1 FAIL (fix and submit again) · 2 REVIEW · 3 DONE (out of tries) · 4 PENDING (`quest wait`)
   errors:  64 bad arguments or local input · 65 the server refused the request as invalid · 66 unknown id
-           69 server unreachable · 70 server error · 75 lease lost or quest already decided · 77 token missing, bad or lacking the role";
+           69 server unreachable (retry with back-off, 1 s doubling to 60 s; never stop) · 70 server error
+           75 lease lost or quest already decided (`quest next`) · 77 token missing, bad or lacking the role";
 
 /// Where and as whom a client verb talks to the server.
 #[derive(Debug, Clone, clap::Args)]
@@ -96,7 +98,7 @@ pub struct ClientArgs {
 #[derive(Debug, clap::Subcommand)]
 pub enum Verb {
     /// Lease a quest and print its prompt.
-    Next,
+    Next(NextArgs),
     /// Submit a result for the leased quest.
     Submit(SubmitArgs),
     /// Follow a PENDING submission until it has a verdict.
@@ -137,7 +139,7 @@ impl Verb {
     /// The verb's name when it is one an agent runs, else `None`.
     fn agent_name(&self) -> Option<&'static str> {
         match self {
-            Verb::Next => Some("next"),
+            Verb::Next(_) => Some("next"),
             Verb::Submit(_) => Some("submit"),
             Verb::Wait(_) => Some("wait"),
             Verb::Heartbeat => Some("heartbeat"),
@@ -148,6 +150,15 @@ impl Verb {
             _ => None,
         }
     }
+}
+
+/// `quest next`.
+#[derive(Debug, clap::Args)]
+pub struct NextArgs {
+    /// When nothing is open now, sleep the seconds the server says and ask
+    /// again, until a quest is assigned or the session is finished (never exit 10).
+    #[arg(long)]
+    pub wait: bool,
 }
 
 /// `quest submit`.
@@ -358,7 +369,7 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
         Err(e) => return e.report(),
     };
     let outcome = match verb {
-        Verb::Next => next(&ctx).await,
+        Verb::Next(a) => next(&ctx, a).await,
         Verb::Submit(a) => submit(&ctx, a).await,
         Verb::Wait(a) => wait(&ctx, a).await,
         Verb::Status(a) => status(&ctx, a).await,
@@ -381,8 +392,21 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
     }
 }
 
-async fn next(ctx: &Ctx) -> Result<u8, CliError> {
-    let answer = agent::lease(ctx).await?;
+async fn next(ctx: &Ctx, args: NextArgs) -> Result<u8, CliError> {
+    let answer = loop {
+        match agent::lease(ctx).await? {
+            NextResponse::Wait {
+                retry_after_seconds,
+            } if args.wait => {
+                text::say_err!(
+                    "quest: nothing is open right now; other agents hold the remaining quests. \
+                     Asking again in {retry_after_seconds} s."
+                );
+                tokio::time::sleep(Duration::from_secs(retry_after_seconds.max(1).into())).await;
+            }
+            answer => break answer,
+        }
+    };
     if ctx.args.json {
         print_json(&answer);
     }
@@ -396,9 +420,12 @@ async fn next(ctx: &Ctx) -> Result<u8, CliError> {
         NextResponse::Wait {
             retry_after_seconds,
         } => {
+            // On stderr, so that a loop that keeps stdout as the prompt file still sees it.
             if !ctx.args.json {
-                println!(
-                    "Nothing is open right now; other agents hold the remaining quests. Run `quest next` again in {retry_after_seconds} s."
+                text::say_err!(
+                    "quest: nothing is open right now; other agents hold the remaining quests. \
+                     retry_after_seconds={retry_after_seconds}: run `quest next` again in {retry_after_seconds} s \
+                     (`quest next --wait` does so itself)."
                 );
             }
             exit::WAIT
@@ -489,10 +516,7 @@ async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<u8, CliError> {
         );
         say!("{text}");
         if answer.replayed && answer.state == State::Todo {
-            println!(
-                "This result is identical to your last submission, so nothing was checked again and no try was used: \
-                 change the result before you submit."
-            );
+            println!("{}", agent::REPLAYED_NOTE);
         }
         if answer.verdict == SubmissionVerdict::Pending {
             println!(
@@ -503,6 +527,7 @@ async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<u8, CliError> {
             println!("{} quests remain in this session.", answer.remaining);
         }
     }
+    agent::settled(ctx, answer.verdict)?;
     Ok(agent::verdict_status(answer.verdict, answer.state))
 }
 
@@ -552,6 +577,7 @@ async fn wait(ctx: &Ctx, args: WaitArgs) -> Result<u8, CliError> {
         );
         say!("{text}");
     }
+    agent::settled(ctx, verdict)?;
     Ok(agent::verdict_status(verdict, state))
 }
 
@@ -560,16 +586,22 @@ pub fn agent_instruction(url: &str, session: SessionId) -> String {
     format!(
         "You work through the quests of a quest session. Set up once:\n\
          \n  export QUEST_URL={url} QUEST_SESSION={session} QUEST_TOKEN=<your agent token> QUEST_AGENT=<a name for you>\n\
-         \nThen: run `quest next`, do what the prompt says, `quest submit` the result, and repeat until \
-         `quest next` says the session is finished.\n\
-         \n- `quest next` exits 0 with a quest's prompt, 10 when nothing is open yet (wait the seconds it says, then \
-         run it again), 11 when the session is finished (stop).\n\
+         \nThen: run `quest next --wait`, do what the prompt says, `quest submit` the result, and repeat until \
+         `quest next --wait` says the session is finished.\n\
+         \n- `quest next --wait` exits 0 with a quest's prompt and 11 when the session is finished (stop). When nothing \
+         is open yet it sleeps the seconds the server says and asks again itself (plain `quest next` exits 10 and \
+         prints retry_after_seconds instead).\n\
          - `quest submit --field NAME=VALUE ...` exits 0 on PASS, 1 on FAIL (read every fact and hint, fix the \
-         result, submit again), 2 on REVIEW and 3 on DONE (both: move on with `quest next`), 4 on PENDING (run `quest wait`).\n\
-         - Submitting the very same result again changes nothing: change it according to the facts.\n\
-         - A lease lasts a few minutes: for long work run `quest heartbeat` now and then; `quest release` gives a quest back.\n\
-         - Exit 75 means the lease is gone or the quest is decided: run `quest next`. Exit 69: the server is \
-         unreachable, wait and retry. Exit 77: your token is missing or lacks the agent role: stop and ask.\n\
+         result, submit again), 2 on REVIEW and 3 on DONE (both: move on with `quest next --wait`), 4 on PENDING (run `quest wait`).\n\
+         - Every submit is checked: the very same result after a FAIL fails again and uses a try, and when the tries \
+         are used up the quest is closed for good. Change the result according to the facts.\n\
+         - If `quest submit` was interrupted before it printed a verdict, run the same command again: it is answered \
+         by the submission already made, without a new try.\n\
+         - A lease lasts a few minutes and can be renewed only up to a limit: for long work run `quest heartbeat` now \
+         and then; `quest release` gives a quest back.\n\
+         - Exit 75 means the lease is gone or the quest is decided: run `quest next --wait`. Exit 69: the server is \
+         unreachable: wait and retry (1 s, doubling up to 60 s), never stop. Exit 65: the server refused the result \
+         as invalid: read the message, fix it. Exit 77: your token is missing or lacks the agent role: stop and ask.\n\
          - Never claim a quest is done yourself: only the gate's PASS counts. Submit what you found, not what you guess.\n"
     )
 }

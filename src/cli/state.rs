@@ -19,6 +19,22 @@ pub struct Held {
     pub key: Option<String>,
     /// The last submission, for `quest wait`.
     pub submission_id: Option<SubmissionId>,
+    /// The submit in flight: written before the request is sent and kept
+    /// until its verdict is shown, so that sending the same result again
+    /// (a killed `quest submit` rerun, `quest mcp` following a PENDING
+    /// verdict) reuses its `Idempotency-Key` and costs nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sent: Option<Sent>,
+}
+
+/// One logical submit: its idempotency key and what it was for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sent {
+    pub key: String,
+    /// The SHA-256 of the canonical result.
+    pub result_hash: String,
+    pub quest_id: QuestId,
+    pub lease_id: LeaseId,
 }
 
 /// The state file of one agent on one server.

@@ -45,6 +45,7 @@ pub mod pause;
 pub mod prompt;
 pub mod receipt;
 pub mod recheck;
+pub mod replay;
 pub mod session;
 pub mod table;
 pub mod text;

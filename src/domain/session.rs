@@ -37,6 +37,11 @@ pub struct SessionConfig {
     /// How long a lease lasts without a heartbeat, 1 to 86400.
     #[serde(default = "default_lease_seconds")]
     pub lease_seconds: u32,
+    /// The longest one lease may be held, however often a heartbeat or `next`
+    /// renews it: `lease_seconds` to 2592000 (30 days), ten times
+    /// `lease_seconds` when left out. Then it lapses like an expired lease.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_hold_seconds: Option<u32>,
     /// The largest result an agent may submit, in bytes of compact JSON:
     /// 1 to 1048576 (1 MiB), 262144 (256 KiB) when left out. Past it a
     /// submission is refused with 413 `result_too_large`.
@@ -115,6 +120,9 @@ fn default_max_result_bytes() -> u32 {
     DEFAULT_MAX_RESULT_BYTES
 }
 
+/// The longest hold a session may allow (30 days).
+pub const MAX_HOLD_SECONDS: u32 = 30 * 86_400;
+
 /// The largest result a session accepts when its config says nothing.
 pub const DEFAULT_MAX_RESULT_BYTES: u32 = 256 * 1024;
 /// The most a session's `max_result_bytes` may allow.
@@ -129,6 +137,13 @@ pub struct ConfigError {
 }
 
 impl SessionConfig {
+    /// The longest a lease may be held: as configured, else (a session made
+    /// before the setting existed) ten times `lease_seconds`.
+    pub fn max_hold_seconds(&self) -> u32 {
+        self.max_hold_seconds
+            .unwrap_or_else(|| self.lease_seconds.saturating_mul(10))
+    }
+
     /// Parses and checks a configuration value.
     pub fn parse(value: Value) -> Result<SessionConfig, ConfigError> {
         // The path names the offending field: `config.max_tries: invalid type ...`.
@@ -161,6 +176,15 @@ impl SessionConfig {
         if !(1..=86_400).contains(&config.lease_seconds) {
             return bad("config.lease_seconds", "must be between 1 and 86400");
         }
+        let hold = config.max_hold_seconds();
+        if !(config.lease_seconds..=MAX_HOLD_SECONDS).contains(&hold) {
+            return bad(
+                "config.max_hold_seconds",
+                "must be between lease_seconds and 2592000 (30 days); leave it out for ten times lease_seconds",
+            );
+        }
+        // Said as it applies, so that the session shows it.
+        config.max_hold_seconds = Some(hold);
         if !(1..=MAX_RESULT_BYTES).contains(&config.max_result_bytes) {
             return bad(
                 "config.max_result_bytes",
@@ -190,6 +214,11 @@ mod tests {
     fn defaults_fill_the_limits() {
         let c = SessionConfig::parse(json!({"gate": {"kind": "schema", "schema": {}}})).unwrap();
         assert_eq!((c.max_tries, c.max_lapses, c.lease_seconds), (3, 3, 300));
+        assert_eq!(
+            c.max_hold_seconds,
+            Some(3000),
+            "ten leases, said as it applies"
+        );
         assert_eq!(c.max_result_bytes, 256 * 1024);
         assert_eq!(c.gate.params["schema"], json!({}));
         assert_eq!(c.recheck, None);
@@ -214,6 +243,14 @@ mod tests {
                 "config.lease_seconds",
             ),
             (json!({"gate": {"kind": ""}}), "config.gate.kind"),
+            (
+                json!({"gate": {"kind": "schema"}, "lease_seconds": 60, "max_hold_seconds": 59}),
+                "config.max_hold_seconds",
+            ),
+            (
+                json!({"gate": {"kind": "schema"}, "max_hold_seconds": 2_592_001}),
+                "config.max_hold_seconds",
+            ),
             (
                 json!({"gate": {"kind": "schema"}, "max_result_bytes": 1_048_577}),
                 "config.max_result_bytes",

@@ -76,6 +76,8 @@ pub struct LeaseFacts {
     pub id: LeaseId,
     pub quest_id: QuestId,
     pub agent: AgentId,
+    /// When it was granted: renewals never carry it past `max_hold_seconds` from then.
+    pub granted_at: DateTime<Utc>,
     pub expires_at: DateTime<Utc>,
     pub ended: Option<LeaseEnd>,
 }
@@ -128,6 +130,8 @@ pub enum Refusal {
     AgentPaused(Box<crate::domain::pause::Pause>),
     /// A resume of a token that is not paused in the session.
     NotPaused,
+    /// An `Idempotency-Key` the token already used for another quest or result.
+    IdempotencyKeyReused,
 }
 
 impl Refusal {
@@ -154,6 +158,7 @@ impl Refusal {
             Refusal::RecheckNotDue => "recheck_not_due",
             Refusal::AgentPaused(_) => "agent_paused",
             Refusal::NotPaused => "not_paused",
+            Refusal::IdempotencyKeyReused => "idempotency_key_reused",
         }
     }
 }
@@ -236,6 +241,10 @@ impl fmt::Display for Refusal {
             Refusal::AgentPaused(pause) => pause.fmt(f),
             Refusal::NotPaused => f.write_str(
                 "this token is not paused in this session; nothing was changed (the session's page lists its pauses)",
+            ),
+            Refusal::IdempotencyKeyReused => f.write_str(
+                "this token already sent this Idempotency-Key with another quest or result; send the same key \
+                 only to retry the very same request, and a fresh key (e.g. a new UUID) for each new result",
             ),
         }
     }
@@ -415,9 +424,24 @@ pub fn on_verdict(
         lease,
         repeated_failure: verdict == Verdict::Fail
             && before.decided_before
-            && before.last_facts == facts,
+            && super::replay::same_facts(before.last_facts, facts),
         asks_verifiers: status.phase == Some(Phase::Verifying),
     })
+}
+
+/// Until when a lease renewed at `now` lasts: `lease_seconds` from now, but
+/// never past `max_hold_seconds` after it was granted, however often it is
+/// renewed (by a heartbeat, a `next` that renews it, a FAIL). At that point it
+/// lapses like any lease that expired.
+pub fn renewed_until(
+    granted_at: DateTime<Utc>,
+    now: DateTime<Utc>,
+    lease_seconds: u32,
+    max_hold_seconds: u32,
+) -> DateTime<Utc> {
+    let wanted = now + chrono::Duration::seconds(i64::from(lease_seconds));
+    let cap = granted_at + chrono::Duration::seconds(i64::from(max_hold_seconds));
+    wanted.min(cap)
 }
 
 /// What an expired lease does: the quest opens again, or ends after `max_lapses`.

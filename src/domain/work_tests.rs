@@ -17,6 +17,7 @@ fn lease(token: TokenId, expires_in: i64, ended: Option<LeaseEnd>) -> (LeaseFact
         id: LeaseId::new(),
         quest_id: QuestId::new(),
         agent: AgentId::new(token, "bot"),
+        granted_at: now,
         expires_at: now + chrono::Duration::seconds(expires_in),
         ended,
     };
@@ -347,4 +348,47 @@ fn agents_get_the_default_cap_admins_none_and_a_cap_for_others_is_refused() {
     assert!(lease_cap_for(Role::Reviewer, Some(2)).is_err());
     assert!(lease_cap_for(Role::Agent, Some(0)).is_err());
     assert!(lease_cap_for(Role::Agent, Some(MAX_MAX_LEASES + 1)).is_err());
+}
+
+#[test]
+fn a_renewal_extends_by_the_lease_time_but_never_past_the_most_a_lease_may_be_held() {
+    let granted = Utc::now();
+    let at = |s: i64| granted + chrono::Duration::seconds(s);
+    assert_eq!(renewed_until(granted, at(5), 10, 100), at(15));
+    assert_eq!(
+        renewed_until(granted, at(95), 10, 100),
+        at(100),
+        "capped at max_hold_seconds from the grant"
+    );
+    assert_eq!(
+        renewed_until(granted, at(120), 10, 100),
+        at(100),
+        "a renewal after the cap leaves the lease expired"
+    );
+}
+
+#[test]
+fn a_fail_that_repeats_the_last_facts_with_only_the_unchanged_fact_added_is_a_doom_loop() {
+    let gate = vec![Fact::new("schema", "/email", "an @", "nope", "add one")];
+    let repeated = super::super::replay::verdict_facts(
+        gate.clone(),
+        true,
+        Some(crate::domain::ids::SubmissionId::new()),
+    );
+    let effects = on_verdict(
+        Before {
+            status: status(State::Todo, Some(Phase::Checking), 1),
+            last_facts: &gate,
+            decided_before: true,
+        },
+        Verdict::Fail,
+        &repeated,
+        Limits {
+            max_tries: 3,
+            verify: false,
+        },
+    )
+    .unwrap();
+    assert!(effects.repeated_failure);
+    assert_eq!(effects.status.tries, 2, "the repeat costs a try");
 }

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use crate::api::{ErrorBody, ErrorDetail};
 use crate::domain::session::ConfigError;
 use crate::domain::table::TableError;
+use crate::domain::work::Refusal;
 use crate::gates::GateConfigError;
 use crate::store::StoreError;
 
@@ -94,7 +95,12 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::NotFound(what) => ApiError::not_found(what),
             StoreError::Refused(refusal) => {
-                ApiError::new(StatusCode::CONFLICT, refusal.code(), refusal.to_string())
+                // A reused key is no state conflict: the request itself is invalid.
+                let status = match refusal {
+                    Refusal::IdempotencyKeyReused => StatusCode::UNPROCESSABLE_ENTITY,
+                    _ => StatusCode::CONFLICT,
+                };
+                ApiError::new(status, refusal.code(), refusal.to_string())
             }
             StoreError::Unauthorized(message) => {
                 ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
@@ -279,6 +285,16 @@ mod tests {
             assert_eq!(e.message, words);
             assert!(!e.message.is_empty(), "{code} says what to do");
         }
+    }
+
+    #[test]
+    fn a_reused_idempotency_key_is_a_422_with_its_code() {
+        let e = ApiError::from(StoreError::Refused(Refusal::IdempotencyKeyReused));
+        assert_eq!(
+            (e.status, e.code),
+            (StatusCode::UNPROCESSABLE_ENTITY, "idempotency_key_reused")
+        );
+        assert!(e.message.contains("fresh key"), "{}", e.message);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use super::AppState;
 use super::error::ApiError;
 use std::marker::PhantomData;
 
+use crate::domain::replay::IdempotencyKey;
 use crate::domain::work::{AgentId, ReviewerId};
 use crate::domain::{Permission, Role, text, token_hash};
 
@@ -97,6 +98,38 @@ where
             axum::extract::Query::<T>::from_request_parts(parts, state).await?;
         Ok(Query(value))
     }
+}
+
+/// The optional `Idempotency-Key` header of a submit, parsed: anything but
+/// one header of 1 to 255 printable ASCII characters is refused with 400
+/// `invalid_idempotency_key` (a NUL or other control character is refused by
+/// the HTTP parser itself, also with 400).
+#[derive(Debug, Clone)]
+pub struct IdempotencyKeyHeader(pub Option<IdempotencyKey>);
+
+/// The header's name.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKeyHeader {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        let mut values = parts.headers.get_all(IDEMPOTENCY_KEY).iter();
+        let (Some(value), None) = (values.next(), values.next()) else {
+            return if parts.headers.contains_key(IDEMPOTENCY_KEY) {
+                Err(bad_key("send one Idempotency-Key header, not several"))
+            } else {
+                Ok(IdempotencyKeyHeader(None))
+            };
+        };
+        IdempotencyKey::parse(value.as_bytes())
+            .map(|key| IdempotencyKeyHeader(Some(key)))
+            .map_err(|e| bad_key(&e.to_string()))
+    }
+}
+
+fn bad_key(message: &str) -> ApiError {
+    ApiError::bad_request("invalid_idempotency_key", message)
 }
 
 /// The caller, authenticated by its bearer token.

@@ -57,19 +57,33 @@ pub async fn lease_next(
 }
 
 /// Submits a result for the leased quest and waits up to `wait` seconds for the verdict.
+///
+/// A request with the `Idempotency-Key` of a submission this token recorded
+/// is answered by that submission as it stands (no try), even after the
+/// lease ended. Without a key, the same result as the quest's latest
+/// submission on this lease is answered by it while it is PENDING or when it
+/// ended the quest; after a FAIL it is a new try, with an `unchanged` fact.
 #[utoipa::path(post, path = "/v1/quests/{id}/submit", tag = "agents", operation_id = "submit_result",
-    params(("id" = Uuid, Path, description = "Quest id"), SubmitQuery),
+    params(("id" = Uuid, Path, description = "Quest id"), SubmitQuery,
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, pattern = "^[ -~]+$", description = "The client's name for this logical submit: \
+            1 to 255 printable ASCII characters, fresh for each new result and the same only when retrying a \
+            request. A recorded key answers its submission and costs nothing; the same key with another quest or \
+            result is 422 `idempotency_key_reused`. Keys are scoped to the token.")),
     request_body = SubmitRequest,
     responses((status = 200, description = "The verdict", body = SubmitResponse),
         (status = 202, description = "PENDING: poll the submission", body = SubmitResponse),
-        (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
+        (status = 400, description = "Malformed, or `invalid_idempotency_key`", body = ErrorBody),
+        (status = 401, body = ErrorBody), (status = 403, body = ErrorBody),
         (status = 404, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody),
-        (status = 415, body = ErrorBody), (status = 422, body = ErrorBody)))]
+        (status = 415, body = ErrorBody),
+        (status = 422, description = "Invalid, or `idempotency_key_reused`: this token sent the key with another \
+            quest or result", body = ErrorBody)))]
 pub async fn submit_result(
     State(state): State<AppState>,
     caller: Caller<Work>,
     Path(id): Path<QuestId>,
     Query(query): Query<SubmitQuery>,
+    IdempotencyKeyHeader(key): IdempotencyKeyHeader,
     Json(body): Json<SubmitRequest>,
 ) -> Result<(StatusCode, Json<SubmitResponse>), ApiError> {
     let wait = query.wait.unwrap_or(30);
@@ -86,6 +100,7 @@ pub async fn submit_result(
             id,
             body.lease_id,
             body.result,
+            key,
             Duration::from_secs(wait.into()),
         )
         .await?;

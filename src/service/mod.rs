@@ -18,6 +18,7 @@ use crate::api::{
 };
 use crate::domain::prompt::{self, PromptParts};
 use crate::domain::receipt::digest;
+use crate::domain::replay::IdempotencyKey;
 use crate::domain::session::{ConfigError, SessionConfig};
 use crate::domain::table::{self, Format, Table, TableError};
 use crate::domain::verify::VerifyConfig;
@@ -414,7 +415,9 @@ impl Service {
         (text, example)
     }
 
-    /// Records a result and answers its verdict. A gate that decides at once
+    /// Records a result and answers its verdict, unless a recorded submission
+    /// answers it ([`crate::domain::replay`]: the same `idempotency_key`, or
+    /// the same result as a PENDING or final one). A gate that decides at once
     /// runs here and its verdict is recorded with the submission; any other
     /// gate runs on the gate runner after a PENDING record, and the answer
     /// waits up to `wait` for its verdict.
@@ -424,6 +427,7 @@ impl Service {
         quest_id: QuestId,
         lease_id: LeaseId,
         result: Map<String, Value>,
+        idempotency_key: Option<IdempotencyKey>,
         wait: Duration,
     ) -> Result<SubmitResponse, ServiceError> {
         let result = Value::Object(result);
@@ -445,6 +449,7 @@ impl Service {
             token_id,
             result_hash: digest(&result),
             result,
+            idempotency_key,
         };
         let decision = self.decide_at_once(&new, &quest, &session).await?;
         // Subscribe before the gate can possibly finish, so its event is not missed.

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use crate::domain::ids::{SessionId, SubmissionId, TokenId};
 use chrono::{DateTime, Utc};
 
+use crate::domain::replay;
 use crate::domain::work::{self, AgentId, LeaseFacts, Refusal};
 use crate::domain::{EventKind, QuestEvent, QuestStatus, SubmissionVerdict, Verdict};
 use crate::store::{
@@ -182,6 +183,7 @@ pub fn pending_submission(
     quest: &QuestRow,
     new: &NewSubmission,
     agent: &AgentId,
+    repeats: Option<SubmissionId>,
     now: DateTime<Utc>,
 ) -> SubmissionRow {
     SubmissionRow {
@@ -201,7 +203,54 @@ pub fn pending_submission(
         tries_after: None,
         created_at: now,
         decided_at: None,
+        repeats,
     }
+}
+
+/// A submission as the replay rule sees it, with its result's digest.
+pub fn recorded<'a>(s: &SubmissionRow, result_hash: &'a str) -> replay::Recorded<'a> {
+    replay::Recorded {
+        id: s.id,
+        quest_id: s.quest_id,
+        lease_id: s.lease_id,
+        token: s.agent.token,
+        result_hash,
+        verdict: s.verdict,
+        state_after: s.state_after,
+    }
+}
+
+/// A submit as the replay rule sees it.
+pub fn incoming(new: &NewSubmission) -> replay::Incoming<'_> {
+    replay::Incoming {
+        quest_id: new.quest_id,
+        lease_id: new.lease_id,
+        token: new.token_id,
+        result_hash: &new.result_hash,
+    }
+}
+
+/// The facts a verdict on `submission` keeps (see [`replay::verdict_facts`]).
+pub fn verdict_facts(
+    submission: &SubmissionRow,
+    verdict: Verdict,
+    facts: Vec<crate::domain::Fact>,
+) -> Vec<crate::domain::Fact> {
+    replay::verdict_facts(facts, verdict == Verdict::Fail, submission.repeats)
+}
+
+/// Until when a lease renewed now lasts (see [`work::renewed_until`]).
+pub fn renewal(
+    lease: &LeaseFacts,
+    session: &crate::store::SessionRow,
+    now: DateTime<Utc>,
+) -> DateTime<Utc> {
+    work::renewed_until(
+        lease.granted_at,
+        now,
+        session.config.lease_seconds,
+        session.config.max_hold_seconds(),
+    )
 }
 
 /// Fails unless a statement touched exactly `expected` rows: a write that

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use crate::domain::recheck::{Mark, Outcome};
+use crate::domain::replay::IdempotencyKey;
 use crate::domain::session::SessionConfig;
 use crate::domain::table::Row;
 use crate::domain::verify::calibration::{Confusion, Standing};
@@ -122,6 +123,9 @@ pub struct SubmissionRow {
     pub tries_after: Option<u32>,
     pub created_at: DateTime<Utc>,
     pub decided_at: Option<DateTime<Utc>>,
+    /// The FAIL whose result this one repeats unchanged on the same lease: its
+    /// verdict, if a FAIL, gets the `unchanged` fact.
+    pub repeats: Option<SubmissionId>,
 }
 
 /// A result an agent hands in for the quest it holds.
@@ -132,8 +136,11 @@ pub struct NewSubmission {
     /// The token of the caller; the lease's agent must belong to it.
     pub token_id: TokenId,
     pub result: Value,
-    /// Digest of the canonical result; equal digests on one lease are one retry.
+    /// Digest of the canonical result (see [`crate::domain::replay`]).
     pub result_hash: String,
+    /// The client's name for this logical submit, unique per token: a
+    /// request with a recorded key is answered by that submission.
+    pub idempotency_key: Option<IdempotencyKey>,
 }
 
 /// What `submit` did.
@@ -145,7 +152,8 @@ pub enum SubmitOutcome {
         view: SubmissionView,
         l2_jobs: Vec<L2JobId>,
     },
-    /// The identical retry of the quest's latest submission: its record, unchanged.
+    /// A recorded submission answers (see [`crate::domain::replay`]): its
+    /// record as it stands, unchanged.
     Replayed(SubmissionView),
 }
 

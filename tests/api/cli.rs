@@ -10,29 +10,29 @@ use tokio::io::AsyncWriteExt;
 use crate::helpers::*;
 
 /// One agent's shell: the binary with its environment.
-struct Shell {
-    url: String,
-    token: String,
-    session: Option<String>,
-    agent: String,
-    state: TempDir,
+pub(crate) struct Shell {
+    pub(crate) url: String,
+    pub(crate) token: String,
+    pub(crate) session: Option<String>,
+    pub(crate) agent: String,
+    pub(crate) state: TempDir,
 }
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+pub(crate) struct Run {
+    pub(crate) code: i32,
+    pub(crate) stdout: String,
+    pub(crate) stderr: String,
 }
 
 impl Run {
-    fn json(&self) -> Value {
+    pub(crate) fn json(&self) -> Value {
         serde_json::from_str(&self.stdout)
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout))
     }
 }
 
 impl Shell {
-    fn new(app: &TestApp, token: &str, session: Option<&str>, agent: &str) -> Shell {
+    pub(crate) fn new(app: &TestApp, token: &str, session: Option<&str>, agent: &str) -> Shell {
         Shell {
             url: app.base.clone(),
             token: token.to_owned(),
@@ -42,10 +42,12 @@ impl Shell {
         }
     }
 
-    async fn run_with_input(&self, args: &[&str], input: &str) -> Run {
-        let mut command = crate::helpers::quest_binary();
+    /// The agent's environment on `command`, with piped standard streams.
+    pub(crate) fn environ<'a>(
+        &self,
+        command: &'a mut tokio::process::Command,
+    ) -> &'a mut tokio::process::Command {
         command
-            .args(args)
             .env("QUEST_URL", &self.url)
             .env("QUEST_TOKEN", &self.token)
             .env("QUEST_AGENT", &self.agent)
@@ -57,7 +59,18 @@ impl Shell {
         if let Some(session) = &self.session {
             command.env("QUEST_SESSION", session);
         }
-        let mut child = command.spawn().expect("the quest binary runs");
+        command
+    }
+
+    /// The binary with `args` in the agent's environment, not started.
+    pub(crate) fn command(&self, args: &[&str]) -> tokio::process::Command {
+        let mut command = crate::helpers::quest_binary();
+        self.environ(command.args(args));
+        command
+    }
+
+    async fn run_with_input(&self, args: &[&str], input: &str) -> Run {
+        let mut child = self.command(args).spawn().expect("the quest binary runs");
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(input.as_bytes()).await.unwrap();
         drop(stdin);
@@ -69,13 +82,13 @@ impl Shell {
         }
     }
 
-    async fn run(&self, args: &[&str]) -> Run {
+    pub(crate) async fn run(&self, args: &[&str]) -> Run {
         self.run_with_input(args, "").await
     }
 }
 
 #[track_caller]
-fn exits(run: &Run, code: i32) {
+pub(crate) fn exits(run: &Run, code: i32) {
     assert_eq!(
         run.code, code,
         "stdout: {}\nstderr: {}",
@@ -172,7 +185,16 @@ async fn next_says_wait_while_others_hold_the_last_quest() {
     exits(&one.run(&["next"]).await, 0);
     let wait = two.run(&["next"]).await;
     exits(&wait, 10);
-    assert!(wait.stdout.contains("again in"), "{}", wait.stdout);
+    // On stderr, so that a loop writing stdout to its prompt file still sees it.
+    assert!(
+        wait.stderr.contains("retry_after_seconds=30") && wait.stdout.is_empty(),
+        "{}|{}",
+        wait.stdout,
+        wait.stderr
+    );
+    let json = two.run(&["next", "--json"]).await;
+    exits(&json, 10);
+    assert_eq!(json.json()["retry_after_seconds"], 30, "{}", json.stdout);
     let again = one.run(&["next", "--json"]).await;
     exits(&again, 0);
     assert_eq!(
@@ -495,7 +517,7 @@ async fn agents_on_different_tokens_never_share_a_remembered_lease() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cli_says_when_a_result_is_a_replay_and_keeps_leases_alive() {
+async fn the_cli_says_when_a_result_repeats_a_fail_and_keeps_leases_alive() {
     let app = spawn_app().await;
     let token = app.token("agent", "bots").await;
     // `note` is declared, so that the export has a `result_note` column.
@@ -505,10 +527,16 @@ async fn the_cli_says_when_a_result_is_a_replay_and_keeps_leases_alive() {
     let bot = Shell::new(&app, &token, Some(&session), "bot");
     exits(&bot.run(&["next"]).await, 0);
     exits(&bot.run(&["submit", "--field", "email=bad"]).await, 1);
+    // Issue 18: the same result after a printed FAIL is checked again and
+    // costs a try, and its first fact says that nothing changed.
     let again = bot.run(&["submit", "--field", "email=bad"]).await;
     exits(&again, 1);
     assert!(
-        again.stdout.contains("identical to your last submission"),
+        again.stdout.contains("FAIL: 1 tries left.")
+            && again.stdout.contains("unchanged")
+            && again
+                .stdout
+                .contains("this result is identical to submission"),
         "{}",
         again.stdout
     );

@@ -95,6 +95,7 @@ pub(crate) fn result(quest: QuestId, lease: LeaseId, token: TokenId, email: &str
         lease_id: lease,
         token_id: token,
         result_hash: quest::domain::receipt::digest(&result),
+        idempotency_key: None,
         result,
     }
 }

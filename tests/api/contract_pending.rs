@@ -54,6 +54,7 @@ async fn while_the_gate_checks_a_new_result_and_a_release_are_refused() {
             token_id: token,
             result: json!({"email": email}),
             result_hash: quest::domain::receipt::digest(&json!({"email": email})),
+            idempotency_key: None,
         };
         let SubmitOutcome::Recorded { view: first, .. } =
             store.submit(submit("a@b.test"), None).await.unwrap()
@@ -250,6 +251,7 @@ async fn submit_email(
                 lease_id: lease.id,
                 token_id: token,
                 result_hash: quest::domain::receipt::digest(&result),
+                idempotency_key: None,
                 result,
             },
             None,

@@ -110,24 +110,52 @@ async fn a_quest_fails_with_facts_keeps_its_lease_and_then_passes_for_good() {
 
 #[tokio::test]
 async fn the_identical_retry_returns_the_recorded_verdict_without_a_new_try() {
+    // Issue 18: a network retry is told apart by its Idempotency-Key and
+    // costs no try; without a key the same result after a FAIL is a new
+    // try (an agent in a loop must end its quest, not pin it).
     let app = spawn_app().await;
     let agent = app.token("agent", "bot").await;
     let session = app.scan(contact_config(3), companies(1)).await;
     let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
-
-    let first = app
-        .submit(&agent, &quest, &lease, json!({"email": "no-at-sign"}))
-        .await
-        .expect(200);
-    let retry = app
-        .submit(&agent, &quest, &lease, json!({"email": "no-at-sign"}))
-        .await
-        .expect(200);
+    let bad = json!({"email": "no-at-sign"});
+    let keyed = |key: &'static [u8]| {
+        crate::idempotency::keyed(&app, &agent, &quest, &lease, bad.clone(), key, 30)
+    };
+    let first = keyed(b"try-1").await.expect(200);
+    let retry = keyed(b"try-1").await.expect(200);
     assert_eq!(retry["submission_id"], first["submission_id"]);
-    assert_eq!(retry["tries"], 1, "a network retry costs no try");
+    assert_eq!(retry["tries"], 1, "a keyed network retry costs no try");
     assert_eq!(
         (first["replayed"].as_bool(), retry["replayed"].as_bool()),
         (Some(false), Some(true))
+    );
+
+    let unkeyed = app
+        .submit(&agent, &quest, &lease, json!({"email": "no-at-sign"}))
+        .await
+        .expect(200);
+    assert_ne!(unkeyed["submission_id"], first["submission_id"]);
+    assert_eq!(
+        (
+            unkeyed["verdict"].as_str(),
+            unkeyed["tries"].as_u64(),
+            unkeyed["replayed"].as_bool()
+        ),
+        (Some("FAIL"), Some(2), Some(false)),
+        "the same result without a key after a FAIL is checked again and costs a try"
+    );
+    assert_eq!(unkeyed["facts"][0]["check"], "unchanged");
+    let hint = unkeyed["facts"][0]["hint"].as_str().unwrap();
+    assert_eq!(
+        hint,
+        format!(
+            "this result is identical to submission {}; change it according to the facts",
+            first["submission_id"].as_str().unwrap()
+        )
+    );
+    assert!(
+        unkeyed["facts"].as_array().unwrap().len() > 1,
+        "the gate's own facts follow: {unkeyed}"
     );
 
     let pass = app
@@ -140,7 +168,7 @@ async fn the_identical_retry_returns_the_recorded_verdict_without_a_new_try() {
         .expect(200);
     assert_eq!(
         replay["submission_id"], pass["submission_id"],
-        "also when the verdict made the quest terminal"
+        "the same result as the submission that made the quest terminal is answered by it"
     );
     assert_eq!(replay["verdict"], "PASS");
     assert_eq!(
@@ -148,7 +176,7 @@ async fn the_identical_retry_returns_the_recorded_verdict_without_a_new_try() {
             .as_array()
             .unwrap()
             .len(),
-        2
+        3
     );
 }
 

@@ -10,7 +10,7 @@ use sqlx::{Connection, PgConnection, SqliteConnection};
 use crate::helpers::*;
 
 /// A server of every backend available (see the module's doc).
-async fn ratchet_apps(test: &str) -> Vec<TestApp> {
+pub(crate) async fn ratchet_apps(test: &str) -> Vec<TestApp> {
     let mut apps = vec![spawn_app().await];
     if !on_postgres()
         && let Some(app) = spawn_app_on_postgres(test).await

@@ -73,6 +73,7 @@ async fn a_submission_still_being_checked_is_decided_after_a_restart() {
                 lease_id: lease.parse().unwrap(),
                 token_id: bot.id,
                 result_hash: quest::domain::receipt::digest(&result),
+                idempotency_key: None,
                 result,
             },
             None,

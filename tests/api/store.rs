@@ -83,6 +83,7 @@ async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
                         lease_id: *lease,
                         token_id: token,
                         result_hash: quest::domain::receipt::digest(&result),
+                        idempotency_key: None,
                         result,
                     },
                     None,

@@ -171,7 +171,7 @@ pub fn quest_row(r: &PgRow) -> Result<QuestRow, StoreError> {
 
 /// The lease columns of `leases l` under the prefix [`prefixed_lease`] reads.
 pub const LEASE_PREFIXED: &str = "l.id AS l_id, l.quest_id AS l_quest_id, l.agent AS l_agent, \
-     l.expires_at AS l_expires_at, l.end_reason AS l_end_reason";
+     l.granted_at AS l_granted_at, l.expires_at AS l_expires_at, l.end_reason AS l_end_reason";
 
 /// A lease read under the prefix `l_`, if the join found one.
 pub fn prefixed_lease(r: &PgRow) -> Result<Option<LeaseFacts>, StoreError> {
@@ -182,6 +182,7 @@ pub fn prefixed_lease(r: &PgRow) -> Result<Option<LeaseFacts>, StoreError> {
         id,
         quest_id: r.try_get("l_quest_id")?,
         agent: r.parsed("l_agent")?,
+        granted_at: r.try_get("l_granted_at")?,
         expires_at: r.try_get("l_expires_at")?,
         ended: r.opt_parsed("l_end_reason")?,
     }))
@@ -216,6 +217,7 @@ pub fn submission_row(r: &PgRow) -> Result<SubmissionRow, StoreError> {
             .map(|n| n as u32),
         created_at: r.try_get("created_at")?,
         decided_at: r.try_get("decided_at")?,
+        repeats: r.try_get("repeats")?,
     })
 }
 

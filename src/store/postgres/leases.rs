@@ -14,7 +14,7 @@ use super::codec::*;
 use super::tx::{Tx, expect_rows};
 use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts};
 use crate::domain::{EventKind, QuestStatus, Transition};
-use crate::store::common::{Cap, FOLDED_AGENTS, admit, lease_of, set_status, status_of};
+use crate::store::common::{Cap, FOLDED_AGENTS, admit, lease_of, renewal, set_status, status_of};
 use crate::store::{LeaseOutcome, LeaseRow, QuestRow, SessionRow, StoreError};
 
 /// The session, read once per transaction.
@@ -295,7 +295,7 @@ pub async fn heartbeat(
     let (q, l) = held(tx, quest, lease, token).await?;
     let s = session(tx, q.session_id).await?;
     let mut renewed = lease_of(&l);
-    renewed.expires_at = tx.now + lease_seconds(&s);
+    renewed.expires_at = renewal(&l, &s, tx.now);
     renew_lease(tx, renewed.id, renewed.expires_at).await?;
     Ok(renewed)
 }

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 use super::codec::json as json_text;
 use super::tx::{Tx, expect_rows};
 use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId};
+use crate::domain::replay::IdempotencyKey;
 use crate::domain::work::LeaseEnd;
 use crate::store::{QuestRow, StoreError, SubmissionRow};
 
@@ -67,15 +68,17 @@ pub async fn save_quests(
 /// Inserts submissions, each with the digest of its result.
 pub async fn insert_submissions(
     tx: &mut Tx,
-    submissions: &[(&SubmissionRow, &str)],
+    submissions: &[(&SubmissionRow, &str, Option<&IdempotencyKey>)],
 ) -> Result<(), StoreError> {
     if submissions.is_empty() {
         return Ok(());
     }
     let rows: Vec<Value> = submissions
         .iter()
-        .map(|(s, hash)| {
+        .map(|(s, hash, key)| {
             json!({
+                "idempotency_token": key.map(|_| s.agent.token),
+                "idempotency_key": key.map(|k| k.as_str()), "repeats": s.repeats,
                 "id": s.id, "quest_id": s.quest_id, "session_id": s.session_id,
                 "lease_id": s.lease_id, "agent": s.agent.to_string(), "result": s.result,
                 "result_hash": hash, "verdict": s.verdict.as_str(), "facts": s.facts,
@@ -89,14 +92,16 @@ pub async fn insert_submissions(
     let inserted = sqlx::query(
         "INSERT INTO submissions (id, quest_id, session_id, lease_id, agent, result, result_hash,
            verdict, facts, evidence, gate, gate_version, receipt, state_after, tries_after,
-           created_at, decided_at)
+           created_at, decided_at, idempotency_token, idempotency_key, repeats)
          SELECT id, quest_id, session_id, lease_id, agent, result, result_hash, verdict, facts,
-           evidence, gate, gate_version, receipt, state_after, tries_after, created_at, decided_at
+           evidence, gate, gate_version, receipt, state_after, tries_after, created_at, decided_at,
+           idempotency_token, idempotency_key, repeats
          FROM json_to_recordset($1::json) AS r(
            id uuid, quest_id uuid, session_id uuid, lease_id uuid, agent text, result json,
            result_hash text, verdict text, facts json, evidence json, gate text,
            gate_version text, receipt text, state_after text, tries_after int,
-           created_at timestamptz, decided_at timestamptz)",
+           created_at timestamptz, decided_at timestamptz, idempotency_token uuid,
+           idempotency_key text, repeats uuid)",
     )
     .bind(json_text(&rows))
     .execute(tx.db())

@@ -18,9 +18,12 @@ use super::saves::insert_submissions;
 use super::tx::Tx;
 use super::verdicts::{Writes, decide, remaining};
 use crate::domain::EventKind;
-use crate::domain::ids::{LeaseId, QuestId, SessionId};
+use crate::domain::ids::{LeaseId, QuestId, SessionId, TokenId};
+use crate::domain::replay::{self, IdempotencyKey, Replay};
 use crate::domain::work;
-use crate::store::common::{lease_of, pending_submission, set_status, status_of};
+use crate::store::common::{
+    incoming, lease_of, pending_submission, recorded, set_status, status_of,
+};
 use crate::store::{
     GateDecision, LeaseRow, NewSubmission, QuestRow, StoreError, SubmissionRow, SubmissionView,
     SubmitOutcome,
@@ -56,6 +59,8 @@ struct Read {
     quests: HashMap<QuestId, PgRow>,
     /// The latest submission of each quest, with its result's digest.
     latest: HashMap<QuestId, (SubmissionRow, String)>,
+    /// The submissions recorded under the requests' (token, key), with their digests.
+    by_key: HashMap<(TokenId, String), (SubmissionRow, String)>,
 }
 
 pub async fn submit_many(
@@ -64,7 +69,7 @@ pub async fn submit_many(
 ) -> Result<Answers<SubmitOutcome>, StoreError> {
     let read = read(tx, reqs).await?;
     let mut writes = Writes::default();
-    let mut new: Vec<(SubmissionRow, String)> = Vec::new();
+    let mut new: Vec<(SubmissionRow, String, Option<IdempotencyKey>)> = Vec::new();
     let mut answers = Vec::with_capacity(reqs.len());
     for req in reqs {
         let events = tx.events.len();
@@ -72,7 +77,10 @@ pub async fn submit_many(
         match one(tx, &read, req, &mut own).await {
             Ok((answer, submission)) => {
                 writes.extend(own);
-                new.extend(submission.map(|s| (s, req.0.result_hash.clone())));
+                new.extend(
+                    submission
+                        .map(|s| (s, req.0.result_hash.clone(), req.0.idempotency_key.clone())),
+                );
                 answers.push(Ok(answer));
             }
             Err(e) => {
@@ -82,7 +90,10 @@ pub async fn submit_many(
             }
         }
     }
-    let rows: Vec<(&SubmissionRow, &str)> = new.iter().map(|(s, h)| (s, h.as_str())).collect();
+    let rows: Vec<(&SubmissionRow, &str, Option<&IdempotencyKey>)> = new
+        .iter()
+        .map(|(s, h, k)| (s, h.as_str(), k.as_ref()))
+        .collect();
     insert_submissions(tx, &rows).await?;
     writes.apply(tx).await?;
     let mut left: HashMap<SessionId, u64> = HashMap::new();
@@ -156,11 +167,36 @@ async fn read(tx: &mut Tx, reqs: &[Submit]) -> Result<Read, StoreError> {
         let s = submission_row(&row)?;
         latest.insert(s.quest_id, (s, hash));
     }
-    Ok(Read { quests, latest })
+    let (tokens, keys): (Vec<TokenId>, Vec<&str>) = reqs
+        .iter()
+        .filter_map(|r| Some((r.0.token_id, r.0.idempotency_key.as_ref()?.as_str())))
+        .unzip();
+    let mut by_key = HashMap::new();
+    if !keys.is_empty() {
+        for row in sqlx::query(
+            "SELECT s.* FROM unnest($1::uuid[], $2::text[]) AS k(token, key)
+             JOIN submissions s ON s.idempotency_token = k.token AND s.idempotency_key = k.key",
+        )
+        .bind(&tokens)
+        .bind(&keys)
+        .fetch_all(tx.db())
+        .await?
+        {
+            let token: TokenId = row.try_get("idempotency_token")?;
+            let key: String = row.try_get("idempotency_key")?;
+            let hash: String = row.try_get("result_hash")?;
+            by_key.insert((token, key), (submission_row(&row)?, hash));
+        }
+    }
+    Ok(Read {
+        quests,
+        latest,
+        by_key,
+    })
 }
 
-/// One submit of the batch: its answer, and the submission to insert (none
-/// for an identical retry). Its other writes go to `writes`.
+/// One submit of the batch, decided by [`replay::decide`]: its answer, and
+/// the submission to insert (none when a recorded one answers). Its other writes go to `writes`.
 async fn one(
     tx: &mut Tx,
     read: &Read,
@@ -173,21 +209,35 @@ async fn one(
         .get(&new.quest_id)
         .ok_or(StoreError::NotFound("quest"))?;
     let (mut quest, lease) = (quest_row(row)?, prefixed_lease(row)?);
-    if let Some((latest, hash)) = read.latest.get(&quest.id)
-        && latest.lease_id == new.lease_id
-        && *hash == new.result_hash
-        && latest.agent.belongs_to(new.token_id)
-    {
-        let s = session(tx, quest.session_id).await?;
-        let lease = lease.filter(|l| l.ended.is_none() && quest.lease_id == Some(l.id));
-        let partial = Partial {
-            submission: latest.clone(),
-            quest,
-            lease: lease.as_ref().map(lease_of),
-            max_tries: s.config.max_tries,
-        };
-        return Ok((Answer::Replayed(partial), None));
-    }
+    let by_key = new
+        .idempotency_key
+        .as_ref()
+        .and_then(|k| read.by_key.get(&(new.token_id, k.as_str().to_owned())));
+    let latest = read.latest.get(&quest.id);
+    let repeats = match replay::decide(
+        incoming(new),
+        by_key.map(|(s, h)| recorded(s, h)),
+        latest.map(|(s, h)| recorded(s, h)),
+    )? {
+        Replay::New { repeats } => repeats,
+        Replay::Answer(id) => {
+            let (answer, _) = [by_key, latest]
+                .into_iter()
+                .flatten()
+                .find(|(s, _)| s.id == id)
+                .ok_or(StoreError::NotFound("submission"))?;
+            let s = session(tx, quest.session_id).await?;
+            // Only the quest's own live lease is shown (a keyed retry may come after it ended).
+            let lease = lease.filter(|l| l.ended.is_none() && quest.lease_id == Some(l.id));
+            let partial = Partial {
+                submission: answer.clone(),
+                quest,
+                lease: lease.as_ref().map(lease_of),
+                max_tries: s.config.max_tries,
+            };
+            return Ok((Answer::Replayed(partial), None));
+        }
+    };
     work::check_hold(
         status_of(&quest),
         quest.lease_id,
@@ -199,7 +249,7 @@ async fn one(
     let lease = lease.ok_or(StoreError::NotFound("lease"))?;
     let s = session(tx, quest.session_id).await?;
     let checking = work::check_submit(status_of(&quest))?;
-    let mut submission = pending_submission(&quest, new, &lease.agent, tx.now);
+    let mut submission = pending_submission(&quest, new, &lease.agent, repeats, tx.now);
     // Watchers see the same two steps whether the gate ran here or on the runner.
     set_status(&mut quest, checking);
     quest.updated_at = tx.now;

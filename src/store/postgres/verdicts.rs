@@ -13,7 +13,7 @@ use super::saves::{L2JobWrite, end_leases, insert_l2_jobs, renew_leases, save_qu
 use super::tx::{Tx, expect_rows};
 use crate::domain::work::{self, Before, LeaseAfter, LeaseFacts, Limits};
 use crate::domain::{EventKind, Phase, SubmissionVerdict};
-use crate::store::common::{lease_of, set_status, status_of};
+use crate::store::common::{lease_of, renewal, set_status, status_of, verdict_facts};
 use crate::store::{
     Decided, GateDecision, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow,
 };
@@ -152,6 +152,7 @@ pub fn decide(
     d: GateDecision,
 ) -> Result<(Option<LeaseRow>, Vec<L2JobId>), StoreError> {
     let verify = session.config.verify.as_ref();
+    let facts = verdict_facts(submission, d.verdict, d.facts);
     let effects = work::on_verdict(
         Before {
             status: status_of(quest),
@@ -159,14 +160,14 @@ pub fn decide(
             decided_before: quest.submission_id.is_some(),
         },
         d.verdict,
-        &d.facts,
+        &facts,
         Limits {
             max_tries: session.config.max_tries,
             verify: verify.is_some(),
         },
     )?;
     submission.verdict = d.verdict.into();
-    submission.facts = d.facts.clone();
+    submission.facts = facts.clone();
     submission.evidence = d.evidence;
     submission.gate = Some(d.gate);
     submission.gate_version = Some(d.gate_version);
@@ -176,7 +177,7 @@ pub fn decide(
     submission.decided_at = Some(tx.now);
 
     set_status(quest, effects.status);
-    quest.last_facts = d.facts;
+    quest.last_facts = facts;
     quest.result = effects.keeps_result.then(|| submission.result.clone());
     quest.submission_id = Some(submission.id);
     quest.receipt = if effects.keeps_receipt {
@@ -191,8 +192,7 @@ pub fn decide(
         LeaseAfter::Renewed => {
             quest.lease_id = Some(lease.id);
             let mut kept = lease_of(lease);
-            kept.expires_at =
-                tx.now + chrono::Duration::seconds(i64::from(session.config.lease_seconds));
+            kept.expires_at = renewal(lease, session, tx.now);
             writes.renewals.push((lease.id, kept.expires_at));
             Some(kept)
         }

@@ -160,6 +160,7 @@ pub fn prefixed_lease(r: &SqliteRow) -> Result<Option<LeaseFacts>, StoreError> {
         id: uuid(&id)?,
         quest_id: uuid(&r.str("l_quest_id")?)?,
         agent: text(&r.str("l_agent")?)?,
+        granted_at: parse_ts(&r.str("l_granted_at")?)?,
         expires_at: parse_ts(&r.str("l_expires_at")?)?,
         ended: opt(r.opt_str("l_end_reason")?, text)?,
     }))
@@ -167,7 +168,7 @@ pub fn prefixed_lease(r: &SqliteRow) -> Result<Option<LeaseFacts>, StoreError> {
 
 /// The lease columns of `leases l` under the prefix [`prefixed_lease`] reads.
 pub const LEASE_PREFIXED: &str = "l.id AS l_id, l.quest_id AS l_quest_id, l.agent AS l_agent, \
-     l.expires_at AS l_expires_at, l.end_reason AS l_end_reason";
+     l.granted_at AS l_granted_at, l.expires_at AS l_expires_at, l.end_reason AS l_end_reason";
 
 pub fn lease_row(r: &SqliteRow) -> Result<LeaseRow, StoreError> {
     Ok(LeaseRow {
@@ -202,6 +203,7 @@ pub fn submission_row(r: &SqliteRow) -> Result<SubmissionRow, StoreError> {
             .map(|n| n as u32),
         created_at: parse_ts(&r.str("created_at")?)?,
         decided_at: opt(r.opt_str("decided_at")?, parse_ts)?,
+        repeats: opt(r.opt_str("repeats")?, uuid)?,
     })
 }
 

@@ -11,7 +11,7 @@ use super::pauses::live_pauses;
 use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
 use crate::domain::work::{self, AgentId, LeaseEnd, LeaseFacts, Refusal};
 use crate::domain::{EventKind, QuestStatus, Transition};
-use crate::store::common::{Cap, FOLDED_AGENTS, admit};
+use crate::store::common::{Cap, FOLDED_AGENTS, admit, renewal};
 use crate::store::{LeaseOutcome, LeaseRow, QuestRow, StoreError};
 
 /// `next`: the agent's held quest, or the first open one in upload order.
@@ -396,11 +396,10 @@ impl Kind for Heartbeat {
             out.push(match found {
                 Ok((quest, lease)) => match ctx.session(quest.session_id).await {
                     Ok(s) => {
-                        let mut lease = lease_of(&lease);
-                        lease.expires_at =
-                            ctx.now + chrono::Duration::seconds(s.config.lease_seconds as i64);
-                        renewed.push((lease.id, lease.expires_at));
-                        Ok(lease)
+                        let mut row = lease_of(&lease);
+                        row.expires_at = renewal(&lease, &s, ctx.now);
+                        renewed.push((row.id, row.expires_at));
+                        Ok(row)
                     }
                     Err(e) => Err(e),
                 },

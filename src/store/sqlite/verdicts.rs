@@ -2,7 +2,7 @@
 //! verdict of a gate that ran in the request), and the gate runner's verdict
 //! decides a PENDING one. Each kind is one group of multi-row statements.
 
-use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId};
+use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
@@ -10,9 +10,12 @@ use serde_json::{Value, json};
 use super::codec::*;
 use super::leases::{end_leases, renew_leases, save_quests};
 use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
+use crate::domain::replay::{self, IdempotencyKey, Replay};
 use crate::domain::work::{self, Before, LeaseAfter, LeaseEnd, LeaseFacts, Limits};
 use crate::domain::{EventKind, Phase, SubmissionVerdict};
-use crate::store::common::pending_submission;
+use crate::store::common::{
+    incoming, pending_submission, recorded as common_recorded, renewal, verdict_facts,
+};
 use crate::store::{
     Counts, Decided, GateDecision, LeaseRow, NewSubmission, QuestRow, SessionRow, StoreError,
     SubmissionRow, SubmissionView, SubmitOutcome,
@@ -58,12 +61,13 @@ impl Writes {
                     sqlx::query(
                         "INSERT INTO submissions (id, quest_id, session_id, lease_id, agent, result, result_hash,
                            verdict, facts, evidence, gate, gate_version, receipt, state_after, tries_after,
-                           created_at, decided_at)
+                           created_at, decided_at, idempotency_token, idempotency_key, repeats)
                          SELECT j.value->>'id', j.value->>'quest_id', j.value->>'session_id', j.value->>'lease_id',
                            j.value->>'agent', j.value->>'result', j.value->>'result_hash', j.value->>'verdict',
                            j.value->>'facts', j.value->>'evidence', j.value->>'gate', j.value->>'gate_version',
                            j.value->>'receipt', j.value->>'state_after', j.value->>'tries_after',
-                           j.value->>'created_at', j.value->>'decided_at'
+                           j.value->>'created_at', j.value->>'decided_at', j.value->>'idempotency_token',
+                           j.value->>'idempotency_key', j.value->>'repeats'
                          FROM json_each(?1) j",
                     )
                     .bind(json(&self.new_submissions)),
@@ -112,8 +116,13 @@ impl Writes {
     }
 }
 
-fn submission_json(s: &SubmissionRow, result_hash: &str) -> Value {
+/// A submission as the insert reads it; `key` is the idempotency key it was
+/// sent with, kept under the sender's token.
+fn submission_json(s: &SubmissionRow, result_hash: &str, key: Option<&IdempotencyKey>) -> Value {
     json!({
+        "idempotency_token": key.map(|_| s.agent.token.to_string()),
+        "idempotency_key": key.map(IdempotencyKey::as_str),
+        "repeats": s.repeats.map(|id| id.to_string()),
         "id": s.id.to_string(),
         "quest_id": s.quest_id.to_string(),
         "session_id": s.session_id.to_string(),
@@ -148,6 +157,7 @@ fn decide(
 ) -> Result<(Option<LeaseRow>, Vec<L2JobId>), StoreError> {
     let before = status_of(quest);
     let verify = session.config.verify.as_ref();
+    let facts = verdict_facts(submission, d.verdict, d.facts);
     let effects = work::on_verdict(
         Before {
             status: before,
@@ -155,14 +165,14 @@ fn decide(
             decided_before: quest.submission_id.is_some(),
         },
         d.verdict,
-        &d.facts,
+        &facts,
         Limits {
             max_tries: session.config.max_tries,
             verify: verify.is_some(),
         },
     )?;
     submission.verdict = d.verdict.into();
-    submission.facts = d.facts.clone();
+    submission.facts = facts.clone();
     submission.evidence = d.evidence;
     submission.gate = Some(d.gate);
     submission.gate_version = Some(d.gate_version);
@@ -172,7 +182,7 @@ fn decide(
     submission.decided_at = Some(ctx.now);
 
     set_status(quest, effects.status);
-    quest.last_facts = d.facts;
+    quest.last_facts = facts;
     quest.result = effects.keeps_result.then(|| submission.result.clone());
     quest.submission_id = Some(submission.id);
     quest.receipt = if effects.keeps_receipt {
@@ -187,8 +197,7 @@ fn decide(
         LeaseAfter::Renewed => {
             quest.lease_id = Some(lease.id);
             let mut kept = lease_of(lease);
-            kept.expires_at =
-                ctx.now + chrono::Duration::seconds(session.config.lease_seconds as i64);
+            kept.expires_at = renewal(lease, session, ctx.now);
             writes.renewed.push((kept.id, kept.expires_at));
             Some(kept)
         }
@@ -239,8 +248,7 @@ impl Kind for Submit {
             .map(|r| json!({"q": r.new.quest_id.to_string(), "l": r.new.lease_id.to_string()}))
             .collect();
         let sql = format!(
-            "SELECT j.key AS i, q.*, {LEASE_PREFIXED},
-                    ls.id AS s_id, ls.lease_id AS s_lease, ls.result_hash AS s_hash, ls.agent AS s_agent
+            "SELECT j.key AS i, q.*, {LEASE_PREFIXED}, ls.id AS s_id
              FROM json_each(?1) j
              JOIN quests q ON q.id = j.value->>'q'
              LEFT JOIN leases l ON l.id = j.value->>'l' AND l.quest_id = q.id
@@ -248,24 +256,20 @@ impl Kind for Submit {
                  SELECT id FROM submissions WHERE quest_id = q.id ORDER BY created_at DESC, id DESC LIMIT 1)"
         );
         let mut found = HashMap::new();
+        let mut latest_ids = Vec::new();
         for row in ctx
             .rows(sqlx::query(sqlx::AssertSqlSafe(sql)).bind(json(&wanted)))
             .await?
         {
-            let latest = match row.opt_str("s_id")? {
-                Some(id) => Some((
-                    uuid::<SubmissionId>(&id)?,
-                    uuid::<LeaseId>(&row.str("s_lease")?)?,
-                    row.str("s_hash")?,
-                    agent_of(&row.str("s_agent")?)?,
-                )),
-                None => None,
-            };
+            let latest = row.opt_str("s_id")?;
+            latest_ids.extend(latest.clone());
+            let latest = latest.map(|id| uuid::<SubmissionId>(&id)).transpose()?;
             found.insert(
                 row.int("i")? as usize,
                 (quest_row(&row)?, prefixed_lease(&row)?, latest),
             );
         }
+        let recorded = recorded_submissions(ctx, reqs, &latest_ids).await?;
         let mut writes = Writes::default();
         let mut out = Vec::with_capacity(reqs.len());
         for (i, r) in reqs.iter().enumerate() {
@@ -274,15 +278,32 @@ impl Kind for Submit {
                 continue;
             };
             let new = &r.new;
-            if let Some((id, lease_id, hash, agent)) = latest
-                && lease_id == new.lease_id
-                && hash == new.result_hash
-                && agent.belongs_to(new.token_id)
-            {
-                out.push(replayed(ctx, id, quest, lease).await);
-                continue;
-            }
-            out.push(record(ctx, &mut writes, r, quest, lease).await);
+            let by_key = new
+                .idempotency_key
+                .as_ref()
+                .and_then(|k| recorded.by_key.get(&(new.token_id, k.as_str().to_owned())));
+            let latest = latest.and_then(|id| recorded.by_id.get(&id));
+            let rule = replay::decide(
+                incoming(new),
+                by_key.map(|(s, h)| common_recorded(s, h)),
+                latest.map(|(s, h)| common_recorded(s, h)),
+            );
+            out.push(match rule {
+                Err(refusal) => Err(refusal.into()),
+                Ok(Replay::Answer(id)) => {
+                    match [by_key, latest]
+                        .into_iter()
+                        .flatten()
+                        .find(|(s, _)| s.id == id)
+                    {
+                        Some((s, _)) => replayed(ctx, s.clone(), quest, lease).await,
+                        None => Err(StoreError::NotFound("submission")),
+                    }
+                }
+                Ok(Replay::New { repeats }) => {
+                    record(ctx, &mut writes, r, quest, lease, repeats).await
+                }
+            });
         }
         writes.apply(ctx).await?;
         Ok(out)
@@ -298,21 +319,70 @@ impl Kind for Submit {
     }
 }
 
-/// The identical retry of the quest's latest submission: its record as it stands.
+/// The submissions a group's rule looks at, each with its result's digest:
+/// the quests' latest (by id) and those recorded under the requests' keys
+/// (by token and key), read in one statement.
+#[derive(Default)]
+struct RecordedSubmissions {
+    by_id: HashMap<SubmissionId, (SubmissionRow, String)>,
+    by_key: HashMap<(TokenId, String), (SubmissionRow, String)>,
+}
+
+async fn recorded_submissions(
+    ctx: &mut WriteCtx,
+    reqs: &[Submit],
+    latest: &[String],
+) -> Result<RecordedSubmissions, GroupError> {
+    let keys: Vec<Value> = reqs
+        .iter()
+        .filter_map(|r| {
+            let key = r.new.idempotency_key.as_ref()?;
+            Some(json!({"t": r.new.token_id.to_string(), "k": key.as_str()}))
+        })
+        .collect();
+    let mut out = RecordedSubmissions::default();
+    if keys.is_empty() && latest.is_empty() {
+        return Ok(out);
+    }
+    let rows = ctx
+        .rows(
+            sqlx::query(
+                "SELECT * FROM submissions WHERE id IN (SELECT value FROM json_each(?1))
+                 UNION
+                 SELECT s.* FROM json_each(?2) j JOIN submissions s
+                   ON s.idempotency_token = j.value->>'t' AND s.idempotency_key = j.value->>'k'",
+            )
+            .bind(json(&latest))
+            .bind(json(&keys)),
+        )
+        .await?;
+    for row in &rows {
+        let s = submission_row(row)?;
+        let hash = row.str("result_hash")?;
+        if let (Some(token), Some(key)) = (
+            row.opt_str("idempotency_token")?,
+            row.opt_str("idempotency_key")?,
+        ) {
+            out.by_key
+                .insert((uuid(&token)?, key), (s.clone(), hash.clone()));
+        }
+        out.by_id.insert(s.id, (s, hash));
+    }
+    Ok(out)
+}
+
+/// A recorded submission answers the submit: its record as it stands.
 async fn replayed(
     ctx: &mut WriteCtx,
-    id: SubmissionId,
+    submission: SubmissionRow,
     quest: QuestRow,
     lease: Option<LeaseFacts>,
 ) -> Result<SubmitOutcome, StoreError> {
-    let row = ctx
-        .row(sqlx::query("SELECT * FROM submissions WHERE id = ?").bind(id.to_string()))
-        .await?
-        .ok_or(StoreError::NotFound("submission"))?;
     let session = ctx.session(quest.session_id).await?;
+    // Only the quest's own live lease is shown (a keyed retry may come after it ended).
     let lease = lease.filter(|l| l.ended.is_none() && quest.lease_id == Some(l.id));
     Ok(SubmitOutcome::Replayed(SubmissionView {
-        submission: submission_row(&row)?,
+        submission,
         max_tries: session.config.max_tries,
         remaining: 0,
         lease: lease.as_ref().map(lease_of),
@@ -327,6 +397,7 @@ async fn record(
     r: &Submit,
     mut quest: QuestRow,
     lease: Option<LeaseFacts>,
+    repeats: Option<SubmissionId>,
 ) -> Result<SubmitOutcome, StoreError> {
     let new = &r.new;
     work::check_hold(
@@ -341,7 +412,7 @@ async fn record(
     let session = ctx.session(quest.session_id).await?;
     let before = status_of(&quest);
     let checking = work::check_submit(before)?;
-    let mut submission = pending_submission(&quest, new, &lease.agent, ctx.now);
+    let mut submission = pending_submission(&quest, new, &lease.agent, repeats, ctx.now);
     ctx.submitted(quest.session_id);
     // Watchers see the same two steps whether the gate ran here or on the runner.
     set_status(&mut quest, checking);
@@ -362,9 +433,11 @@ async fn record(
         }
         None => (Some(lease_of(&lease)), Vec::new()),
     };
-    writes
-        .new_submissions
-        .push(submission_json(&submission, &new.result_hash));
+    writes.new_submissions.push(submission_json(
+        &submission,
+        &new.result_hash,
+        new.idempotency_key.as_ref(),
+    ));
     writes.quests.push(quest.clone());
     Ok(SubmitOutcome::Recorded {
         view: SubmissionView {
@@ -462,7 +535,7 @@ async fn decide_pending(
     )?;
     writes
         .decided_submissions
-        .push(submission_json(&submission, ""));
+        .push(submission_json(&submission, "", None));
     writes.quests.push(quest.clone());
     Ok(Decided {
         submission,
