@@ -40,6 +40,16 @@ pub struct Answer {
 }
 
 impl Answer {
+    /// Reads a response's status and JSON body.
+    pub async fn read(response: reqwest::Response) -> Answer {
+        let status = response.status();
+        let text = response.text().await.unwrap_or_default();
+        Answer {
+            status,
+            body: serde_json::from_str(&text).unwrap_or(Value::Null),
+        }
+    }
+
     /// The `error.code` of a refusal.
     pub fn code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or("<none>")
@@ -314,13 +324,7 @@ impl TestApp {
         if let Some(body) = body {
             request = request.json(&body);
         }
-        let response = request.send().await.expect("the server answers");
-        let status = response.status();
-        let text = response.text().await.unwrap_or_default();
-        Answer {
-            status,
-            body: serde_json::from_str(&text).unwrap_or(Value::Null),
-        }
+        Answer::read(request.send().await.expect("the server answers")).await
     }
 
     pub async fn get(&self, path: &str, token: &str) -> Answer {
@@ -373,11 +377,7 @@ impl TestApp {
             .send()
             .await
             .expect("the server answers");
-        let status = response.status();
-        Answer {
-            status,
-            body: response.json().await.unwrap_or(Value::Null),
-        }
+        Answer::read(response).await
     }
 
     /// `next` for an agent name on a token.

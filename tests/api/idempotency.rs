@@ -30,11 +30,7 @@ pub(crate) async fn keyed(
         .send()
         .await
         .expect("the server answers");
-    let status = response.status();
-    Answer {
-        status,
-        body: response.json().await.unwrap_or(Value::Null),
-    }
+    Answer::read(response).await
 }
 
 fn count(view: &Value) -> usize {
