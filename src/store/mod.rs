@@ -8,7 +8,9 @@
 //!
 //! [`Clock`]: crate::domain::Clock
 
+mod columns;
 mod common;
+mod decode;
 mod pause_sql;
 pub mod postgres;
 mod rows;

@@ -14,7 +14,24 @@
 //! - [`reads`] and [`console`]: every read;
 //! - [`jobs`]: claims on background work (gate runs, L2 questions), shared by replicas;
 //! - [`events`]: the events of every replica's commits, relayed to this one's watchers;
-//! - [`codec`]: how rows are decoded.
+//! - [`codec`]: how values are bound.
+//!
+//! The modules under `store/sql` are written once for both engines and
+//! compiled here against this engine's [`codec`], [`Tx`] and SQL fragments.
+
+/// SQL that differs between the engines, for `concat!` in `store/sql`:
+/// a row lock, and no planner hints.
+macro_rules! for_update {
+    () => {
+        " FOR UPDATE"
+    };
+}
+
+macro_rules! indexed_by {
+    ($index:literal) => {
+        ""
+    };
+}
 
 mod batch;
 mod calibration;
@@ -25,6 +42,8 @@ mod jobs;
 mod leases;
 mod pauses;
 mod reads;
+#[path = "../sql/rechecks.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod rechecks;
 mod saves;
 mod submits;
@@ -52,7 +71,7 @@ use super::*;
 use crate::domain::work::ReviewerId;
 use crate::domain::{Clock, QuestEvent};
 use batch::Batcher;
-use tx::{Db, Op};
+use tx::{Db, Op, Tx};
 
 /// The key of the advisory lock under which replicas starting together run
 /// the migrations one at a time ("quest" in ASCII).

@@ -8,8 +8,25 @@
 //! - [`codec`]: how rows are encoded and decoded;
 //! - [`console`]: the web console's browser sessions and the reads of its pages.
 //!
+//! The modules under `store/sql` are written once for both engines and
+//! compiled here against this engine's [`codec`], [`Tx`] and SQL fragments.
+//!
 //! The live counts of every session are kept in memory by the writer from
 //! what it commits, so `status` and `remaining` read no table.
+
+/// SQL that differs between the engines, for `concat!` in `store/sql`:
+/// SQLite's single writer locks nothing, and its planner takes hints.
+macro_rules! for_update {
+    () => {
+        ""
+    };
+}
+
+macro_rules! indexed_by {
+    ($index:literal) => {
+        concat!(" INDEXED BY ", $index)
+    };
+}
 
 mod agents;
 mod calibration;
@@ -19,11 +36,15 @@ mod inputs;
 mod leases;
 mod pauses;
 mod reads;
+#[path = "../sql/rechecks.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod rechecks;
 mod sessions;
 mod verdicts;
 mod verify;
 mod writer;
+
+use writer::WriteCtx as Tx;
 
 use crate::domain::ids::{
     L2JobId, LeaseId, QuestId, RecheckRunId, SessionId, SubmissionId, TokenId,
