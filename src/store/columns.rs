@@ -123,6 +123,7 @@ pub trait Columns {
     /// An integer of any width.
     fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError>;
     fn flag(&self, col: &str) -> Result<bool, StoreError>;
+    fn real(&self, col: &str) -> Result<f64, StoreError>;
     fn opt_json<T: DeserializeOwned>(&self, col: &str) -> Result<Option<T>, StoreError>;
 
     fn text(&self, col: &str) -> Result<String, StoreError> {
@@ -214,6 +215,10 @@ impl Columns for PgRow {
         Ok(self.try_get(col)?)
     }
 
+    fn real(&self, col: &str) -> Result<f64, StoreError> {
+        Ok(self.try_get(col)?)
+    }
+
     fn opt_json<T: DeserializeOwned>(&self, col: &str) -> Result<Option<T>, StoreError> {
         Ok(self.try_get::<Option<Json<T>>, _>(col)?.map(|j| j.0))
     }
@@ -247,6 +252,10 @@ impl Columns for SqliteRow {
 
     fn flag(&self, col: &str) -> Result<bool, StoreError> {
         Ok(self.int(col)? != 0)
+    }
+
+    fn real(&self, col: &str) -> Result<f64, StoreError> {
+        Ok(self.try_get(col)?)
     }
 
     fn opt_json<T: DeserializeOwned>(&self, col: &str) -> Result<Option<T>, StoreError> {

@@ -22,6 +22,8 @@ pub enum Turn {
     RecheckStart(SessionId),
     /// Finishing a re-check run, once its last quest is recorded.
     RecheckRun(RecheckRunId),
+    /// Judging a session's verifiers again after a label.
+    Calibration(SessionId),
 }
 
 /// A token's scope as stored: the JSON array of its session ids, or NULL

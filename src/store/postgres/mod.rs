@@ -34,6 +34,8 @@ macro_rules! indexed_by {
 }
 
 mod batch;
+#[path = "../sql/calibration.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod calibration;
 mod codec;
 mod console;

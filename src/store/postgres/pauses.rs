@@ -50,10 +50,7 @@ pub async fn after_done(tx: &mut Tx) -> Result<(), StoreError> {
 }
 
 async fn decide(tx: &mut Tx, session: SessionId, token: TokenId) -> Result<(), StoreError> {
-    let max = super::leases::session(tx, session)
-        .await?
-        .config
-        .max_consecutive_done;
+    let max = tx.session(session).await?.config.max_consecutive_done;
     if max == 0 {
         return Ok(());
     }

@@ -45,7 +45,9 @@ async fn fetch_session(conn: &mut PgConnection, id: SessionId) -> Result<Session
 }
 
 /// A read-only transaction: one snapshot for several statements.
-async fn snapshot(pool: &PgPool) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+pub async fn snapshot(
+    pool: &PgPool,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
     Ok(pool
         .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         .await?)

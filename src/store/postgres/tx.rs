@@ -24,6 +24,7 @@ use super::events;
 use crate::domain::ids::SessionId;
 use crate::domain::{EventKind, QuestEvent};
 use crate::store::common::{Turn, quest_event};
+use crate::store::decode::{SESSION_COLUMNS, session_row};
 use crate::store::{QuestRow, SessionRow, StoreError, SubmissionRow};
 
 /// The pool, the time source and where committed events go: what every
@@ -157,7 +158,7 @@ pub struct Tx {
     /// Statements sent so far (`quest_store_round_trips_total`).
     pub trips: u64,
     /// The sessions read so far: they never change after the scan.
-    pub sessions: HashMap<SessionId, SessionRow>,
+    pub sessions: HashMap<SessionId, Arc<SessionRow>>,
 }
 
 impl Tx {
@@ -182,6 +183,21 @@ impl Tx {
         &mut self.conn
     }
 
+    /// The session, read once per transaction.
+    pub async fn session(&mut self, id: SessionId) -> Result<Arc<SessionRow>, StoreError> {
+        if let Some(s) = self.sessions.get(&id) {
+            return Ok(s.clone());
+        }
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
+        let row = self
+            .row(sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id))
+            .await?
+            .ok_or(StoreError::NotFound("session"))?;
+        let session = Arc::new(session_row(&row)?);
+        self.sessions.insert(id, session.clone());
+        Ok(session)
+    }
+
     /// Runs a statement; the number of rows it changed.
     pub async fn exec(&mut self, q: Query<'_>) -> Result<u64, sqlx::Error> {
         Ok(q.execute(self.db()).await?.rows_affected())
@@ -204,6 +220,10 @@ impl Tx {
             // every write that refers to it.
             Turn::RecheckStart(session) => sqlx::query(
                 "SELECT pg_advisory_xact_lock(hashtextextended('recheck ' || $1::text, 0))",
+            )
+            .bind(session),
+            Turn::Calibration(session) => sqlx::query(
+                "SELECT pg_advisory_xact_lock(hashtext('quest calibration ' || $1::text))",
             )
             .bind(session),
             Turn::RecheckRun(run) => {

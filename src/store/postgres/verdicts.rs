@@ -8,7 +8,6 @@ use std::sync::Arc;
 use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId};
 
 use super::codec::*;
-use super::leases::session;
 use super::saves::{L2JobWrite, end_leases, insert_l2_jobs, renew_leases, save_quests};
 use super::tx::{Tx, expect_rows};
 use crate::domain::work::{self, Before, LeaseAfter, LeaseFacts, Limits};
@@ -70,7 +69,7 @@ pub async fn apply_verdict(
             submission.id
         )));
     };
-    let s = session(tx, quest.session_id).await?;
+    let s = tx.session(quest.session_id).await?;
     let mut writes = Writes::default();
     let (_, l2_jobs) = decide(
         tx,

@@ -9,11 +9,12 @@ use crate::domain::ids::{L2JobId, QuestId, SubmissionId};
 use sqlx::Row;
 
 use super::codec::*;
-use super::leases::{save_quest, session};
+use super::leases::save_quest;
 use super::tx::Tx;
 use crate::domain::verify::{self, L2JobStatus, Question};
 use crate::domain::work::{self, ReviewerId};
 use crate::domain::{Decision, EventKind, Phase};
+use crate::store::columns::RowId;
 use crate::store::common::{REVOKED, set_status, status_of};
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
 
@@ -142,7 +143,7 @@ async fn finish_verification(
     mut quest: QuestRow,
     submission_id: SubmissionId,
 ) -> Result<QuestRow, StoreError> {
-    let s = session(tx, quest.session_id).await?;
+    let s = tx.session(quest.session_id).await?;
     let config = s
         .config
         .verify
@@ -307,7 +308,7 @@ pub async fn decide_review(
         }
         _ => None,
     };
-    let decision_id = uuid::Uuid::now_v7();
+    let decision_id = RowId::new();
     sqlx::query(
         "INSERT INTO review_decisions (id, quest_id, reviewer, reviewer_token, decision, note, created_at, bulk)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",

@@ -29,6 +29,8 @@ macro_rules! indexed_by {
 }
 
 mod agents;
+#[path = "../sql/calibration.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod calibration;
 mod codec;
 mod console;

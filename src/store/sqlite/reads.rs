@@ -75,6 +75,13 @@ pub async fn list_sessions(pool: &SqlitePool) -> Result<Vec<SessionRow>, StoreEr
     rows.iter().map(session_row).collect()
 }
 
+/// A read transaction: its statements see one snapshot of the database.
+pub async fn snapshot(
+    pool: &SqlitePool,
+) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, StoreError> {
+    Ok(pool.begin().await?)
+}
+
 pub async fn get_session(pool: &SqlitePool, id: SessionId) -> Result<SessionRow, StoreError> {
     fetch_session(&mut *pool.acquire().await?, id).await
 }

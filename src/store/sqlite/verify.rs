@@ -3,7 +3,6 @@
 //! each runs alone (see [`super::writer::Single`]).
 
 use crate::domain::ids::{L2JobId, QuestId, SubmissionId};
-use uuid::Uuid;
 
 use super::codec::*;
 use super::leases::save_quests;
@@ -11,6 +10,7 @@ use super::writer::{GroupError, WriteCtx};
 use crate::domain::verify::{self, L2JobStatus, Question};
 use crate::domain::work::{self, ReviewerId};
 use crate::domain::{Decision, EventKind, Phase};
+use crate::store::columns::RowId;
 use crate::store::common::REVOKED;
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
 
@@ -319,13 +319,13 @@ pub async fn decide_review(
             .flatten(),
         _ => None,
     };
-    let decision_id = Uuid::now_v7().to_string();
+    let decision_id = RowId::new();
     ctx.exec(
         sqlx::query(
             "INSERT INTO review_decisions (id, quest_id, reviewer, reviewer_token, decision, note, created_at, bulk)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         )
-        .bind(decision_id.clone())
+        .bind(decision_id)
         .bind(quest_id.to_string())
         .bind(reviewer.name.clone())
         .bind(reviewer.token.to_string())
@@ -336,7 +336,7 @@ pub async fn decide_review(
     )
     .await?;
     if !bulk {
-        super::calibration::recalibrate(ctx, quest.session_id, &decision_id).await?;
+        super::calibration::recalibrate(ctx, quest.session_id, decision_id).await?;
     }
     set_status(&mut quest, next);
     quest.receipt = receipt;
