@@ -6,7 +6,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::Postgres;
 use sqlx::postgres::types::Oid;
-use sqlx::postgres::{PgArgumentBuffer, PgTypeInfo};
+use sqlx::postgres::{PgArgumentBuffer, PgRow, PgTypeInfo};
+
+use crate::store::StoreError;
 
 pub use crate::store::columns::Columns;
 pub use crate::store::decode::*;
@@ -17,6 +19,16 @@ pub type Pool = sqlx::PgPool;
 /// A time as a bind: a `timestamptz`.
 pub fn at(t: DateTime<Utc>) -> DateTime<Utc> {
     t
+}
+
+/// A minute of the console's throughput: a `timestamptz`.
+pub fn minute(t: DateTime<Utc>) -> DateTime<Utc> {
+    t
+}
+
+/// A minute stored by [`minute`], read back.
+pub fn read_minute(r: &PgRow, col: &str) -> Result<DateTime<Utc>, StoreError> {
+    r.at(col)
 }
 
 /// Plain data as a bind of type `json`.

@@ -27,9 +27,36 @@ macro_rules! for_update {
     };
 }
 
+macro_rules! for_share {
+    () => {
+        " FOR SHARE"
+    };
+}
+
 macro_rules! indexed_by {
     ($index:literal) => {
         ""
+    };
+}
+
+/// The function that finds a text in another (`strpos(haystack, needle)`).
+macro_rules! position {
+    () => {
+        "strpos"
+    };
+}
+
+/// The elements of a JSON array, as a table whose column `value` holds each.
+macro_rules! json_elements {
+    ($array:literal) => {
+        concat!("json_array_elements(", $array, ")")
+    };
+}
+
+/// Whether the token id `$id` is the first part of an agent name `<token id>/<name>`.
+macro_rules! token_of_agent {
+    ($id:literal, $agent:literal) => {
+        concat!($id, "::text = split_part(", $agent, ", '/', 1)")
     };
 }
 
@@ -38,6 +65,8 @@ mod batch;
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod calibration;
 mod codec;
+#[path = "../sql/console.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod console;
 mod events;
 mod jobs;
@@ -51,6 +80,8 @@ mod saves;
 mod submits;
 mod tx;
 mod verdicts;
+#[path = "../sql/verify.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod verify;
 mod writes;
 

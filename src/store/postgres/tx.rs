@@ -22,7 +22,7 @@ use uuid::Uuid;
 use super::TimeSource;
 use super::events;
 use crate::domain::ids::SessionId;
-use crate::domain::{EventKind, QuestEvent};
+use crate::domain::{EventKind, QuestEvent, QuestStatus};
 use crate::store::common::{Turn, quest_event};
 use crate::store::decode::{SESSION_COLUMNS, session_row};
 use crate::store::{QuestRow, SessionRow, StoreError, SubmissionRow};
@@ -237,6 +237,18 @@ impl Tx {
     /// Publishes `event` after commit (a change that moves no count).
     pub fn publish(&mut self, event: QuestEvent) {
         self.events.push(event);
+    }
+
+    /// Records that `quest` moved from `before` (the triggers count the move
+    /// on this engine, so only its event is kept, for after commit).
+    pub fn moved_from(
+        &mut self,
+        kind: EventKind,
+        quest: &QuestRow,
+        _before: QuestStatus,
+        submission: Option<&SubmissionRow>,
+    ) {
+        self.moved(kind, quest, submission);
     }
 
     /// Records that `quest` moved (its status as it is now): its event after commit.

@@ -27,6 +27,17 @@ pub fn at(t: DateTime<Utc>) -> String {
     ts(t)
 }
 
+/// A minute of the console's throughput as stored: the first 16
+/// characters of a time's text.
+pub fn minute(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M").to_string()
+}
+
+/// A minute stored by [`minute`], read back.
+pub fn read_minute(r: &SqliteRow, col: &str) -> Result<DateTime<Utc>, StoreError> {
+    parse_ts(&format!("{}:00Z", r.str(col)?))
+}
+
 /// Plain data as a bind: its JSON text.
 pub fn doc<T: Serialize + ?Sized>(value: &T) -> String {
     json(value)

@@ -22,9 +22,43 @@ macro_rules! for_update {
     };
 }
 
+macro_rules! for_share {
+    () => {
+        ""
+    };
+}
+
 macro_rules! indexed_by {
     ($index:literal) => {
         concat!(" INDEXED BY ", $index)
+    };
+}
+
+/// The function that finds a text in another (`instr(haystack, needle)`).
+macro_rules! position {
+    () => {
+        "instr"
+    };
+}
+
+/// The elements of a JSON array, as a table whose column `value` holds each.
+macro_rules! json_elements {
+    ($array:literal) => {
+        concat!("json_each(", $array, ")")
+    };
+}
+
+/// Whether the token id `$id` is the first part of an agent name `<token id>/<name>`.
+macro_rules! token_of_agent {
+    ($id:literal, $agent:literal) => {
+        concat!(
+            $id,
+            " = substr(",
+            $agent,
+            ", 1, instr(",
+            $agent,
+            ", '/') - 1)"
+        )
     };
 }
 
@@ -33,6 +67,8 @@ mod agents;
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod calibration;
 mod codec;
+#[path = "../sql/console.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod console;
 mod inputs;
 mod leases;
@@ -43,6 +79,8 @@ mod reads;
 mod rechecks;
 mod sessions;
 mod verdicts;
+#[path = "../sql/verify.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod verify;
 mod writer;
 
@@ -388,7 +426,8 @@ impl Store for SqliteStore {
     }
 
     async fn record_l2_answer(&self, answer: NewL2Answer) -> Result<L2Recorded, StoreError> {
-        single!(self, |ctx| verify::record_l2_answer(ctx, answer).await)
+        single!(self, |ctx| verify::record_l2_answer(ctx, Arc::new(answer))
+            .await)
     }
 
     async fn l2_answers(&self, quest_id: QuestId) -> Result<Vec<L2AnswerRow>, StoreError> {

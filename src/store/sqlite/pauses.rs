@@ -125,7 +125,7 @@ async fn release_live_leases(
         );
         quest.lease_id = None;
         quest.updated_at = ctx.now;
-        ctx.moved(EventKind::Released, &quest, before, None);
+        ctx.moved_from(EventKind::Released, &quest, before, None);
         quests.push(quest);
         ended.push((lease.id, LeaseEnd::Released));
     }

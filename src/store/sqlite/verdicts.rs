@@ -232,7 +232,7 @@ fn decide(
             jobs.push(id);
         }
     }
-    ctx.moved(EventKind::Decided, quest, before, Some(submission));
+    ctx.moved_from(EventKind::Decided, quest, before, Some(submission));
     Ok((kept, jobs))
 }
 
@@ -417,7 +417,7 @@ async fn record(
     // Watchers see the same two steps whether the gate ran here or on the runner.
     set_status(&mut quest, checking);
     quest.updated_at = ctx.now;
-    ctx.moved(EventKind::Submitted, &quest, before, Some(&submission));
+    ctx.moved_from(EventKind::Submitted, &quest, before, Some(&submission));
     let (kept, l2_jobs) = match r.decision.clone() {
         Some(d) => {
             quest.lease_id = Some(lease.id);

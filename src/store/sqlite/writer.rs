@@ -103,7 +103,7 @@ impl WriteCtx {
 
     /// Records that `quest` moves from `before` to its current status: its
     /// event after commit, and the counts it leaves and enters.
-    pub fn moved(
+    pub fn moved_from(
         &mut self,
         kind: EventKind,
         quest: &QuestRow,
