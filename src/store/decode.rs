@@ -5,11 +5,18 @@ use crate::domain::work::LeaseFacts;
 use crate::store::columns::Columns;
 use crate::store::common::scope_of;
 use crate::store::{
-    L2AnswerRow, L2Job, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow, TokenRow,
+    L2AnswerRow, L2Job, LeaseRow, PairStats, QuestRow, SessionRow, StoreError, SubmissionRow,
+    TokenRow,
 };
 
-pub const SESSION_COLUMNS: &str =
-    "id, name, key_column, config, columns, source_name, total, created_by, created_at";
+/// A session's columns, as `session_row` reads them (a macro, for `concat!`).
+macro_rules! session_columns {
+    () => {
+        "id, name, key_column, config, columns, source_name, total, created_by, created_at"
+    };
+}
+
+pub const SESSION_COLUMNS: &str = session_columns!();
 
 pub fn session_row(r: &impl Columns) -> Result<SessionRow, StoreError> {
     Ok(SessionRow {
@@ -113,6 +120,16 @@ pub fn token_row(r: &impl Columns) -> Result<TokenRow, StoreError> {
         sessions: scope_of(r.opt_text("sessions")?)?,
         created_at: r.at("created_at")?,
         revoked_at: r.opt_at("revoked_at")?,
+    })
+}
+
+/// The agreement of two verifiers (`l2_pair_stats`, or its sums).
+pub fn pair_stats_row(r: &impl Columns) -> Result<PairStats, StoreError> {
+    Ok(PairStats {
+        a: r.text("verifier_a")?,
+        b: r.text("verifier_b")?,
+        compared: r.count("compared")?,
+        agreed: r.count("agreed")?,
     })
 }
 

@@ -10,6 +10,7 @@
 
 mod columns;
 mod common;
+#[macro_use]
 mod decode;
 mod pause_sql;
 pub mod postgres;

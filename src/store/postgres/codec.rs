@@ -13,8 +13,15 @@ use crate::store::StoreError;
 pub use crate::store::columns::Columns;
 pub use crate::store::decode::*;
 
-/// The pool reads run on.
+/// The pool reads run on, and one of its connections.
 pub type Pool = sqlx::PgPool;
+pub type Conn = sqlx::PgConnection;
+
+/// The text of a plain field of a JSON column, as an expression (the same
+/// expression as the indexes on such fields).
+pub fn json_text(column: &str, field: &str) -> String {
+    format!("{column} ->> '{field}'")
+}
 
 /// A time as a bind: a `timestamptz`.
 pub fn at(t: DateTime<Utc>) -> DateTime<Utc> {

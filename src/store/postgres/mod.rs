@@ -71,7 +71,10 @@ mod console;
 mod events;
 mod jobs;
 mod leases;
+mod native;
 mod pauses;
+#[path = "../sql/reads.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod reads;
 #[path = "../sql/rechecks.rs"]
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
@@ -290,11 +293,11 @@ impl Store for PgStore {
     }
 
     async fn session_source(&self, id: SessionId) -> Result<(String, String, Vec<u8>), StoreError> {
-        reads::whole_source(&self.db.pool, id).await
+        native::whole_source(&self.db.pool, id).await
     }
 
     async fn session_status(&self, id: SessionId) -> Result<SessionStatus, StoreError> {
-        reads::session_status(&self.db.pool, id, self.read_now().await?).await
+        reads::session_status(&self.db.pool, id, self.read_now().await?, &()).await
     }
 
     async fn lease_next(
@@ -377,7 +380,7 @@ impl Store for PgStore {
     }
 
     async fn submission_view(&self, id: SubmissionId) -> Result<SubmissionView, StoreError> {
-        reads::submission_view(&self.db.pool, id).await
+        reads::submission_view(&self.db.pool, id, &()).await
     }
 
     async fn pending_l2_jobs(&self) -> Result<Vec<L2JobId>, StoreError> {
@@ -533,11 +536,11 @@ impl Store for PgStore {
     }
 
     async fn source_info(&self, id: SessionId) -> Result<SourceInfo, StoreError> {
-        reads::source_info(&self.db.pool, id).await
+        native::source_info(&self.db.pool, id).await
     }
 
     async fn source_chunk(&self, id: SessionId, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        reads::source_chunk(&self.db.pool, id, seq).await
+        native::source_chunk(&self.db.pool, id, seq).await
     }
 
     async fn agent_lease(
@@ -545,7 +548,7 @@ impl Store for PgStore {
         session_id: SessionId,
         agent: &AgentId,
     ) -> Result<Option<AgentLeaseRow>, StoreError> {
-        reads::agent_lease(&self.db.pool, session_id, agent, self.read_now().await?).await
+        native::agent_lease(&self.db.pool, session_id, agent, self.read_now().await?).await
     }
 
     async fn create_browser_session(

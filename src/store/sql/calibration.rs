@@ -11,7 +11,7 @@ use crate::domain::ids::SessionId;
 use crate::domain::verify::calibration::{Confusion, Standing};
 use crate::store::columns::RowId;
 use crate::store::common::Turn;
-use crate::store::{Calibration, ConfusionRow, DisagreementRow, PairStats, StoreError, SwitchRow};
+use crate::store::{Calibration, ConfusionRow, DisagreementRow, StoreError, SwitchRow};
 
 /// A labelled answer: a valid answer joined to a non-bulk decision on its
 /// quest made after it (so answers asked after a decision never meet it).
@@ -151,15 +151,8 @@ pub async fn calibration(
     .fetch_all(&mut *tx)
     .await?
     .iter()
-    .map(|r| {
-        Ok(PairStats {
-            a: r.text("verifier_a")?,
-            b: r.text("verifier_b")?,
-            compared: r.count("compared")?,
-            agreed: r.count("agreed")?,
-        })
-    })
-    .collect::<Result<_, StoreError>>()?;
+    .map(pair_stats_row)
+    .collect::<Result<_, _>>()?;
     tx.commit().await?;
     Ok(Calibration {
         confusion,

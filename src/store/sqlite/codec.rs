@@ -8,7 +8,6 @@ use std::str::FromStr;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
@@ -19,8 +18,15 @@ pub use crate::store::common::{lease_of, set_status, status_of};
 pub use crate::store::decode::*;
 use crate::store::{QuestRow, StoreError};
 
-/// The pool reads run on.
+/// The pool reads run on, and one of its connections.
 pub type Pool = sqlx::SqlitePool;
+pub type Conn = sqlx::SqliteConnection;
+
+/// The text of a plain field of a JSON column, as an expression (the same
+/// expression as the indexes on such fields).
+pub fn json_text(column: &str, field: &str) -> String {
+    format!("json_extract({column}, '$.{field}')")
+}
 
 /// A time as a bind: its stored text.
 pub fn at(t: DateTime<Utc>) -> String {
@@ -56,10 +62,6 @@ pub fn parse_ts(s: &str) -> Result<DateTime<Utc>, StoreError> {
 
 pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).expect("serialising plain data cannot fail")
-}
-
-pub fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, StoreError> {
-    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("json: {e}")))
 }
 
 /// An id of any kind (`SessionId`, `QuestId`, …, or a bare `Uuid`) from its text.

@@ -72,7 +72,10 @@ mod codec;
 mod console;
 mod inputs;
 mod leases;
+mod native;
 mod pauses;
+#[path = "../sql/reads.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod reads;
 #[path = "../sql/rechecks.rs"]
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
@@ -182,7 +185,7 @@ impl SqliteStore {
             .max_connections(8)
             .connect_with(options.clone().read_only(true))
             .await?;
-        let counters = Arc::new(Counters::new(reads::all_counts(&read).await?));
+        let counters = Arc::new(Counters::new(native::all_counts(&read).await?));
         let (queue, rx) = mpsc::channel(4 * MAX_BATCH);
         let writer = Writer {
             ctx: WriteCtx::new(conn, clock.now()),
@@ -257,15 +260,6 @@ impl SqliteStore {
             .map_err(|_| StoreError::Unavailable)?;
         answer.await.map_err(|_| StoreError::Unavailable)?
     }
-
-    fn counts(&self, session: SessionId) -> Counts {
-        self.counters
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&session)
-            .copied()
-            .unwrap_or_default()
-    }
 }
 
 /// Runs a closure alone on the writer: `single!(self, |ctx| body)`.
@@ -323,7 +317,7 @@ impl Store for SqliteStore {
     }
 
     async fn session_status(&self, id: SessionId) -> Result<SessionStatus, StoreError> {
-        reads::session_status(&self.read, id, self.counts(id), self.clock.now()).await
+        reads::session_status(&self.read, id, self.clock.now(), &self.counters).await
     }
 
     async fn lease_next(
@@ -414,7 +408,7 @@ impl Store for SqliteStore {
     }
 
     async fn submission_view(&self, id: SubmissionId) -> Result<SubmissionView, StoreError> {
-        reads::submission_view(&self.read, id, |s| self.counts(s).remaining()).await
+        reads::submission_view(&self.read, id, &self.counters).await
     }
 
     async fn pending_l2_jobs(&self) -> Result<Vec<L2JobId>, StoreError> {
