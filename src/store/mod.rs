@@ -12,6 +12,7 @@ mod columns;
 mod common;
 #[macro_use]
 mod decode;
+mod decision;
 mod pause_sql;
 pub mod postgres;
 mod rows;
