@@ -17,13 +17,15 @@ use crate::store::{
 /// Writes that replicas must make one at a time. PostgreSQL takes a lock
 /// for each; SQLite's single writer already runs every write alone.
 #[derive(Debug, Clone, Copy)]
-pub enum Turn {
+pub enum Turn<'a> {
     /// Starting a re-check run of a session.
     RecheckStart(SessionId),
     /// Finishing a re-check run, once its last quest is recorded.
     RecheckRun(RecheckRunId),
     /// Judging a session's verifiers again after a label.
     Calibration(SessionId),
+    /// Ensuring the token of a name (replicas starting together).
+    Token(&'a str),
 }
 
 /// A token's scope as stored: the JSON array of its session ids, or NULL

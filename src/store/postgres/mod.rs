@@ -81,6 +81,9 @@ mod reads;
 mod rechecks;
 mod saves;
 mod submits;
+#[path = "../sql/tokens.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
+mod tokens;
 mod tx;
 mod verdicts;
 #[path = "../sql/verify.rs"]
@@ -510,14 +513,14 @@ impl Store for PgStore {
             scope.map(<[_]>::to_vec),
         );
         self.write(args, |tx, (n, r, h, m, s)| {
-            Box::pin(writes::create_token(tx, n, r, h, m, s))
+            Box::pin(tokens::create_token(tx, n, r, h, m, s))
         })
         .await
     }
 
     async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
         self.write((name.to_owned(), role, hash.to_owned()), |tx, (n, r, h)| {
-            Box::pin(writes::ensure_token(tx, n, r, h))
+            Box::pin(tokens::ensure_token(tx, n, r, h))
         })
         .await
     }
@@ -527,7 +530,7 @@ impl Store for PgStore {
     }
 
     async fn revoke_token(&self, id: TokenId) -> Result<TokenRow, StoreError> {
-        self.write(id, |tx, id| Box::pin(writes::revoke_token(tx, id)))
+        self.write(id, |tx, id| Box::pin(tokens::revoke_token(tx, id)))
             .await
     }
 

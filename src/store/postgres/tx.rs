@@ -214,7 +214,7 @@ impl Tx {
     }
 
     /// Waits for the other replicas' writes of the same kind to commit.
-    pub async fn take_turns(&mut self, turn: Turn) -> Result<(), StoreError> {
+    pub async fn take_turns(&mut self, turn: Turn<'_>) -> Result<(), StoreError> {
         let lock = match turn {
             // A lock of its own: a lock on the session row would hold up
             // every write that refers to it.
@@ -226,6 +226,10 @@ impl Tx {
                 "SELECT pg_advisory_xact_lock(hashtext('quest calibration ' || $1::text))",
             )
             .bind(session),
+            Turn::Token(name) => {
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('token ' || $1, 0))")
+                    .bind(name)
+            }
             Turn::RecheckRun(run) => {
                 sqlx::query("SELECT 1 FROM recheck_runs WHERE id = $1 FOR UPDATE").bind(run)
             }

@@ -81,6 +81,9 @@ mod reads;
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod rechecks;
 mod sessions;
+#[path = "../sql/tokens.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
+mod tokens;
 mod verdicts;
 #[path = "../sql/verify.rs"]
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
@@ -529,7 +532,7 @@ impl Store for SqliteStore {
         scope: Option<&[SessionId]>,
     ) -> Result<TokenRow, StoreError> {
         let (name, hash, scope) = (name.to_owned(), hash.to_owned(), scope.map(<[_]>::to_vec));
-        single!(self, |ctx| sessions::create_token(
+        single!(self, |ctx| tokens::create_token(
             ctx, name, role, hash, max_leases, scope
         )
         .await)
@@ -537,7 +540,7 @@ impl Store for SqliteStore {
 
     async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
         let (name, hash) = (name.to_owned(), hash.to_owned());
-        single!(self, |ctx| sessions::ensure_token(ctx, name, role, hash)
+        single!(self, |ctx| tokens::ensure_token(ctx, name, role, hash)
             .await)
     }
 
@@ -546,7 +549,7 @@ impl Store for SqliteStore {
     }
 
     async fn revoke_token(&self, id: TokenId) -> Result<TokenRow, StoreError> {
-        single!(self, |ctx| sessions::revoke_token(ctx, id).await)
+        single!(self, |ctx| tokens::revoke_token(ctx, id).await)
     }
 
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {

@@ -132,7 +132,7 @@ impl WriteCtx {
     }
 
     /// Nothing to wait for: the single writer runs every write alone.
-    pub async fn take_turns(&mut self, _turn: Turn) -> Result<(), StoreError> {
+    pub async fn take_turns(&mut self, _turn: Turn<'_>) -> Result<(), StoreError> {
         Ok(())
     }
 
