@@ -24,6 +24,8 @@ pub enum Turn<'a> {
     RecheckRun(RecheckRunId),
     /// Judging a session's verifiers again after a label.
     Calibration(SessionId),
+    /// Deciding whether a token is paused in a session.
+    Pause(SessionId, TokenId),
     /// Ensuring the token of a name (replicas starting together).
     Token(&'a str),
 }

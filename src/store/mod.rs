@@ -13,7 +13,6 @@ mod common;
 #[macro_use]
 mod decode;
 mod decision;
-mod pause_sql;
 pub mod postgres;
 mod rows;
 pub mod sqlite;

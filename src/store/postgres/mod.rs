@@ -39,6 +39,14 @@ macro_rules! indexed_by {
     };
 }
 
+/// The key of the advisory lock of a token (`$2`) in a session (`$1`),
+/// under which a pause is decided and a `next` reads the token's pauses.
+macro_rules! pause_lock_key {
+    () => {
+        "hashtextextended($1::text || '/' || $2::text, 0)"
+    };
+}
+
 /// The function that finds a text in another (`strpos(haystack, needle)`).
 macro_rules! position {
     () => {
@@ -72,6 +80,9 @@ mod events;
 mod jobs;
 mod leases;
 mod native;
+#[path = "../sql/pause_rule.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
+mod pause_rule;
 mod pauses;
 #[path = "../sql/reads.rs"]
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
@@ -685,7 +696,7 @@ impl Store for PgStore {
     }
 
     async fn pauses(&self, session_id: SessionId) -> Result<Vec<Pause>, StoreError> {
-        pauses::list(&self.db.pool, session_id).await
+        pause_rule::list(&self.db.pool, session_id).await
     }
 
     async fn resume_pause(
@@ -695,7 +706,7 @@ impl Store for PgStore {
         by: &str,
     ) -> Result<Pause, StoreError> {
         self.write((session_id, token_id, by.to_owned()), |tx, (s, t, b)| {
-            Box::pin(pauses::resume(tx, s, t, b))
+            Box::pin(pause_rule::resume(tx, s, t, b))
         })
         .await
     }

@@ -226,6 +226,13 @@ impl Tx {
                 "SELECT pg_advisory_xact_lock(hashtext('quest calibration ' || $1::text))",
             )
             .bind(session),
+            Turn::Pause(session, token) => sqlx::query(concat!(
+                "SELECT pg_advisory_xact_lock(",
+                pause_lock_key!(),
+                ")"
+            ))
+            .bind(session)
+            .bind(token),
             Turn::Token(name) => {
                 sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('token ' || $1, 0))")
                     .bind(name)

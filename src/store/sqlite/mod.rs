@@ -73,6 +73,9 @@ mod console;
 mod inputs;
 mod leases;
 mod native;
+#[path = "../sql/pause_rule.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
+mod pause_rule;
 mod pauses;
 #[path = "../sql/reads.rs"]
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
@@ -667,7 +670,7 @@ impl Store for SqliteStore {
     }
 
     async fn pauses(&self, session_id: SessionId) -> Result<Vec<Pause>, StoreError> {
-        pauses::list(&self.read, session_id).await
+        pause_rule::list(&self.read, session_id).await
     }
 
     async fn resume_pause(
@@ -677,8 +680,10 @@ impl Store for SqliteStore {
         by: &str,
     ) -> Result<Pause, StoreError> {
         let by = by.to_owned();
-        single!(self, |ctx| pauses::resume(ctx, session_id, token_id, by)
-            .await)
+        single!(self, |ctx| pause_rule::resume(
+            ctx, session_id, token_id, by
+        )
+        .await)
     }
 
     fn now(&self) -> chrono::DateTime<chrono::Utc> {
