@@ -30,7 +30,8 @@ use crate::domain::pause::Pause;
 use crate::domain::work::{AgentId, CheckFilter, Refusal, ReviewerId};
 use crate::domain::{Decision, Role};
 
-pub use sqlite::SOURCE_CHUNK;
+/// The size of one stored piece of an uploaded file.
+pub const SOURCE_CHUNK: usize = 1 << 20;
 pub use sqlite::SqliteStore;
 
 /// Why a store call did not do what was asked.

@@ -77,6 +77,9 @@ mod codec;
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod console;
 mod events;
+#[path = "../sql/inputs.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
+mod inputs;
 mod jobs;
 mod leases;
 mod native;
@@ -307,7 +310,7 @@ impl Store for PgStore {
     }
 
     async fn session_source(&self, id: SessionId) -> Result<(String, String, Vec<u8>), StoreError> {
-        native::whole_source(&self.db.pool, id).await
+        inputs::whole_source(&self.db.pool, id).await
     }
 
     async fn session_status(&self, id: SessionId) -> Result<SessionStatus, StoreError> {
@@ -550,11 +553,11 @@ impl Store for PgStore {
     }
 
     async fn source_info(&self, id: SessionId) -> Result<SourceInfo, StoreError> {
-        native::source_info(&self.db.pool, id).await
+        inputs::source_info(&self.db.pool, id).await
     }
 
     async fn source_chunk(&self, id: SessionId, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        native::source_chunk(&self.db.pool, id, seq).await
+        inputs::source_chunk(&self.db.pool, id, seq).await
     }
 
     async fn agent_lease(
@@ -562,7 +565,7 @@ impl Store for PgStore {
         session_id: SessionId,
         agent: &AgentId,
     ) -> Result<Option<AgentLeaseRow>, StoreError> {
-        native::agent_lease(&self.db.pool, session_id, agent, self.read_now().await?).await
+        reads::agent_lease(&self.db.pool, session_id, agent, self.read_now().await?).await
     }
 
     async fn create_browser_session(

@@ -1,13 +1,11 @@
 //! The reads PostgreSQL writes in its own dialect (arrays, `json`
-//! functions), the counts the triggers keep in `session_counts`, and the
-//! reads only this engine's store makes.
+//! functions), and the counts the triggers keep in `session_counts`.
 
-use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, PgPool};
 
 use super::codec::*;
 use crate::domain::ids::SessionId;
-use crate::domain::work::{AgentId, CheckFilter};
+use crate::domain::work::CheckFilter;
 use crate::store::common::set_bucket;
 use crate::store::*;
 
@@ -97,85 +95,4 @@ pub async fn result_fields(
     .bind(session_id)
     .fetch_all(pool)
     .await?)
-}
-
-/// The uploaded file's name, media type, size and number of pieces.
-pub async fn source_info(pool: &PgPool, id: SessionId) -> Result<SourceInfo, StoreError> {
-    let row = sqlx::query(
-        "SELECT s.source_name, s.source_type,
-                (SELECT COALESCE(SUM(length(c.bytes)), 0)::bigint FROM session_source_chunks c
-                 WHERE c.session_id = s.id) AS size,
-                (SELECT COUNT(*) FROM session_source_chunks c WHERE c.session_id = s.id) AS pieces
-         FROM sessions s WHERE s.id = $1",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?
-    .ok_or(StoreError::NotFound("session"))?;
-    Ok(SourceInfo {
-        name: row.text("source_name")?,
-        media_type: row.text("source_type")?,
-        size: row.count("size")?,
-        pieces: row.count("pieces")?,
-    })
-}
-
-pub async fn source_chunk(
-    pool: &PgPool,
-    id: SessionId,
-    seq: u64,
-) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT bytes FROM session_source_chunks WHERE session_id = $1 AND seq = $2",
-    )
-    .bind(id)
-    .bind(seq.min(i32::MAX as u64) as i32)
-    .fetch_optional(pool)
-    .await?)
-}
-
-pub async fn whole_source(
-    pool: &PgPool,
-    id: SessionId,
-) -> Result<(String, String, Vec<u8>), StoreError> {
-    let info = source_info(pool, id).await?;
-    let pieces: Vec<Vec<u8>> = sqlx::query_scalar(
-        "SELECT bytes FROM session_source_chunks WHERE session_id = $1 ORDER BY seq",
-    )
-    .bind(id)
-    .fetch_all(pool)
-    .await?;
-    Ok((info.name, info.media_type, pieces.concat()))
-}
-
-/// The unexpired lease `agent` holds in a session, with its quest's key and
-/// phase, read without changing anything. Live means the same three things the
-/// write path fences on: not ended, not expired, and still the quest's.
-pub async fn agent_lease(
-    pool: &PgPool,
-    session_id: SessionId,
-    agent: &AgentId,
-    now: DateTime<Utc>,
-) -> Result<Option<AgentLeaseRow>, StoreError> {
-    let row = sqlx::query(
-        "SELECT l.id, l.quest_id, q.key, q.phase, l.expires_at
-         FROM leases l JOIN quests q ON q.id = l.quest_id AND q.lease_id = l.id
-         WHERE l.session_id = $1 AND l.agent = $2 AND l.ended_at IS NULL AND l.expires_at > $3
-         LIMIT 1",
-    )
-    .bind(session_id)
-    .bind(agent.to_string())
-    .bind(now)
-    .fetch_optional(pool)
-    .await?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    Ok(Some(AgentLeaseRow {
-        lease_id: row.id("id")?,
-        quest_id: row.id("quest_id")?,
-        key: row.text("key")?,
-        phase: row.parsed("phase")?,
-        expires_at: row.at("expires_at")?,
-    }))
 }

@@ -7,7 +7,7 @@ use crate::domain::ids::{QuestId, SessionId};
 use super::codec::*;
 use super::tx::Tx;
 use crate::store::common::session_event;
-use crate::store::{NewSession, SOURCE_CHUNK, StoreError};
+use crate::store::{NewSession, StoreError};
 
 /// Quests per insert of a scan: one statement over arrays, a few MB of binds.
 const ROWS_PER_INSERT: usize = 5000;
@@ -35,21 +35,8 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
     .bind(tx.now)
     .execute(tx.db())
     .await?;
-    // An empty file is one empty piece, so every session has a piece 0.
-    let pieces = s
-        .source
-        .chunks(SOURCE_CHUNK)
-        .chain(s.source.is_empty().then_some(&[][..]));
-    for (seq, piece) in pieces.enumerate() {
-        sqlx::query(
-            "INSERT INTO session_source_chunks (session_id, seq, bytes) VALUES ($1, $2, $3)",
-        )
-        .bind(s.id)
-        .bind(seq as i32)
-        .bind(piece)
-        .execute(tx.db())
-        .await?;
-    }
+    // The file lives apart from the session row, which every lease and submit reads.
+    super::inputs::insert_source(tx, s.id, &s.source).await?;
     for (c, chunk) in s.rows.chunks(ROWS_PER_INSERT).enumerate() {
         let ids: Vec<QuestId> = chunk.iter().map(|_| QuestId::new()).collect();
         let indexes: Vec<i64> = (0..chunk.len())

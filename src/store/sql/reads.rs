@@ -11,6 +11,7 @@ use super::native::{Known, counts};
 pub use super::native::{result_fields, review_queue, snapshot};
 use crate::domain::State;
 use crate::domain::ids::{L2JobId, QuestId, SessionId, SubmissionId};
+use crate::domain::work::AgentId;
 use crate::store::*;
 
 pub async fn fetch_quest(conn: &mut Conn, id: QuestId) -> Result<QuestRow, StoreError> {
@@ -360,4 +361,36 @@ pub async fn find_token(pool: &Pool, hash: &str) -> Result<Option<TokenRow>, Sto
         }
     }
     Ok(found)
+}
+
+/// The unexpired lease `agent` holds in a session, with its quest's key and
+/// phase, read without changing anything. Live means the same three things the
+/// write path fences on: not ended, not expired, and still the quest's.
+pub async fn agent_lease(
+    pool: &Pool,
+    session_id: SessionId,
+    agent: &AgentId,
+    now: DateTime<Utc>,
+) -> Result<Option<AgentLeaseRow>, StoreError> {
+    let row = sqlx::query(
+        "SELECT l.id, l.quest_id, q.key, q.phase, l.expires_at
+         FROM leases l JOIN quests q ON q.id = l.quest_id AND q.lease_id = l.id
+         WHERE l.session_id = $1 AND l.agent = $2 AND l.ended_at IS NULL AND l.expires_at > $3
+         LIMIT 1",
+    )
+    .bind(session_id)
+    .bind(agent.to_string())
+    .bind(at(now))
+    .fetch_optional(pool)
+    .await?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    Ok(Some(AgentLeaseRow {
+        lease_id: row.id("id")?,
+        quest_id: row.id("quest_id")?,
+        key: row.text("key")?,
+        phase: row.parsed("phase")?,
+        expires_at: row.at("expires_at")?,
+    }))
 }

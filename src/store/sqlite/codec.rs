@@ -4,8 +4,6 @@
 //! bound to `json_each(?)`, so that their SQL text (and prepared statement)
 //! is the same whatever the batch's size.
 
-use std::str::FromStr;
-
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -69,14 +67,6 @@ pub fn uuid<T: From<Uuid>>(s: &str) -> Result<T, StoreError> {
     Uuid::parse_str(s)
         .map(T::from)
         .map_err(|e| StoreError::Corrupt(format!("uuid `{s}`: {e}")))
-}
-
-pub fn text<T: FromStr>(s: &str) -> Result<T, StoreError>
-where
-    T::Err: std::fmt::Display,
-{
-    s.parse()
-        .map_err(|e: T::Err| StoreError::Corrupt(e.to_string()))
 }
 
 /// A row's text columns by their SQLite names (see [`Columns`] for the rest).

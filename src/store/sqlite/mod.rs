@@ -62,7 +62,6 @@ macro_rules! token_of_agent {
     };
 }
 
-mod agents;
 #[path = "../sql/calibration.rs"]
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod calibration;
@@ -70,6 +69,8 @@ mod codec;
 #[path = "../sql/console.rs"]
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod console;
+#[path = "../sql/inputs.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod inputs;
 mod leases;
 mod native;
@@ -111,7 +112,6 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::*;
 use crate::domain::{Clock, QuestEvent};
-pub use inputs::SOURCE_CHUNK;
 use leases::{Heartbeat, Hold, Lease, Release};
 use verdicts::{Decide, Submit};
 use writer::{Counters, Finish, GroupError, Kind, Op, Ranked, Request, Single, WriteCtx, Writer};
@@ -572,7 +572,7 @@ impl Store for SqliteStore {
         session_id: SessionId,
         agent: &AgentId,
     ) -> Result<Option<AgentLeaseRow>, StoreError> {
-        agents::agent_lease(&self.read, session_id, agent, self.clock.now()).await
+        reads::agent_lease(&self.read, session_id, agent, self.clock.now()).await
     }
 
     async fn create_browser_session(
