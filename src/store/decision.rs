@@ -5,9 +5,9 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::domain::QuestStatus;
 use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId};
 use crate::domain::work::{self, Before, LeaseAfter, LeaseEnd, LeaseFacts, Limits};
+use crate::domain::{Phase, QuestStatus, SubmissionVerdict};
 use crate::store::common::{lease_of, renewal, set_status, status_of, verdict_facts};
 use crate::store::{GateDecision, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow};
 
@@ -40,6 +40,27 @@ pub struct Decided {
     pub kept: Option<LeaseRow>,
     pub lease: LeaseWrite,
     pub l2_jobs: Vec<L2JobWrite>,
+}
+
+/// The lease under which a queued verdict applies to `submission`: `None`
+/// when the submission was decided already (its decision stands, and is
+/// answered as it is), else the lease its quest is checking it under.
+pub fn checking_lease(
+    quest: &QuestRow,
+    submission: &SubmissionRow,
+    lease: Option<LeaseFacts>,
+) -> Result<Option<LeaseFacts>, StoreError> {
+    if submission.verdict != SubmissionVerdict::Pending {
+        return Ok(None);
+    }
+    let lease = lease.filter(|l| quest.lease_id == Some(l.id) && l.id == submission.lease_id);
+    match (lease, quest.phase) {
+        (Some(lease), Some(Phase::Checking)) => Ok(Some(lease)),
+        _ => Err(StoreError::Corrupt(format!(
+            "pending submission {} whose quest is not checking it",
+            submission.id
+        ))),
+    }
 }
 
 /// Applies `d` to `quest` through `submission` (PENDING until now), at `now`.

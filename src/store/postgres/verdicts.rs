@@ -10,8 +10,8 @@ use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId};
 use super::codec::*;
 use super::saves::{end_leases, insert_l2_jobs, renew_leases, save_quests};
 use super::tx::{Tx, expect_rows};
+use crate::domain::EventKind;
 use crate::domain::work::{self, LeaseFacts};
-use crate::domain::{EventKind, Phase, SubmissionVerdict};
 use crate::store::decision::{self, L2JobWrite, LeaseWrite};
 use crate::store::{
     Decided, GateDecision, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow,
@@ -55,19 +55,12 @@ pub async fn apply_verdict(
             .fetch_one(tx.db())
             .await?,
     )?;
-    if submission.verdict != SubmissionVerdict::Pending {
+    let Some(lease) = decision::checking_lease(&quest, &submission, lease)? else {
         return Ok(Decided {
             submission,
             quest,
             l2_jobs: Vec::new(),
         });
-    }
-    let lease = lease.filter(|l| quest.lease_id == Some(l.id) && l.id == submission.lease_id);
-    let (Some(lease), Some(Phase::Checking)) = (lease, quest.phase) else {
-        return Err(StoreError::Corrupt(format!(
-            "pending submission {} whose quest is not checking it",
-            submission.id
-        )));
     };
     let s = tx.session(quest.session_id).await?;
     let mut writes = Writes::default();

@@ -10,9 +10,9 @@ use serde_json::{Value, json};
 use super::codec::*;
 use super::leases::{end_leases, renew_leases, save_quests};
 use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
+use crate::domain::EventKind;
 use crate::domain::replay::{self, IdempotencyKey, Replay};
 use crate::domain::work::{self, LeaseEnd, LeaseFacts};
-use crate::domain::{EventKind, Phase, SubmissionVerdict};
 use crate::store::common::{incoming, pending_submission, recorded as common_recorded};
 use crate::store::decision::{self, LeaseWrite};
 use crate::store::{
@@ -451,19 +451,12 @@ async fn decide_pending(
     let (mut quest, lease) = quests
         .remove(&submission.quest_id)
         .ok_or(StoreError::NotFound("quest"))?;
-    if submission.verdict != SubmissionVerdict::Pending {
+    let Some(lease) = decision::checking_lease(&quest, &submission, lease)? else {
         return Ok(Decided {
             submission,
             quest,
             l2_jobs: Vec::new(),
         });
-    }
-    let lease = lease.filter(|l| quest.lease_id == Some(l.id) && l.id == submission.lease_id);
-    let (Some(lease), Some(Phase::Checking)) = (lease, quest.phase) else {
-        return Err(StoreError::Corrupt(format!(
-            "pending submission {} whose quest is not checking it",
-            submission.id
-        )));
     };
     let session = ctx.session(quest.session_id).await?;
     let (_, l2_jobs) = decide(
