@@ -14,53 +14,9 @@
 //! The live counts of every session are kept in memory by the writer from
 //! what it commits, so `status` and `remaining` read no table.
 
-/// SQL that differs between the engines, for `concat!` in `store/sql`:
-/// SQLite's single writer locks nothing, and its planner takes hints.
-macro_rules! for_update {
-    () => {
-        ""
-    };
-}
-
-macro_rules! for_share {
-    () => {
-        ""
-    };
-}
-
-macro_rules! indexed_by {
-    ($index:literal) => {
-        concat!(" INDEXED BY ", $index)
-    };
-}
-
-/// The function that finds a text in another (`instr(haystack, needle)`).
-macro_rules! position {
-    () => {
-        "instr"
-    };
-}
-
-/// The elements of a JSON array, as a table whose column `value` holds each.
-macro_rules! json_elements {
-    ($array:literal) => {
-        concat!("json_each(", $array, ")")
-    };
-}
-
-/// Whether the token id `$id` is the first part of an agent name `<token id>/<name>`.
-macro_rules! token_of_agent {
-    ($id:literal, $agent:literal) => {
-        concat!(
-            $id,
-            " = substr(",
-            $agent,
-            ", 1, instr(",
-            $agent,
-            ", '/') - 1)"
-        )
-    };
-}
+// First: its macros are for the modules below.
+#[macro_use]
+mod dialect;
 
 #[path = "../sql/calibration.rs"]
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
