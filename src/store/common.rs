@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::domain::ids::{SessionId, SubmissionId, TokenId};
+use crate::domain::ids::{RecheckRunId, SessionId, SubmissionId, TokenId};
 use chrono::{DateTime, Utc};
 
 use crate::domain::replay;
@@ -13,6 +13,22 @@ use crate::domain::{EventKind, QuestEvent, QuestStatus, SubmissionVerdict, Verdi
 use crate::store::{
     Counts, LeaseRow, NewSubmission, QuestRow, RecheckRow, StoreError, SubmissionRow,
 };
+
+/// Writes that replicas must make one at a time. PostgreSQL takes a lock
+/// for each; SQLite's single writer already runs every write alone.
+#[derive(Debug, Clone, Copy)]
+pub enum Turn<'a> {
+    /// Starting a re-check run of a session.
+    RecheckStart(SessionId),
+    /// Finishing a re-check run, once its last quest is recorded.
+    RecheckRun(RecheckRunId),
+    /// Judging a session's verifiers again after a label.
+    Calibration(SessionId),
+    /// Deciding whether a token is paused in a session.
+    Pause(SessionId, TokenId),
+    /// Ensuring the token of a name (replicas starting together).
+    Token(&'a str),
+}
 
 /// A token's scope as stored: the JSON array of its session ids, or NULL
 /// for every session.

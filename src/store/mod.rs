@@ -6,10 +6,40 @@
 //! Callers pass no clock: each store takes "now" from its own [`Clock`], so a
 //! scale-out backend can take it from the database instead.
 //!
+//! ## One body of code, two engines
+//!
+//! What both engines do the same way is written once, in `store/sql/`, and
+//! compiled into each engine's module tree (`#[path = "../sql/…"]` in
+//! [`sqlite`] and [`postgres`]). A shared module names only what its
+//! engine supplies under the same names:
+//!
+//! - `super::Tx`, the write transaction: `row`, `rows`, `exec`, `now`,
+//!   `session`, `publish`, `moved_from` and `take_turns` (a [`Turn`]: a
+//!   lock on PostgreSQL, nothing on SQLite's single writer);
+//! - `super::codec`: `Pool` and `Conn`, and how a time (`at`) and plain data
+//!   (`doc`) are bound; ids bind and decode alike on both (`columns.rs`),
+//!   and rows are read by meaning through [`columns::Columns`];
+//! - SQL fragments as macros for `concat!`, defined in each engine's
+//!   `mod.rs`: `for_update!`, `for_share!`, `indexed_by!`, `position!`,
+//!   `json_elements!`, `token_of_agent!`;
+//! - `super::native`: the reads each engine writes in its own dialect.
+//!
+//! Statements use `$N` placeholders, which sqlx binds by number on SQLite
+//! too. What differs for real stays per engine: the hot write path (SQLite's
+//! grouped statements on one writer, PostgreSQL's batcher with `unnest` and
+//! `SKIP LOCKED`), locks, and the dialects' JSON and array functions.
+//! sqlx's `Any` driver was not the way (it loses the uuid, time and JSON
+//! types), nor generic functions over `sqlx::Database` (a bound for every
+//! associated type, on every function).
+//!
 //! [`Clock`]: crate::domain::Clock
+//! [`Turn`]: common::Turn
 
+mod columns;
 mod common;
-mod pause_sql;
+#[macro_use]
+mod decode;
+mod decision;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
@@ -27,7 +57,8 @@ use crate::domain::pause::Pause;
 use crate::domain::work::{AgentId, CheckFilter, Refusal, ReviewerId};
 use crate::domain::{Decision, Role};
 
-pub use sqlite::SOURCE_CHUNK;
+/// The size of one stored piece of an uploaded file.
+pub const SOURCE_CHUNK: usize = 1 << 20;
 pub use sqlite::SqliteStore;
 
 /// Why a store call did not do what was asked.

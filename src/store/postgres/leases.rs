@@ -17,22 +17,6 @@ use crate::domain::{EventKind, QuestStatus, Transition};
 use crate::store::common::{Cap, FOLDED_AGENTS, admit, lease_of, renewal, set_status, status_of};
 use crate::store::{LeaseOutcome, LeaseRow, QuestRow, SessionRow, StoreError};
 
-/// The session, read once per transaction.
-pub async fn session(tx: &mut Tx, id: SessionId) -> Result<SessionRow, StoreError> {
-    if let Some(s) = tx.sessions.get(&id) {
-        return Ok(s.clone());
-    }
-    let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
-    let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-        .bind(id)
-        .fetch_optional(tx.db())
-        .await?
-        .ok_or(StoreError::NotFound("session"))?;
-    let s = session_row(&row)?;
-    tx.sessions.insert(id, s.clone());
-    Ok(s)
-}
-
 fn lease_seconds(s: &SessionRow) -> chrono::Duration {
     chrono::Duration::seconds(i64::from(s.config.lease_seconds))
 }
@@ -65,7 +49,7 @@ pub async fn lease_many(
         let of_session: Vec<usize> = (0..reqs.len())
             .filter(|&i| reqs[i].0 == session_id)
             .collect();
-        let s = match session(tx, session_id).await {
+        let s = match tx.session(session_id).await {
             Ok(s) => s,
             Err(StoreError::NotFound(what)) => {
                 for &i in &of_session {
@@ -293,7 +277,7 @@ pub async fn heartbeat(
     token: TokenId,
 ) -> Result<LeaseRow, StoreError> {
     let (q, l) = held(tx, quest, lease, token).await?;
-    let s = session(tx, q.session_id).await?;
+    let s = tx.session(q.session_id).await?;
     let mut renewed = lease_of(&l);
     renewed.expires_at = renewal(&l, &s, tx.now);
     renew_lease(tx, renewed.id, renewed.expires_at).await?;
@@ -463,6 +447,11 @@ pub async fn sweep(tx: &mut Tx, session_id: Option<SessionId>) -> Result<u64, St
 
 /// Writes every changeable column of a quest, fenced: only while the quest
 /// still carries the lease `fence` (or none, for `None`).
+/// Saves a quest that no lease fences (a verifier's or a reviewer's write).
+pub async fn save(tx: &mut Tx, q: &QuestRow) -> Result<(), StoreError> {
+    save_quest(tx, q, None).await
+}
+
 pub async fn save_quest(
     tx: &mut Tx,
     q: &QuestRow,

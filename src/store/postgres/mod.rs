@@ -14,22 +14,49 @@
 //! - [`reads`] and [`console`]: every read;
 //! - [`jobs`]: claims on background work (gate runs, L2 questions), shared by replicas;
 //! - [`events`]: the events of every replica's commits, relayed to this one's watchers;
-//! - [`codec`]: how rows are decoded.
+//! - [`codec`]: how values are bound.
+//!
+//! The modules under `store/sql` are written once for both engines and
+//! compiled here against this engine's [`codec`], [`Tx`] and SQL fragments.
+
+// First: its macros are for the modules below.
+#[macro_use]
+mod dialect;
 
 mod batch;
+#[path = "../sql/calibration.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod calibration;
 mod codec;
+#[path = "../sql/console.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod console;
 mod events;
+#[path = "../sql/inputs.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
+mod inputs;
 mod jobs;
 mod leases;
+mod native;
+#[path = "../sql/pause_rule.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
+mod pause_rule;
 mod pauses;
+#[path = "../sql/reads.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod reads;
+#[path = "../sql/rechecks.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod rechecks;
 mod saves;
 mod submits;
+#[path = "../sql/tokens.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
+mod tokens;
 mod tx;
 mod verdicts;
+#[path = "../sql/verify.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod verify;
 mod writes;
 
@@ -52,7 +79,7 @@ use super::*;
 use crate::domain::work::ReviewerId;
 use crate::domain::{Clock, QuestEvent};
 use batch::Batcher;
-use tx::{Db, Op};
+use tx::{Db, Op, Tx};
 
 /// The key of the advisory lock under which replicas starting together run
 /// the migrations one at a time ("quest" in ASCII).
@@ -238,11 +265,11 @@ impl Store for PgStore {
     }
 
     async fn session_source(&self, id: SessionId) -> Result<(String, String, Vec<u8>), StoreError> {
-        reads::whole_source(&self.db.pool, id).await
+        inputs::whole_source(&self.db.pool, id).await
     }
 
     async fn session_status(&self, id: SessionId) -> Result<SessionStatus, StoreError> {
-        reads::session_status(&self.db.pool, id, self.read_now().await?).await
+        reads::session_status(&self.db.pool, id, self.read_now().await?, &()).await
     }
 
     async fn lease_next(
@@ -325,7 +352,7 @@ impl Store for PgStore {
     }
 
     async fn submission_view(&self, id: SubmissionId) -> Result<SubmissionView, StoreError> {
-        reads::submission_view(&self.db.pool, id).await
+        reads::submission_view(&self.db.pool, id, &()).await
     }
 
     async fn pending_l2_jobs(&self) -> Result<Vec<L2JobId>, StoreError> {
@@ -455,14 +482,14 @@ impl Store for PgStore {
             scope.map(<[_]>::to_vec),
         );
         self.write(args, |tx, (n, r, h, m, s)| {
-            Box::pin(writes::create_token(tx, n, r, h, m, s))
+            Box::pin(tokens::create_token(tx, n, r, h, m, s))
         })
         .await
     }
 
     async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
         self.write((name.to_owned(), role, hash.to_owned()), |tx, (n, r, h)| {
-            Box::pin(writes::ensure_token(tx, n, r, h))
+            Box::pin(tokens::ensure_token(tx, n, r, h))
         })
         .await
     }
@@ -472,7 +499,7 @@ impl Store for PgStore {
     }
 
     async fn revoke_token(&self, id: TokenId) -> Result<TokenRow, StoreError> {
-        self.write(id, |tx, id| Box::pin(writes::revoke_token(tx, id)))
+        self.write(id, |tx, id| Box::pin(tokens::revoke_token(tx, id)))
             .await
     }
 
@@ -481,11 +508,11 @@ impl Store for PgStore {
     }
 
     async fn source_info(&self, id: SessionId) -> Result<SourceInfo, StoreError> {
-        reads::source_info(&self.db.pool, id).await
+        inputs::source_info(&self.db.pool, id).await
     }
 
     async fn source_chunk(&self, id: SessionId, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        reads::source_chunk(&self.db.pool, id, seq).await
+        inputs::source_chunk(&self.db.pool, id, seq).await
     }
 
     async fn agent_lease(
@@ -627,7 +654,7 @@ impl Store for PgStore {
     }
 
     async fn pauses(&self, session_id: SessionId) -> Result<Vec<Pause>, StoreError> {
-        pauses::list(&self.db.pool, session_id).await
+        pause_rule::list(&self.db.pool, session_id).await
     }
 
     async fn resume_pause(
@@ -637,7 +664,7 @@ impl Store for PgStore {
         by: &str,
     ) -> Result<Pause, StoreError> {
         self.write((session_id, token_id, by.to_owned()), |tx, (s, t, b)| {
-            Box::pin(pauses::resume(tx, s, t, b))
+            Box::pin(pause_rule::resume(tx, s, t, b))
         })
         .await
     }

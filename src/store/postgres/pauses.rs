@@ -9,21 +9,19 @@
 
 use std::collections::HashMap;
 
-use sqlx::postgres::PgRow;
-
 use super::codec::*;
+use super::pause_rule::{self, pause_row};
 use super::saves::{end_leases, save_quests};
 use super::tx::Tx;
 use crate::domain::ids::{SessionId, TokenId};
-use crate::domain::pause::{self, Ending, Pause};
+use crate::domain::pause::Pause;
 use crate::domain::work::{self, AgentId, LeaseEnd, Refusal};
 use crate::domain::{EventKind, State};
 use crate::store::StoreError;
 use crate::store::common::{set_status, status_of};
-use crate::store::pause_sql::*;
 
-/// The advisory lock of a token in a session: two keys, one for each.
-const LOCK_KEY: &str = "hashtextextended($1::text || '/' || $2::text, 0)";
+/// The advisory lock of a token (`$2`) in a session (`$1`).
+const LOCK_KEY: &str = pause_lock_key!();
 
 /// Decides the pauses of the tokens whose quests this transaction ended in DONE.
 pub async fn after_done(tx: &mut Tx) -> Result<(), StoreError> {
@@ -44,63 +42,11 @@ pub async fn after_done(tx: &mut Tx) -> Result<(), StoreError> {
     .fetch_all(tx.db())
     .await?;
     for (session, token) in pairs {
-        decide(tx, session, token).await?;
+        if pause_rule::pause_if_due(tx, session, token).await? {
+            release_live_leases(tx, session, token).await?;
+        }
     }
     Ok(())
-}
-
-async fn decide(tx: &mut Tx, session: SessionId, token: TokenId) -> Result<(), StoreError> {
-    let max = super::leases::session(tx, session)
-        .await?
-        .config
-        .max_consecutive_done;
-    if max == 0 {
-        return Ok(());
-    }
-    let lock = format!("SELECT pg_advisory_xact_lock({LOCK_KEY})");
-    sqlx::query(sqlx::AssertSqlSafe(lock))
-        .bind(session)
-        .bind(token)
-        .execute(tx.db())
-        .await?;
-    let rows = sqlx::query(RECENT_ENDINGS)
-        .bind(session)
-        .bind(token)
-        .bind(i64::from(max))
-        .fetch_all(tx.db())
-        .await?;
-    let Some(latest) = rows.first() else {
-        return Ok(());
-    };
-    if !sqlx::Row::try_get::<bool, _>(latest, "paused")? {
-        let endings = rows
-            .iter()
-            .map(|r| {
-                Ok(Ending {
-                    done: sqlx::Row::try_get(r, "done")?,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let Some(decision) = pause::pause_after(max, &endings) else {
-            return Ok(());
-        };
-        let agent: String = sqlx::Row::try_get(latest, "agent")?;
-        let seq: i64 = sqlx::Row::try_get(latest, "seq")?;
-        let row = sqlx::query(INSERT_PAUSE)
-            .bind(uuid::Uuid::now_v7())
-            .bind(session)
-            .bind(token)
-            .bind(agent_name(&agent))
-            .bind(decision.reason.as_str())
-            .bind(decision.figures.to_string())
-            .bind(seq)
-            .bind(tx.now)
-            .fetch_one(tx.db())
-            .await?;
-        let pause = pause_row(&row)?;
-        tracing::warn!(session = %session, token = %token, agent = %pause.agent, "a token was paused: {pause}");
-    }
-    release_live_leases(tx, session, token).await
 }
 
 /// Releases the token's leased quests in the session (no try, no lapse).
@@ -178,46 +124,4 @@ pub async fn refuse_paused(
                 .map(|p| (i, Refusal::AgentPaused(Box::new(p.clone())).into()))
         })
         .collect())
-}
-
-pub async fn resume(
-    tx: &mut Tx,
-    session: SessionId,
-    token: TokenId,
-    by: String,
-) -> Result<Pause, StoreError> {
-    let row = sqlx::query(RESUME_PAUSE)
-        .bind(session)
-        .bind(token)
-        .bind(tx.now)
-        .bind(by)
-        .fetch_optional(tx.db())
-        .await?
-        .ok_or(StoreError::Refused(Refusal::NotPaused))?;
-    pause_row(&row)
-}
-
-pub async fn list(pool: &sqlx::PgPool, session: SessionId) -> Result<Vec<Pause>, StoreError> {
-    let rows = sqlx::query(SESSION_PAUSES)
-        .bind(session)
-        .fetch_all(pool)
-        .await?;
-    rows.iter().map(pause_row).collect()
-}
-
-fn pause_row(r: &PgRow) -> Result<Pause, StoreError> {
-    use sqlx::Row;
-    let figures: String = r.try_get("figures")?;
-    Ok(Pause {
-        id: r.try_get("id")?,
-        session_id: r.try_get("session_id")?,
-        token_id: r.try_get("token_id")?,
-        agent: r.try_get("agent")?,
-        reason: r.parsed("reason")?,
-        figures: serde_json::from_str(&figures)
-            .map_err(|e| StoreError::Corrupt(format!("a pause's figures: {e}")))?,
-        created_at: r.try_get("created_at")?,
-        resumed_at: r.try_get("resumed_at")?,
-        resumed_by: r.try_get("resumed_by")?,
-    })
 }

@@ -10,9 +10,10 @@ use serde_json::{Value, json};
 
 use super::codec::json as json_text;
 use super::tx::{Tx, expect_rows};
-use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId};
+use crate::domain::ids::LeaseId;
 use crate::domain::replay::IdempotencyKey;
 use crate::domain::work::LeaseEnd;
+use crate::store::decision::L2JobWrite;
 use crate::store::{QuestRow, StoreError, SubmissionRow};
 
 /// A timestamp as the database keeps it (microseconds), so that a value
@@ -152,20 +153,6 @@ pub async fn renew_leases(
     .await?
     .rows_affected();
     expect_rows("the renewed leases", touched, renewals.len() as u64)
-}
-
-/// An L2 question to ask about a passed submission.
-pub struct L2JobWrite {
-    pub id: L2JobId,
-    pub submission_id: SubmissionId,
-    pub quest_id: QuestId,
-    pub session_id: SessionId,
-    pub verifier: String,
-    pub index: u32,
-    pub question: String,
-    pub flag_on: &'static str,
-    /// What the verifier may see, as JSON text.
-    pub request: String,
 }
 
 pub async fn insert_l2_jobs(tx: &mut Tx, jobs: &[L2JobWrite]) -> Result<(), StoreError> {

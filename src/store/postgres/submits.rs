@@ -13,7 +13,6 @@ use sqlx::postgres::PgRow;
 
 use super::batch::{Answers, Keyed};
 use super::codec::*;
-use super::leases::session;
 use super::saves::insert_submissions;
 use super::tx::Tx;
 use super::verdicts::{Writes, decide, remaining};
@@ -226,7 +225,7 @@ async fn one(
                 .flatten()
                 .find(|(s, _)| s.id == id)
                 .ok_or(StoreError::NotFound("submission"))?;
-            let s = session(tx, quest.session_id).await?;
+            let s = tx.session(quest.session_id).await?;
             // Only the quest's own live lease is shown (a keyed retry may come after it ended).
             let lease = lease.filter(|l| l.ended.is_none() && quest.lease_id == Some(l.id));
             let partial = Partial {
@@ -247,7 +246,7 @@ async fn one(
         tx.now,
     )?;
     let lease = lease.ok_or(StoreError::NotFound("lease"))?;
-    let s = session(tx, quest.session_id).await?;
+    let s = tx.session(quest.session_id).await?;
     let checking = work::check_submit(status_of(&quest))?;
     let mut submission = pending_submission(&quest, new, &lease.agent, repeats, tx.now);
     // Watchers see the same two steps whether the gate ran here or on the runner.

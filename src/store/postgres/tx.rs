@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use futures_util::future::BoxFuture;
+use sqlx::postgres::{PgArguments, PgRow};
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use tokio::sync::broadcast;
 use uuid::Uuid;
@@ -21,8 +22,9 @@ use uuid::Uuid;
 use super::TimeSource;
 use super::events;
 use crate::domain::ids::SessionId;
-use crate::domain::{EventKind, QuestEvent};
-use crate::store::common::quest_event;
+use crate::domain::{EventKind, QuestEvent, QuestStatus};
+use crate::store::common::{Turn, quest_event};
+use crate::store::decode::{SESSION_COLUMNS, session_row};
 use crate::store::{QuestRow, SessionRow, StoreError, SubmissionRow};
 
 /// The pool, the time source and where committed events go: what every
@@ -142,6 +144,9 @@ pub async fn pause(attempt: u32) {
     tokio::time::sleep(Duration::from_millis(u64::from(attempt) * 2)).await;
 }
 
+/// A statement with its arguments.
+pub type Query<'q> = sqlx::query::Query<'q, Postgres, PgArguments>;
+
 /// An open write transaction, its "now", and what to publish after commit.
 pub struct Tx {
     pub conn: Transaction<'static, Postgres>,
@@ -153,7 +158,7 @@ pub struct Tx {
     /// Statements sent so far (`quest_store_round_trips_total`).
     pub trips: u64,
     /// The sessions read so far: they never change after the scan.
-    pub sessions: HashMap<SessionId, SessionRow>,
+    pub sessions: HashMap<SessionId, Arc<SessionRow>>,
 }
 
 impl Tx {
@@ -176,6 +181,85 @@ impl Tx {
     pub fn db(&mut self) -> &mut PgConnection {
         self.trips += 1;
         &mut self.conn
+    }
+
+    /// The session, read once per transaction.
+    pub async fn session(&mut self, id: SessionId) -> Result<Arc<SessionRow>, StoreError> {
+        if let Some(s) = self.sessions.get(&id) {
+            return Ok(s.clone());
+        }
+        let sql = format!("SELECT {SESSION_COLUMNS} FROM sessions WHERE id = $1");
+        let row = self
+            .row(sqlx::query(sqlx::AssertSqlSafe(sql)).bind(id))
+            .await?
+            .ok_or(StoreError::NotFound("session"))?;
+        let session = Arc::new(session_row(&row)?);
+        self.sessions.insert(id, session.clone());
+        Ok(session)
+    }
+
+    /// Runs a statement; the number of rows it changed.
+    pub async fn exec(&mut self, q: Query<'_>) -> Result<u64, sqlx::Error> {
+        Ok(q.execute(self.db()).await?.rows_affected())
+    }
+
+    /// Runs a statement and returns its rows.
+    pub async fn rows(&mut self, q: Query<'_>) -> Result<Vec<PgRow>, sqlx::Error> {
+        q.fetch_all(self.db()).await
+    }
+
+    /// Runs a statement and returns its first row, if any.
+    pub async fn row(&mut self, q: Query<'_>) -> Result<Option<PgRow>, sqlx::Error> {
+        q.fetch_optional(self.db()).await
+    }
+
+    /// Waits for the other replicas' writes of the same kind to commit.
+    pub async fn take_turns(&mut self, turn: Turn<'_>) -> Result<(), StoreError> {
+        let lock = match turn {
+            // A lock of its own: a lock on the session row would hold up
+            // every write that refers to it.
+            Turn::RecheckStart(session) => sqlx::query(
+                "SELECT pg_advisory_xact_lock(hashtextextended('recheck ' || $1::text, 0))",
+            )
+            .bind(session),
+            Turn::Calibration(session) => sqlx::query(
+                "SELECT pg_advisory_xact_lock(hashtext('quest calibration ' || $1::text))",
+            )
+            .bind(session),
+            Turn::Pause(session, token) => sqlx::query(concat!(
+                "SELECT pg_advisory_xact_lock(",
+                pause_lock_key!(),
+                ")"
+            ))
+            .bind(session)
+            .bind(token),
+            Turn::Token(name) => {
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('token ' || $1, 0))")
+                    .bind(name)
+            }
+            Turn::RecheckRun(run) => {
+                sqlx::query("SELECT 1 FROM recheck_runs WHERE id = $1 FOR UPDATE").bind(run)
+            }
+        };
+        self.exec(lock).await?;
+        Ok(())
+    }
+
+    /// Publishes `event` after commit (a change that moves no count).
+    pub fn publish(&mut self, event: QuestEvent) {
+        self.events.push(event);
+    }
+
+    /// Records that `quest` moved from `before` (the triggers count the move
+    /// on this engine, so only its event is kept, for after commit).
+    pub fn moved_from(
+        &mut self,
+        kind: EventKind,
+        quest: &QuestRow,
+        _before: QuestStatus,
+        submission: Option<&SubmissionRow>,
+    ) {
+        self.moved(kind, quest, submission);
     }
 
     /// Records that `quest` moved (its status as it is now): its event after commit.

@@ -8,12 +8,11 @@ use std::sync::Arc;
 use crate::domain::ids::{L2JobId, LeaseId, QuestId, SessionId, SubmissionId};
 
 use super::codec::*;
-use super::leases::session;
-use super::saves::{L2JobWrite, end_leases, insert_l2_jobs, renew_leases, save_quests};
+use super::saves::{end_leases, insert_l2_jobs, renew_leases, save_quests};
 use super::tx::{Tx, expect_rows};
-use crate::domain::work::{self, Before, LeaseAfter, LeaseFacts, Limits};
-use crate::domain::{EventKind, Phase, SubmissionVerdict};
-use crate::store::common::{lease_of, renewal, set_status, status_of, verdict_facts};
+use crate::domain::EventKind;
+use crate::domain::work::{self, LeaseFacts};
+use crate::store::decision::{self, L2JobWrite, LeaseWrite};
 use crate::store::{
     Decided, GateDecision, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow,
 };
@@ -56,21 +55,14 @@ pub async fn apply_verdict(
             .fetch_one(tx.db())
             .await?,
     )?;
-    if submission.verdict != SubmissionVerdict::Pending {
+    let Some(lease) = decision::checking_lease(&quest, &submission, lease)? else {
         return Ok(Decided {
             submission,
             quest,
             l2_jobs: Vec::new(),
         });
-    }
-    let lease = lease.filter(|l| quest.lease_id == Some(l.id) && l.id == submission.lease_id);
-    let (Some(lease), Some(Phase::Checking)) = (lease, quest.phase) else {
-        return Err(StoreError::Corrupt(format!(
-            "pending submission {} whose quest is not checking it",
-            submission.id
-        )));
     };
-    let s = session(tx, quest.session_id).await?;
+    let s = tx.session(quest.session_id).await?;
     let mut writes = Writes::default();
     let (_, l2_jobs) = decide(
         tx,
@@ -138,10 +130,9 @@ impl Writes {
     }
 }
 
-/// Applies `d` to `quest` through `submission` (PENDING until now): fills in
-/// both rows as [`work::on_verdict`] says and gathers the other writes (the
-/// quest's among them). Returns the lease the holder keeps, if any, and the
-/// L2 jobs created.
+/// Applies `d` to `quest` through `submission` (PENDING until now), as
+/// [`decision::decide`] says, and gathers the writes (the quest's among
+/// them). Returns the lease the holder keeps, if any, and the L2 jobs created.
 pub fn decide(
     tx: &mut Tx,
     writes: &mut Writes,
@@ -151,83 +142,14 @@ pub fn decide(
     lease: &LeaseFacts,
     d: GateDecision,
 ) -> Result<(Option<LeaseRow>, Vec<L2JobId>), StoreError> {
-    let verify = session.config.verify.as_ref();
-    let facts = verdict_facts(submission, d.verdict, d.facts);
-    let effects = work::on_verdict(
-        Before {
-            status: status_of(quest),
-            last_facts: &quest.last_facts,
-            decided_before: quest.submission_id.is_some(),
-        },
-        d.verdict,
-        &facts,
-        Limits {
-            max_tries: session.config.max_tries,
-            verify: verify.is_some(),
-        },
-    )?;
-    submission.verdict = d.verdict.into();
-    submission.facts = facts.clone();
-    submission.evidence = d.evidence;
-    submission.gate = Some(d.gate);
-    submission.gate_version = Some(d.gate_version);
-    submission.receipt = Some(d.receipt);
-    submission.state_after = Some(effects.status.state);
-    submission.tries_after = Some(effects.status.tries);
-    submission.decided_at = Some(tx.now);
-
-    set_status(quest, effects.status);
-    quest.last_facts = facts;
-    quest.result = effects.keeps_result.then(|| submission.result.clone());
-    quest.submission_id = Some(submission.id);
-    quest.receipt = if effects.keeps_receipt {
-        submission.receipt.clone()
-    } else {
-        None
-    };
-    quest.decided_by = effects.decided_by.map(|b| b.to_string());
-    quest.repeated_failure = effects.repeated_failure;
-    quest.updated_at = tx.now;
-    let kept = match effects.lease {
-        LeaseAfter::Renewed => {
-            quest.lease_id = Some(lease.id);
-            let mut kept = lease_of(lease);
-            kept.expires_at = renewal(lease, session, tx.now);
-            writes.renewals.push((lease.id, kept.expires_at));
-            Some(kept)
-        }
-        LeaseAfter::Ended(end) => {
-            quest.lease_id = None;
-            writes.ends.push((lease.id, end));
-            None
-        }
-    };
-    let mut jobs = Vec::new();
-    if let (true, Some(verify)) = (effects.asks_verifiers, verify) {
-        let request = d.verify.ok_or_else(|| {
-            StoreError::Corrupt(format!(
-                "the PASS of submission {} came without what its verifiers may see",
-                submission.id
-            ))
-        })?;
-        let request = json(&request);
-        for (verifier, index, question) in verify.jobs() {
-            let id = L2JobId::new();
-            writes.l2_jobs.push(L2JobWrite {
-                id,
-                submission_id: submission.id,
-                quest_id: quest.id,
-                session_id: quest.session_id,
-                verifier: verifier.to_owned(),
-                index: index as u32,
-                question: question.text.clone(),
-                flag_on: question.flag_on.as_str(),
-                request: request.clone(),
-            });
-            jobs.push(id);
-        }
+    let decided = decision::decide(tx.now, session, quest, submission, lease, d)?;
+    match decided.lease {
+        LeaseWrite::Renewed(id, until) => writes.renewals.push((id, until)),
+        LeaseWrite::Ended(id, end) => writes.ends.push((id, end)),
     }
+    let jobs = decided.l2_jobs.iter().map(|j| j.id).collect();
+    writes.l2_jobs.extend(decided.l2_jobs);
     writes.quests.push((quest.clone(), lease.id));
     tx.moved(EventKind::Decided, quest, Some(submission));
-    Ok((kept, jobs))
+    Ok((decided.kept, jobs))
 }

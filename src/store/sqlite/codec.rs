@@ -1,25 +1,51 @@
-//! How values are written to and read from SQLite: ids and times as text,
-//! JSON as text, and one decoder per row type. Batched statements take their
-//! rows as one JSON array bound to `json_each(?)`, so that their SQL text (and
-//! prepared statement) is the same whatever the batch's size.
-
-use std::str::FromStr;
+//! How values are written to SQLite: ids and times as text, JSON as text.
+//! Rows are read through [`Columns`] and the shared decoders of
+//! `store::decode`. Batched statements take their rows as one JSON array
+//! bound to `json_each(?)`, so that their SQL text (and prepared statement)
+//! is the same whatever the batch's size.
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use sqlx::Row;
 use sqlx::sqlite::SqliteRow;
 use uuid::Uuid;
 
-use crate::domain::verify::{Answer, FlagOn};
-use crate::domain::work::{AgentId, LeaseFacts};
-use crate::store::common::scope_of;
+pub use crate::store::columns::Columns;
 pub use crate::store::common::{lease_of, set_status, status_of};
-use crate::store::{
-    L2AnswerRow, L2Job, LeaseRow, QuestRow, SessionRow, StoreError, SubmissionRow, TokenRow,
-};
+pub use crate::store::decode::*;
+use crate::store::{QuestRow, StoreError};
+
+/// The pool reads run on, and one of its connections.
+pub type Pool = sqlx::SqlitePool;
+pub type Conn = sqlx::SqliteConnection;
+
+/// The text of a plain field of a JSON column, as an expression (the same
+/// expression as the indexes on such fields).
+pub fn json_text(column: &str, field: &str) -> String {
+    format!("json_extract({column}, '$.{field}')")
+}
+
+/// A time as a bind: its stored text.
+pub fn at(t: DateTime<Utc>) -> String {
+    ts(t)
+}
+
+/// A minute of the console's throughput as stored: the first 16
+/// characters of a time's text.
+pub fn minute(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M").to_string()
+}
+
+/// A minute stored by [`minute`], read back.
+pub fn read_minute(r: &SqliteRow, col: &str) -> Result<DateTime<Utc>, StoreError> {
+    parse_ts(&format!("{}:00Z", r.str(col)?))
+}
+
+/// Plain data as a bind: its JSON text.
+pub fn doc<T: Serialize + ?Sized>(value: &T) -> String {
+    json(value)
+}
 
 /// Times are stored as fixed-width RFC 3339 text, so text order is time order.
 pub fn ts(t: DateTime<Utc>) -> String {
@@ -36,10 +62,6 @@ pub fn json<T: Serialize + ?Sized>(value: &T) -> String {
     serde_json::to_string(value).expect("serialising plain data cannot fail")
 }
 
-pub fn from_json<T: DeserializeOwned>(s: &str) -> Result<T, StoreError> {
-    serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("json: {e}")))
-}
-
 /// An id of any kind (`SessionId`, `QuestId`, …, or a bare `Uuid`) from its text.
 pub fn uuid<T: From<Uuid>>(s: &str) -> Result<T, StoreError> {
     Uuid::parse_str(s)
@@ -47,20 +69,10 @@ pub fn uuid<T: From<Uuid>>(s: &str) -> Result<T, StoreError> {
         .map_err(|e| StoreError::Corrupt(format!("uuid `{s}`: {e}")))
 }
 
-pub fn text<T: FromStr>(s: &str) -> Result<T, StoreError>
-where
-    T::Err: std::fmt::Display,
-{
-    s.parse()
-        .map_err(|e: T::Err| StoreError::Corrupt(e.to_string()))
-}
-
-/// Typed access to a row's columns.
+/// A row's text columns by their SQLite names (see [`Columns`] for the rest).
 pub trait RowExt {
     fn str(&self, col: &str) -> Result<String, StoreError>;
     fn opt_str(&self, col: &str) -> Result<Option<String>, StoreError>;
-    fn int(&self, col: &str) -> Result<i64, StoreError>;
-    fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError>;
 }
 
 impl RowExt for SqliteRow {
@@ -70,12 +82,6 @@ impl RowExt for SqliteRow {
     fn opt_str(&self, col: &str) -> Result<Option<String>, StoreError> {
         Ok(self.try_get(col)?)
     }
-    fn int(&self, col: &str) -> Result<i64, StoreError> {
-        Ok(self.try_get(col)?)
-    }
-    fn opt_int(&self, col: &str) -> Result<Option<i64>, StoreError> {
-        Ok(self.try_get(col)?)
-    }
 }
 
 pub fn opt<T>(
@@ -83,51 +89,6 @@ pub fn opt<T>(
     f: impl FnOnce(&str) -> Result<T, StoreError>,
 ) -> Result<Option<T>, StoreError> {
     v.as_deref().map(f).transpose()
-}
-
-pub const SESSION_COLUMNS: &str =
-    "id, name, key_column, config, columns, source_name, total, created_by, created_at";
-
-pub fn session_row(r: &SqliteRow) -> Result<SessionRow, StoreError> {
-    Ok(SessionRow {
-        id: uuid(&r.str("id")?)?,
-        name: r.str("name")?,
-        key_column: r.str("key_column")?,
-        config: from_json(&r.str("config")?)?,
-        columns: from_json(&r.str("columns")?)?,
-        source_name: r.str("source_name")?,
-        total: r.int("total")? as u64,
-        created_by: r.str("created_by")?,
-        created_at: parse_ts(&r.str("created_at")?)?,
-    })
-}
-
-pub fn quest_row(r: &SqliteRow) -> Result<QuestRow, StoreError> {
-    Ok(QuestRow {
-        id: uuid(&r.str("id")?)?,
-        session_id: uuid(&r.str("session_id")?)?,
-        row_index: r.int("row_index")? as u64,
-        key: r.str("key")?,
-        input: from_json(&r.str("input")?)?,
-        state: text(&r.str("state")?)?,
-        phase: opt(r.opt_str("phase")?, text)?,
-        tries: r.int("tries")? as u32,
-        lapses: r.int("lapses")? as u32,
-        leases: r.int("leases")? as u32,
-        lease_id: opt(r.opt_str("lease_id")?, uuid)?,
-        last_facts: from_json(&r.str("last_facts")?)?,
-        result: opt(r.opt_str("result")?, from_json)?,
-        submission_id: opt(r.opt_str("submission_id")?, uuid)?,
-        receipt: r.opt_str("receipt")?,
-        decided_by: r.opt_str("decided_by")?,
-        review_claimed_by: opt(r.opt_str("review_claimed_by")?, text)?,
-        review_claim_expires_at: opt(r.opt_str("review_claim_expires_at")?, parse_ts)?,
-        repeated_failure: r.int("repeated_failure")? != 0,
-        updated_at: parse_ts(&r.str("updated_at")?)?,
-        recheck_mark: opt(r.opt_str("recheck_mark")?, text)?,
-        rechecked_at: opt(r.opt_str("rechecked_at")?, parse_ts)?,
-        recheck_facts: from_json(&r.str("recheck_facts")?)?,
-    })
 }
 
 /// A quest's every changeable column, as one element of a batched update.
@@ -148,113 +109,5 @@ pub fn quest_patch(q: &QuestRow) -> Value {
         "review_claim_expires_at": q.review_claim_expires_at.map(ts),
         "repeated_failure": q.repeated_failure,
         "updated_at": ts(q.updated_at),
-    })
-}
-
-/// A lease read under the prefix `l_` (`l_id`, `l_agent`, ...), if the join found one.
-pub fn prefixed_lease(r: &SqliteRow) -> Result<Option<LeaseFacts>, StoreError> {
-    let Some(id) = r.opt_str("l_id")? else {
-        return Ok(None);
-    };
-    Ok(Some(LeaseFacts {
-        id: uuid(&id)?,
-        quest_id: uuid(&r.str("l_quest_id")?)?,
-        agent: text(&r.str("l_agent")?)?,
-        granted_at: parse_ts(&r.str("l_granted_at")?)?,
-        expires_at: parse_ts(&r.str("l_expires_at")?)?,
-        ended: opt(r.opt_str("l_end_reason")?, text)?,
-    }))
-}
-
-/// The lease columns of `leases l` under the prefix [`prefixed_lease`] reads.
-pub const LEASE_PREFIXED: &str = "l.id AS l_id, l.quest_id AS l_quest_id, l.agent AS l_agent, \
-     l.granted_at AS l_granted_at, l.expires_at AS l_expires_at, l.end_reason AS l_end_reason";
-
-pub fn lease_row(r: &SqliteRow) -> Result<LeaseRow, StoreError> {
-    Ok(LeaseRow {
-        id: uuid(&r.str("id")?)?,
-        quest_id: uuid(&r.str("quest_id")?)?,
-        agent: text(&r.str("agent")?)?,
-        expires_at: parse_ts(&r.str("expires_at")?)?,
-    })
-}
-
-pub fn agent_of(s: &str) -> Result<AgentId, StoreError> {
-    text(s)
-}
-
-pub fn submission_row(r: &SqliteRow) -> Result<SubmissionRow, StoreError> {
-    Ok(SubmissionRow {
-        id: uuid(&r.str("id")?)?,
-        quest_id: uuid(&r.str("quest_id")?)?,
-        session_id: uuid(&r.str("session_id")?)?,
-        lease_id: uuid(&r.str("lease_id")?)?,
-        agent: agent_of(&r.str("agent")?)?,
-        result: from_json(&r.str("result")?)?,
-        verdict: text(&r.str("verdict")?)?,
-        facts: from_json(&r.str("facts")?)?,
-        evidence: from_json(&r.str("evidence")?)?,
-        gate: r.opt_str("gate")?,
-        gate_version: r.opt_str("gate_version")?,
-        receipt: r.opt_str("receipt")?,
-        state_after: opt(r.opt_str("state_after")?, text)?,
-        tries_after: r
-            .try_get::<Option<i64>, _>("tries_after")?
-            .map(|n| n as u32),
-        created_at: parse_ts(&r.str("created_at")?)?,
-        decided_at: opt(r.opt_str("decided_at")?, parse_ts)?,
-        repeats: opt(r.opt_str("repeats")?, uuid)?,
-    })
-}
-
-pub fn token_row(r: &SqliteRow) -> Result<TokenRow, StoreError> {
-    Ok(TokenRow {
-        id: uuid(&r.str("id")?)?,
-        name: r.str("name")?,
-        role: text(&r.str("role")?)?,
-        hash: r.str("hash")?,
-        max_leases: r.opt_int("max_leases")?.map(|n| n as u32),
-        sessions: scope_of(r.opt_str("sessions")?)?,
-        created_at: parse_ts(&r.str("created_at")?)?,
-        revoked_at: opt(r.opt_str("revoked_at")?, parse_ts)?,
-    })
-}
-
-fn flag_on(s: &str) -> Result<FlagOn, StoreError> {
-    text(s)
-}
-
-pub fn l2_job_row(r: &SqliteRow) -> Result<L2Job, StoreError> {
-    Ok(L2Job {
-        id: uuid(&r.str("id")?)?,
-        submission_id: uuid(&r.str("submission_id")?)?,
-        quest_id: uuid(&r.str("quest_id")?)?,
-        session_id: uuid(&r.str("session_id")?)?,
-        verifier: r.str("verifier")?,
-        question_index: r.int("question_index")? as u32,
-        question: r.str("question")?,
-        flag_on: flag_on(&r.str("flag_on")?)?,
-        request: from_json(&r.str("request")?)?,
-        status: text(&r.str("status")?)?,
-    })
-}
-
-pub fn l2_answer_row(r: &SqliteRow) -> Result<L2AnswerRow, StoreError> {
-    Ok(L2AnswerRow {
-        job_id: uuid(&r.str("job_id")?)?,
-        submission_id: uuid(&r.str("submission_id")?)?,
-        quest_id: uuid(&r.str("quest_id")?)?,
-        verifier: r.str("verifier")?,
-        model: r.str("model")?,
-        question_index: r.int("question_index")? as u32,
-        question: r.str("question")?,
-        flag_on: flag_on(&r.str("flag_on")?)?,
-        raw_reply: r.opt_str("raw_reply")?,
-        answer: opt(r.opt_str("answer")?, text::<Answer>)?,
-        detail: r.str("detail")?,
-        flagged: r.int("flagged")? != 0,
-        attempts: r.int("attempts")? as u32,
-        latency_ms: r.int("latency_ms")? as u64,
-        created_at: parse_ts(&r.str("created_at")?)?,
     })
 }

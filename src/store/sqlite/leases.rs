@@ -238,7 +238,7 @@ async fn claim(
             expires_at,
         };
         rows.push(json!({"id": lease.id.to_string(), "q": quest.id.to_string(), "a": lease.agent.to_string()}));
-        ctx.moved(EventKind::Leased, &quest, QuestStatus::new(), None);
+        ctx.moved_from(EventKind::Leased, &quest, QuestStatus::new(), None);
         out.push((idle[n], Ok(LeaseOutcome::Assigned { quest, lease })));
     }
     if !rows.is_empty() {
@@ -431,7 +431,7 @@ impl Kind for Release {
             });
             out.push(match released {
                 Ok((quest, before, lease)) => {
-                    ctx.moved(EventKind::Released, &quest, before, None);
+                    ctx.moved_from(EventKind::Released, &quest, before, None);
                     idle.push(
                         json!({"s": quest.session_id.to_string(), "a": lease.agent.to_string()}),
                     );
@@ -521,13 +521,28 @@ pub async fn sweep(ctx: &mut WriteCtx) -> Result<u64, GroupError> {
         }
         quest.lease_id = None;
         quest.updated_at = ctx.now;
-        ctx.moved(EventKind::Lapsed, &quest, before, None);
+        ctx.moved_from(EventKind::Lapsed, &quest, before, None);
         quests.push(quest);
         ended.push((lease.id, LeaseEnd::Expired));
     }
     save_quests(ctx, &quests).await?;
     end_leases(ctx, &ended).await?;
     Ok(rows.len() as u64)
+}
+
+/// Saves one quest through the shared statement, as a store error (a
+/// verifier's or a reviewer's write, which no lease fences).
+pub async fn save(ctx: &mut WriteCtx, quest: &QuestRow) -> Result<(), StoreError> {
+    save_quests(ctx, std::slice::from_ref(quest))
+        .await
+        .map_err(|e| match e {
+            GroupError::Refused(e) => e,
+            // The writer fails the batch on Unavailable, as on any failure of the database.
+            GroupError::Fatal(e) => {
+                tracing::error!(error = %e, "the database failed");
+                StoreError::Unavailable
+            }
+        })
 }
 
 /// Writes every changeable column of these quests, in one statement.

@@ -8,22 +8,49 @@
 //! - [`codec`]: how rows are encoded and decoded;
 //! - [`console`]: the web console's browser sessions and the reads of its pages.
 //!
+//! The modules under `store/sql` are written once for both engines and
+//! compiled here against this engine's [`codec`], [`Tx`] and SQL fragments.
+//!
 //! The live counts of every session are kept in memory by the writer from
 //! what it commits, so `status` and `remaining` read no table.
 
-mod agents;
+// First: its macros are for the modules below.
+#[macro_use]
+mod dialect;
+
+#[path = "../sql/calibration.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod calibration;
 mod codec;
+#[path = "../sql/console.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod console;
+#[path = "../sql/inputs.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod inputs;
 mod leases;
+mod native;
+#[path = "../sql/pause_rule.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
+mod pause_rule;
 mod pauses;
+#[path = "../sql/reads.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod reads;
+#[path = "../sql/rechecks.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod rechecks;
 mod sessions;
+#[path = "../sql/tokens.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
+mod tokens;
 mod verdicts;
+#[path = "../sql/verify.rs"]
+#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
 mod verify;
 mod writer;
+
+use writer::WriteCtx as Tx;
 
 use crate::domain::ids::{
     L2JobId, LeaseId, QuestId, RecheckRunId, SessionId, SubmissionId, TokenId,
@@ -41,7 +68,6 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::*;
 use crate::domain::{Clock, QuestEvent};
-pub use inputs::SOURCE_CHUNK;
 use leases::{Heartbeat, Hold, Lease, Release};
 use verdicts::{Decide, Submit};
 use writer::{Counters, Finish, GroupError, Kind, Op, Ranked, Request, Single, WriteCtx, Writer};
@@ -121,7 +147,7 @@ impl SqliteStore {
             .max_connections(8)
             .connect_with(options.clone().read_only(true))
             .await?;
-        let counters = Arc::new(Counters::new(reads::all_counts(&read).await?));
+        let counters = Arc::new(Counters::new(native::all_counts(&read).await?));
         let (queue, rx) = mpsc::channel(4 * MAX_BATCH);
         let writer = Writer {
             ctx: WriteCtx::new(conn, clock.now()),
@@ -196,15 +222,6 @@ impl SqliteStore {
             .map_err(|_| StoreError::Unavailable)?;
         answer.await.map_err(|_| StoreError::Unavailable)?
     }
-
-    fn counts(&self, session: SessionId) -> Counts {
-        self.counters
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&session)
-            .copied()
-            .unwrap_or_default()
-    }
 }
 
 /// Runs a closure alone on the writer: `single!(self, |ctx| body)`.
@@ -262,7 +279,7 @@ impl Store for SqliteStore {
     }
 
     async fn session_status(&self, id: SessionId) -> Result<SessionStatus, StoreError> {
-        reads::session_status(&self.read, id, self.counts(id), self.clock.now()).await
+        reads::session_status(&self.read, id, self.clock.now(), &self.counters).await
     }
 
     async fn lease_next(
@@ -353,7 +370,7 @@ impl Store for SqliteStore {
     }
 
     async fn submission_view(&self, id: SubmissionId) -> Result<SubmissionView, StoreError> {
-        reads::submission_view(&self.read, id, |s| self.counts(s).remaining()).await
+        reads::submission_view(&self.read, id, &self.counters).await
     }
 
     async fn pending_l2_jobs(&self) -> Result<Vec<L2JobId>, StoreError> {
@@ -365,7 +382,8 @@ impl Store for SqliteStore {
     }
 
     async fn record_l2_answer(&self, answer: NewL2Answer) -> Result<L2Recorded, StoreError> {
-        single!(self, |ctx| verify::record_l2_answer(ctx, answer).await)
+        single!(self, |ctx| verify::record_l2_answer(ctx, Arc::new(answer))
+            .await)
     }
 
     async fn l2_answers(&self, quest_id: QuestId) -> Result<Vec<L2AnswerRow>, StoreError> {
@@ -473,7 +491,7 @@ impl Store for SqliteStore {
         scope: Option<&[SessionId]>,
     ) -> Result<TokenRow, StoreError> {
         let (name, hash, scope) = (name.to_owned(), hash.to_owned(), scope.map(<[_]>::to_vec));
-        single!(self, |ctx| sessions::create_token(
+        single!(self, |ctx| tokens::create_token(
             ctx, name, role, hash, max_leases, scope
         )
         .await)
@@ -481,7 +499,7 @@ impl Store for SqliteStore {
 
     async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
         let (name, hash) = (name.to_owned(), hash.to_owned());
-        single!(self, |ctx| sessions::ensure_token(ctx, name, role, hash)
+        single!(self, |ctx| tokens::ensure_token(ctx, name, role, hash)
             .await)
     }
 
@@ -490,7 +508,7 @@ impl Store for SqliteStore {
     }
 
     async fn revoke_token(&self, id: TokenId) -> Result<TokenRow, StoreError> {
-        single!(self, |ctx| sessions::revoke_token(ctx, id).await)
+        single!(self, |ctx| tokens::revoke_token(ctx, id).await)
     }
 
     async fn find_token(&self, hash: &str) -> Result<Option<TokenRow>, StoreError> {
@@ -510,7 +528,7 @@ impl Store for SqliteStore {
         session_id: SessionId,
         agent: &AgentId,
     ) -> Result<Option<AgentLeaseRow>, StoreError> {
-        agents::agent_lease(&self.read, session_id, agent, self.clock.now()).await
+        reads::agent_lease(&self.read, session_id, agent, self.clock.now()).await
     }
 
     async fn create_browser_session(
@@ -608,7 +626,7 @@ impl Store for SqliteStore {
     }
 
     async fn pauses(&self, session_id: SessionId) -> Result<Vec<Pause>, StoreError> {
-        pauses::list(&self.read, session_id).await
+        pause_rule::list(&self.read, session_id).await
     }
 
     async fn resume_pause(
@@ -618,8 +636,10 @@ impl Store for SqliteStore {
         by: &str,
     ) -> Result<Pause, StoreError> {
         let by = by.to_owned();
-        single!(self, |ctx| pauses::resume(ctx, session_id, token_id, by)
-            .await)
+        single!(self, |ctx| pause_rule::resume(
+            ctx, session_id, token_id, by
+        )
+        .await)
     }
 
     fn now(&self) -> chrono::DateTime<chrono::Utc> {

@@ -8,18 +8,17 @@
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use sqlx::sqlite::SqliteRow;
 
 use super::codec::*;
 use super::leases::{end_leases, save_quests};
+use super::pause_rule::{self, pause_row};
 use super::writer::{GroupError, WriteCtx};
 use crate::domain::EventKind;
 use crate::domain::ids::{SessionId, TokenId};
-use crate::domain::pause::{self, Ending, Pause};
+use crate::domain::pause::Pause;
 use crate::domain::work::{self, AgentId, LeaseEnd};
 use crate::store::StoreError;
 use crate::store::common::{set_status, status_of};
-use crate::store::pause_sql::*;
 
 /// Decides the pauses of the tokens whose quests this batch ended in DONE.
 pub async fn after_done(ctx: &mut WriteCtx) -> Result<(), GroupError> {
@@ -37,61 +36,12 @@ pub async fn after_done(ctx: &mut WriteCtx) -> Result<(), GroupError> {
         )
         .await?;
     for row in &rows {
-        let (session, token) = (uuid(&row.str("session_id")?)?, uuid(&row.str("token_id")?)?);
-        decide(ctx, session, token).await?;
+        let (session, token) = (row.id("session_id")?, row.id("token_id")?);
+        if pause_rule::pause_if_due(ctx, session, token).await? {
+            release_live_leases(ctx, session, token).await?;
+        }
     }
     Ok(())
-}
-
-/// Pauses the token in the session when the rule says so; a paused token's
-/// live leases there are released.
-async fn decide(ctx: &mut WriteCtx, session: SessionId, token: TokenId) -> Result<(), GroupError> {
-    let max = ctx.session(session).await?.config.max_consecutive_done;
-    if max == 0 {
-        return Ok(());
-    }
-    let rows = ctx
-        .rows(
-            sqlx::query(RECENT_ENDINGS)
-                .bind(session.to_string())
-                .bind(token.to_string())
-                .bind(i64::from(max)),
-        )
-        .await?;
-    let Some(latest) = rows.first() else {
-        return Ok(());
-    };
-    if latest.int("paused")? == 0 {
-        let endings = rows
-            .iter()
-            .map(|r| {
-                Ok(Ending {
-                    done: r.int("done")? != 0,
-                })
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        let Some(decision) = pause::pause_after(max, &endings) else {
-            return Ok(());
-        };
-        let agent = latest.str("agent")?;
-        let row = ctx
-            .row(
-                sqlx::query(INSERT_PAUSE)
-                    .bind(uuid::Uuid::now_v7().to_string())
-                    .bind(session.to_string())
-                    .bind(token.to_string())
-                    .bind(agent_name(&agent).to_owned())
-                    .bind(decision.reason.as_str())
-                    .bind(json(&decision.figures))
-                    .bind(latest.int("seq")?)
-                    .bind(ts(ctx.now)),
-            )
-            .await?
-            .ok_or_else(|| GroupError::Refused(StoreError::Corrupt("the new pause".into())))?;
-        let pause = pause_row(&row)?;
-        tracing::warn!(session = %session, token = %token, agent = %pause.agent, "a token was paused: {pause}");
-    }
-    release_live_leases(ctx, session, token).await
 }
 
 /// Releases the token's leased quests in the session (no try, no lapse);
@@ -125,7 +75,7 @@ async fn release_live_leases(
         );
         quest.lease_id = None;
         quest.updated_at = ctx.now;
-        ctx.moved(EventKind::Released, &quest, before, None);
+        ctx.moved_from(EventKind::Released, &quest, before, None);
         quests.push(quest);
         ended.push((lease.id, LeaseEnd::Released));
     }
@@ -153,51 +103,7 @@ pub async fn live_pauses(
         .await?;
     let mut out = HashMap::with_capacity(rows.len());
     for row in &rows {
-        out.insert(row.int("i")? as usize, pause_row(row)?);
+        out.insert(row.count("i")? as usize, pause_row(row)?);
     }
     Ok(out)
-}
-
-/// Resumes the token's live pause in the session.
-pub async fn resume(
-    ctx: &mut WriteCtx,
-    session: SessionId,
-    token: TokenId,
-    by: String,
-) -> Result<Pause, StoreError> {
-    let row = ctx
-        .row(
-            sqlx::query(RESUME_PAUSE)
-                .bind(session.to_string())
-                .bind(token.to_string())
-                .bind(ts(ctx.now))
-                .bind(by),
-        )
-        .await?
-        .ok_or(StoreError::Refused(work::Refusal::NotPaused))?;
-    pause_row(&row)
-}
-
-/// A session's pauses, newest first.
-pub async fn list(pool: &sqlx::SqlitePool, session: SessionId) -> Result<Vec<Pause>, StoreError> {
-    let rows = sqlx::query(SESSION_PAUSES)
-        .bind(session.to_string())
-        .fetch_all(pool)
-        .await?;
-    rows.iter().map(pause_row).collect()
-}
-
-fn pause_row(r: &SqliteRow) -> Result<Pause, StoreError> {
-    Ok(Pause {
-        id: uuid(&r.str("id")?)?,
-        session_id: uuid(&r.str("session_id")?)?,
-        token_id: uuid(&r.str("token_id")?)?,
-        agent: r.str("agent")?,
-        reason: text(&r.str("reason")?)?,
-        figures: serde_json::from_str(&r.str("figures")?)
-            .map_err(|e| StoreError::Corrupt(format!("a pause's figures: {e}")))?,
-        created_at: parse_ts(&r.str("created_at")?)?,
-        resumed_at: opt(r.opt_str("resumed_at")?, parse_ts)?,
-        resumed_by: r.opt_str("resumed_by")?,
-    })
 }

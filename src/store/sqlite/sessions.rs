@@ -1,15 +1,11 @@
-//! The rare writes: scans (a session with its quests) and tokens. Each runs
+//! The rare writes: scans (a session with its quests). Each runs
 //! alone inside the writer's batch (see [`super::writer::Single`]).
 
-use crate::domain::ids::{QuestId, SessionId, TokenId};
-use crate::domain::work::Refusal;
-use uuid::Uuid;
+use crate::domain::ids::{QuestId, SessionId};
 
 use super::codec::*;
 use super::writer::WriteCtx;
-use crate::domain::Role;
-use crate::store::common::scope_text;
-use crate::store::{NewSession, StoreError, TokenRow};
+use crate::store::{NewSession, StoreError};
 
 /// Rows per multi-row insert of a scan: SQLite binds at most 32,766 values.
 const ROWS_PER_INSERT: usize = 500;
@@ -61,97 +57,4 @@ pub async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Session
     }
     ctx.session_created(s.id, s.rows.len() as u64);
     Ok(s.id)
-}
-
-/// Stores a token by the SHA-256 of its secret, with its lease cap.
-pub async fn create_token(
-    ctx: &mut WriteCtx,
-    name: String,
-    role: Role,
-    hash: String,
-    max_leases: Option<u32>,
-    sessions: Option<Vec<SessionId>>,
-) -> Result<TokenRow, StoreError> {
-    let id = TokenId::new();
-    let inserted = ctx
-        .exec(
-            sqlx::query(
-                "INSERT INTO tokens (id, name, role, hash, max_leases, sessions, created_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(id.to_string())
-            .bind(name.clone())
-            .bind(role.as_str())
-            .bind(hash.clone())
-            .bind(max_leases.map(i64::from))
-            .bind(scope_text(sessions.as_deref()))
-            .bind(ts(ctx.now)),
-        )
-        .await;
-    match inserted {
-        Err(sqlx::Error::Database(e)) if e.is_unique_violation() => {
-            Err(Refusal::NameTaken(name).into())
-        }
-        other => {
-            other?;
-            Ok(TokenRow {
-                id,
-                name,
-                role,
-                hash,
-                max_leases,
-                sessions,
-                created_at: ctx.now,
-                revoked_at: None,
-            })
-        }
-    }
-}
-
-/// Makes `hash` the one live token named `name` (the bootstrap admin).
-pub async fn ensure_token(
-    ctx: &mut WriteCtx,
-    name: String,
-    role: Role,
-    hash: String,
-) -> Result<(), StoreError> {
-    // The configured secret is the only live token of this name: a rotated
-    // secret retires the old one, and a revoked bootstrap token comes back.
-    ctx.exec(
-        sqlx::query(
-            "UPDATE tokens SET revoked_at = ? WHERE name = ? AND hash <> ? AND revoked_at IS NULL",
-        )
-        .bind(ts(ctx.now))
-        .bind(name.clone())
-        .bind(hash.clone()),
-    )
-    .await?;
-    ctx.exec(
-        sqlx::query(
-            "INSERT INTO tokens (id, name, role, hash, created_at) VALUES (?, ?, ?, ?, ?)
-             ON CONFLICT (hash) DO UPDATE SET name = excluded.name, role = excluded.role, revoked_at = NULL",
-        )
-        .bind(Uuid::now_v7().to_string())
-        .bind(name)
-        .bind(role.as_str())
-        .bind(hash)
-        .bind(ts(ctx.now)),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Revokes a token (again is a no-op).
-pub async fn revoke_token(ctx: &mut WriteCtx, id: TokenId) -> Result<TokenRow, StoreError> {
-    let row = ctx
-        .row(
-            sqlx::query(
-                "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ? RETURNING *",
-            )
-            .bind(ts(ctx.now))
-            .bind(id.to_string()),
-        )
-        .await?
-        .ok_or(StoreError::NotFound("token"))?;
-    token_row(&row)
 }

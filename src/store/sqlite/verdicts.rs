@@ -10,12 +10,11 @@ use serde_json::{Value, json};
 use super::codec::*;
 use super::leases::{end_leases, renew_leases, save_quests};
 use super::writer::{GroupError, GroupResult, Kind, Ranked, WriteCtx, expect_rows};
+use crate::domain::EventKind;
 use crate::domain::replay::{self, IdempotencyKey, Replay};
-use crate::domain::work::{self, Before, LeaseAfter, LeaseEnd, LeaseFacts, Limits};
-use crate::domain::{EventKind, Phase, SubmissionVerdict};
-use crate::store::common::{
-    incoming, pending_submission, recorded as common_recorded, renewal, verdict_facts,
-};
+use crate::domain::work::{self, LeaseEnd, LeaseFacts};
+use crate::store::common::{incoming, pending_submission, recorded as common_recorded};
+use crate::store::decision::{self, LeaseWrite};
 use crate::store::{
     Counts, Decided, GateDecision, LeaseRow, NewSubmission, QuestRow, SessionRow, StoreError,
     SubmissionRow, SubmissionView, SubmitOutcome,
@@ -143,9 +142,9 @@ fn submission_json(s: &SubmissionRow, result_hash: &str, key: Option<&Idempotenc
     })
 }
 
-/// Applies `decision` to `quest` through `submission` (PENDING until now):
-/// fills in both rows and gathers their writes. Returns the lease the holder
-/// keeps, if any, and the L2 jobs created.
+/// Applies `d` to `quest` through `submission` (PENDING until now), as
+/// [`decision::decide`] says, and gathers their writes. Returns the lease
+/// the holder keeps, if any, and the L2 jobs created.
 fn decide(
     ctx: &mut WriteCtx,
     writes: &mut Writes,
@@ -155,85 +154,28 @@ fn decide(
     lease: &LeaseFacts,
     d: GateDecision,
 ) -> Result<(Option<LeaseRow>, Vec<L2JobId>), StoreError> {
-    let before = status_of(quest);
-    let verify = session.config.verify.as_ref();
-    let facts = verdict_facts(submission, d.verdict, d.facts);
-    let effects = work::on_verdict(
-        Before {
-            status: before,
-            last_facts: &quest.last_facts,
-            decided_before: quest.submission_id.is_some(),
-        },
-        d.verdict,
-        &facts,
-        Limits {
-            max_tries: session.config.max_tries,
-            verify: verify.is_some(),
-        },
-    )?;
-    submission.verdict = d.verdict.into();
-    submission.facts = facts.clone();
-    submission.evidence = d.evidence;
-    submission.gate = Some(d.gate);
-    submission.gate_version = Some(d.gate_version);
-    submission.receipt = Some(d.receipt);
-    submission.state_after = Some(effects.status.state);
-    submission.tries_after = Some(effects.status.tries);
-    submission.decided_at = Some(ctx.now);
-
-    set_status(quest, effects.status);
-    quest.last_facts = facts;
-    quest.result = effects.keeps_result.then(|| submission.result.clone());
-    quest.submission_id = Some(submission.id);
-    quest.receipt = if effects.keeps_receipt {
-        submission.receipt.clone()
-    } else {
-        None
-    };
-    quest.decided_by = effects.decided_by.map(|b| b.to_string());
-    quest.repeated_failure = effects.repeated_failure;
-    quest.updated_at = ctx.now;
-    let kept = match effects.lease {
-        LeaseAfter::Renewed => {
-            quest.lease_id = Some(lease.id);
-            let mut kept = lease_of(lease);
-            kept.expires_at = renewal(lease, session, ctx.now);
-            writes.renewed.push((kept.id, kept.expires_at));
-            Some(kept)
-        }
-        LeaseAfter::Ended(end) => {
-            quest.lease_id = None;
-            writes.ended.push((lease.id, end));
-            None
-        }
-    };
-    let mut jobs = Vec::new();
-    if let (true, Some(verify)) = (effects.asks_verifiers, verify) {
-        let request = d.verify.ok_or_else(|| {
-            StoreError::Corrupt(format!(
-                "the PASS of submission {} came without what its verifiers may see",
-                submission.id
-            ))
-        })?;
-        let request = json(&request);
-        for (verifier, index, question) in verify.jobs() {
-            let id = L2JobId::new();
-            writes.l2_jobs.push(json!({
-                "id": id.to_string(),
-                "submission_id": submission.id.to_string(),
-                "quest_id": quest.id.to_string(),
-                "session_id": quest.session_id.to_string(),
-                "verifier": verifier,
-                "question_index": index,
-                "question": question.text,
-                "flag_on": question.flag_on.as_str(),
-                "request": request,
-            }));
-            jobs.push(id);
-        }
+    let decided = decision::decide(ctx.now, session, quest, submission, lease, d)?;
+    match decided.lease {
+        LeaseWrite::Renewed(id, until) => writes.renewed.push((id, until)),
+        LeaseWrite::Ended(id, end) => writes.ended.push((id, end)),
     }
-    ctx.moved(EventKind::Decided, quest, before, Some(submission));
-    Ok((kept, jobs))
+    let mut jobs = Vec::with_capacity(decided.l2_jobs.len());
+    for job in decided.l2_jobs {
+        jobs.push(job.id);
+        writes.l2_jobs.push(json!({
+            "id": job.id.to_string(),
+            "submission_id": job.submission_id.to_string(),
+            "quest_id": job.quest_id.to_string(),
+            "session_id": job.session_id.to_string(),
+            "verifier": job.verifier,
+            "question_index": job.index,
+            "question": job.question,
+            "flag_on": job.flag_on,
+            "request": job.request,
+        }));
+    }
+    ctx.moved_from(EventKind::Decided, quest, decided.before, Some(submission));
+    Ok((decided.kept, jobs))
 }
 
 impl Kind for Submit {
@@ -417,7 +359,7 @@ async fn record(
     // Watchers see the same two steps whether the gate ran here or on the runner.
     set_status(&mut quest, checking);
     quest.updated_at = ctx.now;
-    ctx.moved(EventKind::Submitted, &quest, before, Some(&submission));
+    ctx.moved_from(EventKind::Submitted, &quest, before, Some(&submission));
     let (kept, l2_jobs) = match r.decision.clone() {
         Some(d) => {
             quest.lease_id = Some(lease.id);
@@ -509,19 +451,12 @@ async fn decide_pending(
     let (mut quest, lease) = quests
         .remove(&submission.quest_id)
         .ok_or(StoreError::NotFound("quest"))?;
-    if submission.verdict != SubmissionVerdict::Pending {
+    let Some(lease) = decision::checking_lease(&quest, &submission, lease)? else {
         return Ok(Decided {
             submission,
             quest,
             l2_jobs: Vec::new(),
         });
-    }
-    let lease = lease.filter(|l| quest.lease_id == Some(l.id) && l.id == submission.lease_id);
-    let (Some(lease), Some(Phase::Checking)) = (lease, quest.phase) else {
-        return Err(StoreError::Corrupt(format!(
-            "pending submission {} whose quest is not checking it",
-            submission.id
-        )));
     };
     let session = ctx.session(quest.session_id).await?;
     let (_, l2_jobs) = decide(

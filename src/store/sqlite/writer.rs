@@ -35,7 +35,7 @@ use tokio::sync::{broadcast, mpsc, oneshot};
 use super::codec::SESSION_COLUMNS;
 use super::codec::session_row;
 use crate::domain::{Clock, EventKind, Phase, QuestEvent, QuestStatus, State};
-use crate::store::common::{quest_event, session_event};
+use crate::store::common::{Turn, quest_event, session_event};
 use crate::store::{Counts, QuestRow, SessionRow, StoreError, SubmissionRow};
 
 /// The most requests one commit carries.
@@ -103,7 +103,7 @@ impl WriteCtx {
 
     /// Records that `quest` moves from `before` to its current status: its
     /// event after commit, and the counts it leaves and enters.
-    pub fn moved(
+    pub fn moved_from(
         &mut self,
         kind: EventKind,
         quest: &QuestRow,
@@ -129,6 +129,11 @@ impl WriteCtx {
             .filter(|e| e.state == Some(State::Done))
             .filter_map(|e| e.quest_id)
             .collect()
+    }
+
+    /// Nothing to wait for: the single writer runs every write alone.
+    pub async fn take_turns(&mut self, _turn: Turn<'_>) -> Result<(), StoreError> {
+        Ok(())
     }
 
     /// Publishes `event` after commit (a change that moves no count).

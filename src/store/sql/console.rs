@@ -1,15 +1,14 @@
-//! The web console's part of the PostgreSQL store: browser sessions and the
-//! reads of a session's page, over the running figures the triggers of
-//! `migrations/postgres/0003` keep.
+//! The web console's part of the store: browser sessions and the reads of a
+//! session's page. The running figures behind these reads are kept by the
+//! triggers (SQLite migration 0006, PostgreSQL 0003), so each read costs the
+//! same however many quests a session holds.
 
 use crate::domain::ids::{SessionId, TokenId};
 use crate::domain::work::Refusal;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
-use sqlx::postgres::PgRow;
-use sqlx::{PgPool, Row};
 
+use super::Tx;
 use super::codec::*;
-use super::tx::Tx;
 use crate::domain::Fact;
 use crate::store::common::same_digest;
 use crate::store::{
@@ -20,17 +19,20 @@ use crate::store::{
 /// Expired browser sessions are kept this long for the record, then deleted.
 const KEEP_EXPIRED_DAYS: i64 = 30;
 
-const BROWSER_SESSION: &str =
-    "SELECT c.csrf, c.created_at AS session_created_at, c.expires_at AS session_expires_at,
-            c.hash AS session_hash, t.*
-     FROM console_sessions c JOIN tokens t ON t.id = c.token_id";
+macro_rules! browser_session {
+    () => {
+        "SELECT c.csrf, c.created_at AS session_created_at, c.expires_at AS session_expires_at,
+                c.hash AS session_hash, t.*
+         FROM console_sessions c JOIN tokens t ON t.id = c.token_id"
+    };
+}
 
-fn browser_session_row(r: &PgRow) -> Result<BrowserSessionRow, StoreError> {
+fn browser_session_row(r: &impl Columns) -> Result<BrowserSessionRow, StoreError> {
     Ok(BrowserSessionRow {
         token: token_row(r)?,
-        csrf: r.try_get("csrf")?,
-        created_at: r.try_get("session_created_at")?,
-        expires_at: r.try_get("session_expires_at")?,
+        csrf: r.text("csrf")?,
+        created_at: r.at("session_created_at")?,
+        expires_at: r.at("session_expires_at")?,
     })
 }
 
@@ -41,65 +43,73 @@ pub async fn create_browser_session(
     csrf: String,
     seconds: u32,
 ) -> Result<BrowserSessionRow, StoreError> {
-    // Locked, so that a revocation on another replica waits or is seen.
-    let live = sqlx::query("SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL FOR SHARE")
-        .bind(token_id)
-        .fetch_optional(tx.db())
+    // Locked where replicas write, so that a revocation on another one waits or is seen.
+    let live = tx
+        .row(
+            sqlx::query(concat!(
+                "SELECT id FROM tokens WHERE id = $1 AND revoked_at IS NULL",
+                for_share!()
+            ))
+            .bind(token_id),
+        )
         .await?;
     if live.is_none() {
         return Err(Refusal::TokenRevoked.into());
     }
-    sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1")
-        .bind(tx.now - TimeDelta::days(KEEP_EXPIRED_DAYS))
-        .execute(tx.db())
-        .await?;
-    sqlx::query(
-        "INSERT INTO console_sessions (hash, token_id, csrf, created_at, expires_at) VALUES ($1, $2, $3, $4, $5)",
+    tx.exec(
+        sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1")
+            .bind(at(tx.now - TimeDelta::days(KEEP_EXPIRED_DAYS))),
     )
-    .bind(&hash)
-    .bind(token_id)
-    .bind(csrf)
-    .bind(tx.now)
-    .bind(tx.now + TimeDelta::seconds(i64::from(seconds)))
-    .execute(tx.db())
     .await?;
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "{BROWSER_SESSION} WHERE c.hash = $1"
-    )))
-    .bind(hash)
-    .fetch_optional(tx.db())
-    .await?
-    .ok_or(StoreError::NotFound("browser session"))?;
+    tx.exec(
+        sqlx::query(
+            "INSERT INTO console_sessions (hash, token_id, csrf, created_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(hash.clone())
+        .bind(token_id)
+        .bind(csrf)
+        .bind(at(tx.now))
+        .bind(at(tx.now + TimeDelta::seconds(i64::from(seconds)))),
+    )
+    .await?;
+    let row = tx
+        .row(sqlx::query(concat!(browser_session!(), " WHERE c.hash = $1")).bind(hash))
+        .await?
+        .ok_or(StoreError::NotFound("browser session"))?;
     browser_session_row(&row)
 }
 
 pub async fn find_browser_session(
-    pool: &PgPool,
+    pool: &Pool,
     now: DateTime<Utc>,
     hash: &str,
 ) -> Result<Option<BrowserSessionRow>, StoreError> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "{BROWSER_SESSION} WHERE c.hash = $1 AND c.ended_at IS NULL AND c.expires_at > $2 AND t.revoked_at IS NULL"
-    )))
-    .bind(hash)
-    .bind(now)
+    let row = sqlx::query(concat!(
+        browser_session!(),
+        " WHERE c.hash = $1 AND c.ended_at IS NULL AND c.expires_at > $2 AND t.revoked_at IS NULL"
+    ))
+    .bind(hash.to_owned())
+    .bind(at(now))
     .fetch_optional(pool)
     .await?;
     let Some(row) = row else { return Ok(None) };
     // The digest found by the index is compared again in constant time, as tokens are.
-    if !same_digest(&row.try_get::<String, _>("session_hash")?, hash) {
+    if !same_digest(&row.text("session_hash")?, hash) {
         return Ok(None);
     }
     browser_session_row(&row).map(Some)
 }
 
 pub async fn end_browser_session(tx: &mut Tx, hash: String) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE console_sessions SET ended_at = $1, end_reason = 'signed_out' WHERE hash = $2 AND ended_at IS NULL",
+    tx.exec(
+        sqlx::query(
+            "UPDATE console_sessions SET ended_at = $1, end_reason = 'signed_out'
+             WHERE hash = $2 AND ended_at IS NULL",
+        )
+        .bind(at(tx.now))
+        .bind(hash),
     )
-    .bind(tx.now)
-    .bind(hash)
-    .execute(tx.db())
     .await?;
     Ok(())
 }
@@ -108,14 +118,15 @@ pub async fn end_browser_session(tx: &mut Tx, hash: String) -> Result<(), StoreE
 const MAX_AGENTS: i64 = 500;
 
 pub async fn agent_stats(
-    pool: &PgPool,
+    pool: &Pool,
     session_id: SessionId,
 ) -> Result<Vec<AgentStatsRow>, StoreError> {
-    let rows = sqlx::query(
+    let rows = sqlx::query(concat!(
         "SELECT a.*, t.name AS token_name FROM console_agent_stats a
-         LEFT JOIN tokens t ON t.id::text = split_part(a.agent, '/', 1)
-         WHERE a.session_id = $1 ORDER BY a.last_seen DESC, a.agent LIMIT $2",
-    )
+         LEFT JOIN tokens t ON ",
+        token_of_agent!("t.id", "a.agent"),
+        " WHERE a.session_id = $1 ORDER BY a.last_seen DESC, a.agent LIMIT $2"
+    ))
     .bind(session_id)
     .bind(MAX_AGENTS)
     .fetch_all(pool)
@@ -123,8 +134,8 @@ pub async fn agent_stats(
     rows.iter()
         .map(|r| {
             Ok(AgentStatsRow {
-                agent: r.try_get("agent")?,
-                token_name: r.try_get("token_name")?,
+                agent: r.text("agent")?,
+                token_name: r.opt_text("token_name")?,
                 leased: r.count("leased")?,
                 submissions: r.count("submissions")?,
                 pass: r.count("pass")?,
@@ -134,14 +145,14 @@ pub async fn agent_stats(
                 done: r.count("done")?,
                 lapses: r.count("lapses")?,
                 tries_to_pass: r.count("tries_to_pass")?,
-                last_seen: r.try_get("last_seen")?,
+                last_seen: r.at("last_seen")?,
             })
         })
         .collect()
 }
 
 pub async fn failing_checks(
-    pool: &PgPool,
+    pool: &Pool,
     session_id: SessionId,
     limit: u32,
 ) -> Result<Vec<FailingCheckRow>, StoreError> {
@@ -155,29 +166,29 @@ pub async fn failing_checks(
     .await?;
     rows.iter()
         .map(|r| {
-            let (check, field): (String, String) = (r.try_get("check_name")?, r.try_get("field")?);
+            let (check, field) = (r.text("check_name")?, r.text("field")?);
             Ok(FailingCheckRow {
                 example: Fact::new(
                     check.clone(),
                     field.clone(),
-                    r.try_get::<String, _>("expected")?,
-                    r.try_get::<String, _>("actual")?,
-                    r.try_get::<String, _>("hint")?,
+                    r.text("expected")?,
+                    r.text("actual")?,
+                    r.text("hint")?,
                 ),
                 check,
                 field,
                 fails: r.count("fails")?,
                 reviews: r.count("reviews")?,
-                quest_id: r.try_get("quest_id")?,
-                quest_key: r.try_get("key")?,
-                submission_id: r.try_get("submission_id")?,
+                quest_id: r.id("quest_id")?,
+                quest_key: r.text("key")?,
+                submission_id: r.id("submission_id")?,
             })
         })
         .collect()
 }
 
 pub async fn throughput(
-    pool: &PgPool,
+    pool: &Pool,
     now: DateTime<Utc>,
     session_id: SessionId,
     minutes: u32,
@@ -191,14 +202,13 @@ pub async fn throughput(
         "SELECT minute, decided FROM console_throughput WHERE session_id = $1 AND minute >= $2 AND minute <= $3",
     )
     .bind(session_id)
-    .bind(from)
-    .bind(until)
+    .bind(minute(from))
+    .bind(minute(until))
     .fetch_all(pool)
     .await?;
     let mut per_minute = vec![0u64; minutes as usize];
     for r in &rows {
-        let at: DateTime<Utc> = r.try_get("minute")?;
-        let index = (at - from).num_minutes();
+        let index = (read_minute(r, "minute")? - from).num_minutes();
         if let Some(slot) = usize::try_from(index)
             .ok()
             .and_then(|i| per_minute.get_mut(i))
@@ -229,17 +239,25 @@ fn quest_filter(session_id: SessionId, q: &QuestQuery) -> (String, SessionId, Ve
     }
     if let Some(search) = q.search.as_deref().filter(|s| !s.is_empty()) {
         let p = next(&mut binds, search.to_owned());
-        sql.push_str(&format!(" AND strpos(lower(q.key), lower({p})) > 0"));
+        sql.push_str(&format!(
+            concat!(" AND ", position!(), "(lower(q.key), lower({})) > 0"),
+            p
+        ));
     }
     if let Some(check) = q.check.as_deref() {
         let p = next(&mut binds, check.to_owned());
         sql.push_str(&format!(
-            " AND EXISTS (SELECT 1 FROM submissions s, json_array_elements(s.facts) f
-                 WHERE s.quest_id = q.id AND s.verdict IN ('FAIL', 'REVIEW') AND f ->> 'check' = {p}"
+            concat!(
+                " AND EXISTS (SELECT 1 FROM submissions s, ",
+                json_elements!("s.facts"),
+                " f WHERE s.quest_id = q.id AND s.verdict IN ('FAIL', 'REVIEW')",
+                " AND f.value ->> 'check' = {}"
+            ),
+            p
         ));
         if let Some(field) = q.field.as_deref() {
             let p = next(&mut binds, field.to_owned());
-            sql.push_str(&format!(" AND f ->> 'field' = {p}"));
+            sql.push_str(&format!(" AND f.value ->> 'field' = {p}"));
         }
         sql.push(')');
     }
@@ -247,7 +265,7 @@ fn quest_filter(session_id: SessionId, q: &QuestQuery) -> (String, SessionId, Ve
 }
 
 async fn quest_rows(
-    pool: &PgPool,
+    pool: &Pool,
     filter: &(String, SessionId, Vec<String>),
     cursor: Option<u64>,
     backwards: bool,
@@ -281,7 +299,7 @@ async fn quest_rows(
 }
 
 pub async fn quest_page(
-    pool: &PgPool,
+    pool: &Pool,
     session_id: SessionId,
     query: &QuestQuery,
 ) -> Result<QuestPage, StoreError> {

@@ -1,0 +1,50 @@
+//! The SQL fragments in which PostgreSQL differs from SQLite, as macros
+//! for `concat!` in the modules of `store/sql` (see `store/mod.rs`): row
+//! locks, where replicas write, and no planner hints.
+
+macro_rules! for_update {
+    () => {
+        " FOR UPDATE"
+    };
+}
+
+macro_rules! for_share {
+    () => {
+        " FOR SHARE"
+    };
+}
+
+macro_rules! indexed_by {
+    ($index:literal) => {
+        ""
+    };
+}
+
+/// The key of the advisory lock of a token (`$2`) in a session (`$1`),
+/// under which a pause is decided and a `next` reads the token's pauses.
+macro_rules! pause_lock_key {
+    () => {
+        "hashtextextended($1::text || '/' || $2::text, 0)"
+    };
+}
+
+/// The function that finds a text in another (`strpos(haystack, needle)`).
+macro_rules! position {
+    () => {
+        "strpos"
+    };
+}
+
+/// The elements of a JSON array, as a table whose column `value` holds each.
+macro_rules! json_elements {
+    ($array:literal) => {
+        concat!("json_array_elements(", $array, ")")
+    };
+}
+
+/// Whether the token id `$id` is the first part of an agent name `<token id>/<name>`.
+macro_rules! token_of_agent {
+    ($id:literal, $agent:literal) => {
+        concat!($id, "::text = split_part(", $agent, ", '/', 1)")
+    };
+}

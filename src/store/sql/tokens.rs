@@ -1,0 +1,103 @@
+//! Tokens: stored by the SHA-256 of their secret, with their lease cap and
+//! the sessions they are limited to; the bootstrap admin's ensured at start.
+
+use super::Tx;
+use super::codec::*;
+use crate::domain::Role;
+use crate::domain::ids::{SessionId, TokenId};
+use crate::domain::work::Refusal;
+use crate::store::common::{Turn, scope_text};
+use crate::store::{StoreError, TokenRow};
+
+/// Stores a token by the SHA-256 of its secret.
+pub async fn create_token(
+    tx: &mut Tx,
+    name: String,
+    role: Role,
+    hash: String,
+    max_leases: Option<u32>,
+    sessions: Option<Vec<SessionId>>,
+) -> Result<TokenRow, StoreError> {
+    let id = TokenId::new();
+    // DO NOTHING, not an error: a taken name (or digest) leaves the transaction usable.
+    let inserted = tx
+        .exec(
+            sqlx::query(
+                "INSERT INTO tokens (id, name, role, hash, max_leases, sessions, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+            )
+            .bind(id)
+            .bind(name.clone())
+            .bind(role.as_str())
+            .bind(hash.clone())
+            .bind(max_leases.map(|n| n.min(i32::MAX as u32) as i32))
+            .bind(scope_text(sessions.as_deref()))
+            .bind(at(tx.now)),
+        )
+        .await?;
+    if inserted == 0 {
+        return Err(Refusal::NameTaken(name).into());
+    }
+    Ok(TokenRow {
+        id,
+        name,
+        role,
+        hash,
+        max_leases,
+        sessions,
+        created_at: tx.now,
+        revoked_at: None,
+    })
+}
+
+/// Makes `hash` the one live token named `name` (the bootstrap admin).
+pub async fn ensure_token(
+    tx: &mut Tx,
+    name: String,
+    role: Role,
+    hash: String,
+) -> Result<(), StoreError> {
+    // Replicas starting together ensure the same token: they take turns, so
+    // the second finds the first's row instead of colliding with it.
+    tx.take_turns(Turn::Token(&name)).await?;
+    // The configured secret is the only live token of this name: a rotated
+    // secret retires the old one, and a revoked bootstrap token comes back.
+    tx.exec(
+        sqlx::query(
+            "UPDATE tokens SET revoked_at = $1 WHERE name = $2 AND hash <> $3 AND revoked_at IS NULL",
+        )
+        .bind(at(tx.now))
+        .bind(name.clone())
+        .bind(hash.clone()),
+    )
+    .await?;
+    tx.exec(
+        sqlx::query(
+            "INSERT INTO tokens (id, name, role, hash, created_at) VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (hash) DO UPDATE
+             SET name = excluded.name, role = excluded.role, revoked_at = NULL",
+        )
+        .bind(TokenId::new())
+        .bind(name)
+        .bind(role.as_str())
+        .bind(hash)
+        .bind(at(tx.now)),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Revokes a token (again is a no-op).
+pub async fn revoke_token(tx: &mut Tx, id: TokenId) -> Result<TokenRow, StoreError> {
+    let row = tx
+        .row(
+            sqlx::query(
+                "UPDATE tokens SET revoked_at = COALESCE(revoked_at, $1) WHERE id = $2 RETURNING *",
+            )
+            .bind(at(tx.now))
+            .bind(id),
+        )
+        .await?
+        .ok_or(StoreError::NotFound("token"))?;
+    token_row(&row)
+}

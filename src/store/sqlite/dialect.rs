@@ -1,0 +1,49 @@
+//! The SQL fragments in which SQLite differs from PostgreSQL, as macros for
+//! `concat!` in the modules of `store/sql` (see `store/mod.rs`): its single
+//! writer locks nothing, and its planner takes hints.
+
+macro_rules! for_update {
+    () => {
+        ""
+    };
+}
+
+macro_rules! for_share {
+    () => {
+        ""
+    };
+}
+
+macro_rules! indexed_by {
+    ($index:literal) => {
+        concat!(" INDEXED BY ", $index)
+    };
+}
+
+/// The function that finds a text in another (`instr(haystack, needle)`).
+macro_rules! position {
+    () => {
+        "instr"
+    };
+}
+
+/// The elements of a JSON array, as a table whose column `value` holds each.
+macro_rules! json_elements {
+    ($array:literal) => {
+        concat!("json_each(", $array, ")")
+    };
+}
+
+/// Whether the token id `$id` is the first part of an agent name `<token id>/<name>`.
+macro_rules! token_of_agent {
+    ($id:literal, $agent:literal) => {
+        concat!(
+            $id,
+            " = substr(",
+            $agent,
+            ", 1, instr(",
+            $agent,
+            ", '/') - 1)"
+        )
+    };
+}
