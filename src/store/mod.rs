@@ -9,9 +9,9 @@
 //! ## One body of code, two engines
 //!
 //! What both engines do the same way is written once, in `store/sql/`, and
-//! compiled into each engine's module tree (`#[path = "../sql/…"]` in
-//! [`sqlite`] and [`postgres`]). A shared module names only what its
-//! engine supplies under the same names:
+//! compiled into each engine's module tree (`#[path = "../sql/mod.rs"] mod
+//! sql;` in [`sqlite`] and [`postgres`]). A shared module names only what
+//! its engine supplies under the same names:
 //!
 //! - `super::Tx`, the write transaction: `row`, `rows`, `exec`, `now`,
 //!   `session`, `publish`, `moved_from` and `take_turns` (a [`Turn`]: a

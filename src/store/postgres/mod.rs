@@ -24,41 +24,23 @@
 mod dialect;
 
 mod batch;
-#[path = "../sql/calibration.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod calibration;
 mod codec;
-#[path = "../sql/console.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod console;
 mod events;
-#[path = "../sql/inputs.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod inputs;
 mod jobs;
 mod leases;
 mod native;
-#[path = "../sql/pause_rule.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod pause_rule;
 mod pauses;
-#[path = "../sql/reads.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod reads;
-#[path = "../sql/rechecks.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod rechecks;
 mod saves;
-mod submits;
-#[path = "../sql/tokens.rs"]
+/// The code both engines share, compiled here against this engine.
+#[path = "../sql/mod.rs"]
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod tokens;
+mod sql;
+mod submits;
 mod tx;
 mod verdicts;
-#[path = "../sql/verify.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod verify;
 mod writes;
+
+use sql::{calibration, console, inputs, pause_rule, reads, rechecks, tokens, verify};
 
 use std::str::FromStr;
 use std::sync::Arc;

@@ -18,37 +18,19 @@
 #[macro_use]
 mod dialect;
 
-#[path = "../sql/calibration.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod calibration;
 mod codec;
-#[path = "../sql/console.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod console;
-#[path = "../sql/inputs.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod inputs;
 mod leases;
 mod native;
-#[path = "../sql/pause_rule.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod pause_rule;
 mod pauses;
-#[path = "../sql/reads.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod reads;
-#[path = "../sql/rechecks.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod rechecks;
 mod sessions;
-#[path = "../sql/tokens.rs"]
+/// The code both engines share, compiled here against this engine.
+#[path = "../sql/mod.rs"]
 #[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod tokens;
+mod sql;
 mod verdicts;
-#[path = "../sql/verify.rs"]
-#[allow(clippy::duplicate_mod)] // one body, compiled for each engine
-mod verify;
 mod writer;
+
+use sql::{calibration, console, inputs, pause_rule, reads, rechecks, tokens, verify};
 
 use writer::WriteCtx as Tx;
 
