@@ -26,53 +26,14 @@
 //! run of each at smoke sizes.
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const ADMIN: &str = "bench-admin";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// A server process, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-    _dir: Option<tempfile::TempDir>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn wait_until_up(base: &str) {
-    let client = reqwest::Client::new();
-    for _ in 0..600 {
-        if client.get(format!("{base}/healthz")).send().await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the server at {base} did not come up");
-}
+mod support;
+use support::{ADMIN, Server, env_usize, free_port, pct, wait_until_up};
 
 /// A `quest serve` process on a fresh data dir: its store the SQLite file
 /// there, or the PostgreSQL database `database_url` names.
@@ -96,7 +57,7 @@ async fn start_quest(database_url: Option<&str>) -> Server {
     Server {
         child,
         base,
-        _dir: Some(dir),
+        dir: Some(dir),
     }
 }
 
@@ -166,7 +127,7 @@ async fn start_baseline() -> Server {
     Server {
         child,
         base,
-        _dir: None,
+        dir: None,
     }
 }
 
@@ -324,13 +285,6 @@ async fn cycle(bases: &[String], session: &str, agents: usize, cycles: usize) ->
         submit,
         wall: started.elapsed(),
     }
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted
-        .get(((sorted.len() as f64 * p) as usize).min(sorted.len().saturating_sub(1)))
-        .copied()
-        .unwrap_or_default()
 }
 
 fn ms(d: Duration) -> String {

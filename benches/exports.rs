@@ -9,42 +9,19 @@
 //! each export format run alone, and the latency of next + submit cycles
 //! with and without four large exports running at once. Linux only.
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const ADMIN: &str = "bench-admin";
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// The server process; killed on drop.
-struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+mod support;
+use support::{ADMIN, Server, create_token, env_usize, free_port, pct};
 
 impl Server {
+    /// A `quest serve` process on a fresh data dir, once it is ready.
     async fn start() -> Server {
         let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = free_port();
         let child = Command::new(env!("CARGO_BIN_EXE_quest"))
             .args([
                 "serve",
@@ -62,7 +39,7 @@ impl Server {
         let server = Server {
             child,
             base: format!("http://127.0.0.1:{port}"),
-            _dir: dir,
+            dir: Some(dir),
         };
         let client = reqwest::Client::new();
         for _ in 0..500 {
@@ -150,10 +127,6 @@ async fn cycle(base: &str, session: &str, agents: usize, cycles: usize) -> Vec<D
     all
 }
 
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    sorted[((sorted.len() as f64 * p) as usize).min(sorted.len() - 1)]
-}
-
 fn latency_line(label: &str, lat: &[Duration]) {
     println!(
         "{label}: {} cycles, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
@@ -164,13 +137,13 @@ fn latency_line(label: &str, lat: &[Duration]) {
     );
 }
 
-/// Downloads an export, discarding it; its size in bytes.
-async fn export(base: &str, session: &str, format: &str) -> u64 {
+/// Downloads an export with `token`, discarding it; its size in bytes.
+async fn export(base: &str, session: &str, format: &str, token: &str) -> u64 {
     let mut response = reqwest::Client::new()
         .get(format!(
             "{base}/v1/sessions/{session}/export?format={format}"
         ))
-        .bearer_auth(ADMIN)
+        .bearer_auth(token)
         .send()
         .await
         .unwrap();
@@ -224,7 +197,7 @@ async fn run(rows: usize, decided: usize) {
         server.reset_peak();
         let before = server.rss_mib();
         let t = Instant::now();
-        let size = export(&base, &session, format).await;
+        let size = export(&base, &session, format, ADMIN).await;
         println!(
             "export {format:>5} of {rows} rows: {:.1} MiB in {:.1} s, server peak RSS {:.0} MiB (RSS before it {before:.0} MiB)",
             size as f64 / (1 << 20) as f64,
@@ -234,11 +207,17 @@ async fn run(rows: usize, decided: usize) {
     }
 
     server.reset_peak();
-    let exports: Vec<_> = ["xlsx", "csv", "jsonl", "xlsx"]
+    // A token runs at most two exports at once: two viewers run two each.
+    let client = reqwest::Client::new();
+    let mut viewers = Vec::new();
+    for name in ["viewer-a", "viewer-b"] {
+        viewers.push(create_token(&client, &base, json!({"name": name, "role": "viewer"})).await);
+    }
+    let exports: Vec<_> = [("xlsx", 0), ("csv", 0), ("jsonl", 1), ("xlsx", 1)]
         .into_iter()
-        .map(|format| {
-            let (base, session) = (base.clone(), session.clone());
-            tokio::spawn(async move { export(&base, &session, format).await })
+        .map(|(format, viewer)| {
+            let (base, session, token) = (base.clone(), session.clone(), viewers[viewer].clone());
+            tokio::spawn(async move { export(&base, &session, format, &token).await })
         })
         .collect();
     // Cycles start once the exports have; they run until the exports are done.

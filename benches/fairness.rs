@@ -29,53 +29,15 @@
 //! "Performance", has both runs.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-const ADMIN: &str = "bench-admin";
+mod support;
+use support::{ADMIN, Server, create_token, env_usize, free_port, wait_until_up};
+
 const WORKERS: usize = 4;
-
-fn env_usize(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// A server process, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-async fn wait_until_up(base: &str) {
-    let client = reqwest::Client::new();
-    for _ in 0..600 {
-        if client.get(format!("{base}/healthz")).send().await.is_ok() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("the server at {base} did not come up");
-}
 
 /// The gate's program: it logs each check it starts (one line in
 /// `started.log` of its working directory), sleeps, and passes.
@@ -119,7 +81,7 @@ async fn start_quest(gate_dir: &Path, gate: Duration) -> Server {
     Server {
         child,
         base,
-        _dir: dir,
+        dir: Some(dir),
     }
 }
 
@@ -165,20 +127,8 @@ async fn agent_token(
     name: &str,
     max_leases: usize,
 ) -> String {
-    let token: Value = client
-        .post(format!("{base}/v1/tokens"))
-        .bearer_auth(ADMIN)
-        .json(&json!({"name": name, "role": "agent", "max_leases": max_leases}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    token["secret"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a token: {token}"))
-        .to_owned()
+    let body = json!({"name": name, "role": "agent", "max_leases": max_leases});
+    create_token(client, base, body).await
 }
 
 /// Agent `agent` of `token` leases a quest of `session` and submits a

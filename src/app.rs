@@ -1,6 +1,7 @@
 //! Wiring: [`App::build`] reads the operator's configuration file, opens the
-//! store, ensures the admin token, starts the gate runner, the L2 verifier
-//! runner and the sweeper, and binds the listener; [`App::run`] serves until
+//! store, ensures the admin token, builds the one [`Checker`] of the gates,
+//! starts the gate runner, the L2 verifier runner, the re-checker and the
+//! sweeper, and binds the listener; [`App::run`] serves until
 //! the shutdown signal, then stops the workers.
 
 use std::future::Future;
@@ -18,10 +19,10 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{Config, Database, EmailSettings};
 use crate::domain::{Clock, QuestEvent, Role, SystemClock, token_hash};
 use crate::export::Exports;
-use crate::gates::GateRegistry;
 use crate::gates::dns::{HickoryResolver, Resolver, UnavailableResolver};
 use crate::gates::email::EmailWorld;
 use crate::gates::fetch::{AddressPolicy, CACHE_BUDGET, FetchSettings, HttpFetcher, PageCache};
+use crate::gates::{Checker, GateRegistry};
 use crate::http::{self, AppState};
 use crate::process::{ProcessRunner, SystemProcessRunner};
 use crate::service::{BOOTSTRAP_ADMIN, Service, new_secret};
@@ -189,12 +190,18 @@ impl App {
             stopped
         };
         let l2 = VerifierRunner::start(store.clone(), verifiers.clone(), background.clone());
+        // One check for the submit request's inline gates, the gate runner
+        // and the re-checker.
+        let checker = Arc::new(Checker::new(
+            store.clone(),
+            registry,
+            Duration::from_secs(config.gate_timeout_seconds),
+        ));
         let runner = GateRunner::start(
             store.clone(),
-            registry.clone(),
+            checker.clone(),
             l2.clone(),
             config.gate_workers,
-            Duration::from_secs(config.gate_timeout_seconds),
             background.clone(),
         );
         if config.workers {
@@ -233,7 +240,8 @@ impl App {
         // replica, whose `background` is stopped already.
         let rechecker = Rechecker::start(
             store.clone(),
-            runner.clone(),
+            checker.clone(),
+            runner.scheduler(),
             Duration::from_secs(config.sweep_seconds.max(1)),
             background.clone(),
         );
@@ -247,7 +255,7 @@ impl App {
         let service = Arc::new(
             Service::new(
                 store.clone(),
-                registry,
+                checker,
                 verifiers,
                 runner,
                 events,

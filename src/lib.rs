@@ -3,11 +3,12 @@
 //! The map, inside out:
 //! - [`domain`]: pure rules: quest states and their one transition function, facts, receipts, prompts, tables.
 //! - [`gates`]: the deterministic checkers, behind the [`gates::Gate`] trait and a registry
-//!   (built-in gates and the operator's `command` gates).
+//!   (built-in gates and the operator's `command` gates), and the one [`gates::Checker`]
+//!   that runs a check for the service, the gate runner and the re-checker.
 //! - [`verifiers`]: the AI verifier backends (L2) behind the [`verifiers::Verifier`] trait.
 //! - [`process`]: running operator programs (no shell, cleared environment, timeouts, caps).
 //! - [`store`]: durable state behind the [`store::Store`] trait; all SQL lives there.
-//! - [`workers`]: the gate runner, the L2 verifier runner and the lease sweeper.
+//! - [`workers`]: background work: the gate runner and the re-checker (queues of checks), the L2 verifier runner, the lease sweeper.
 //! - [`service`]: the use cases the HTTP API exposes.
 //! - [`export`]: CSV, JSONL and XLSX exports: declared columns, neutralised cells, bounded slots.
 //! - [`api`]: wire types shared by the server and the OpenAPI document.

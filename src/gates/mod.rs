@@ -1,25 +1,31 @@
 //! Gates: the deterministic checkers that turn one submission into a verdict,
 //! facts and evidence. A [`GateRegistry`] builds a session's gate from its
-//! `config.gate` by kind; each gate kind lives in its own file.
+//! `config.gate` by kind; each gate kind lives in its own file. The
+//! [`Checker`] is the one use case that runs them, for the service, the gate
+//! runner and the re-checker alike.
 //!
-//! Gates never touch the store; what they ask the outside world goes through
-//! injected traits ([`fetch::Fetcher`], [`dns::Resolver`]) so that tests can
-//! run them offline.
+//! Gates never touch the store (the checker reads for them what they need of
+//! it); what they ask the outside world goes through injected traits
+//! ([`fetch::Fetcher`], [`dns::Resolver`]) so that tests can run them offline.
 //!
 //! Each gate also says which result fields it *declares* (the only ones AI
 //! verifiers may see, so that free text an agent adds never reaches them) and
 //! may ship default questions for those verifiers.
 //!
 //! A gate may also name result fields whose value should belong to one quest
-//! of a session only ([`Gate::unique_fields`]); the gate runner looks up which
+//! of a session only ([`Gate::unique_fields`]); the [`Checker`] looks up which
 //! other quests hold the same value and hands that to the check as a
 //! [`SessionView`], so that the gate stays free of the store.
 
+pub mod checker;
 pub mod command;
 pub mod dns;
 pub mod email;
 pub mod fetch;
+mod recent_gates;
 pub mod schema;
+
+pub use checker::{Check, Checker};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -170,7 +176,7 @@ pub trait Gate: Send + Sync {
     async fn check(&self, input: &Value, result: &Value, session: &SessionView) -> GateOutcome;
 
     /// Top-level result fields whose value should belong to one quest of a
-    /// session only; the runner fills [`SessionView::holders`] for them.
+    /// session only; the [`Checker`] fills [`SessionView::holders`] for them.
     fn unique_fields(&self) -> Vec<String> {
         Vec::new()
     }

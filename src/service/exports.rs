@@ -18,7 +18,8 @@ impl Service {
     ) -> Result<Export, ServiceError> {
         let session = self.session(id).await?;
         let declared = self
-            .gates
+            .checker
+            .registry()
             .build(&session.config.gate)
             .map(|g| g.declared_fields())
             .unwrap_or_default();

@@ -1,7 +1,8 @@
 //! The use cases behind the HTTP API: scan, lease, submit and wait, review,
 //! tokens; the web console's own are in [`console`]. Handlers call exactly one
-//! of these; these call the store, the gate registry and the gate runner, and
-//! never speak HTTP.
+//! of these; these call the store, the [`Checker`] (a gate that decides at
+//! once runs in the submit request) and the gate runner (which queues the
+//! others), and never speak HTTP.
 
 use crate::domain::ids::{LeaseId, QuestId, SessionId, SubmissionId, TokenId};
 use crate::domain::work::Refusal;
@@ -24,7 +25,7 @@ use crate::domain::table::{self, Format, Table, TableError};
 use crate::domain::verify::VerifyConfig;
 use crate::domain::{Decision, EventKind, QuestEvent, Role, SubmissionVerdict, token_hash};
 use crate::export::{Exports, StreamError};
-use crate::gates::{Gate, GateConfigError, GateRegistry};
+use crate::gates::{Check, Checker, Gate, GateConfigError};
 use crate::store::{
     GateDecision, LeaseOutcome, LeaseRow, NewSession, NewSubmission, QuestRow, SessionRow, Store,
     StoreError, SubmissionView, SubmitOutcome, TokenRow,
@@ -47,7 +48,6 @@ use review::{check_filter, check_note};
 pub use tokens::new_secret;
 
 use crate::domain::work::{AgentId, CheckFilter};
-use crate::workers::Check;
 use cache::{Inputs, QuestInput, Tokens};
 
 /// Why a use case refused or failed.
@@ -151,8 +151,10 @@ pub const REVIEW_CLAIM_SECONDS: u32 = 900;
 /// The service's use cases over one store.
 pub struct Service {
     store: Arc<dyn Store>,
-    gates: Arc<GateRegistry>,
+    /// Checks results, and builds the gates whose prompts leases show.
+    checker: Arc<Checker>,
     verifiers: Arc<VerifierRegistry>,
+    /// Queues the submissions whose gate does not decide at once.
     runner: GateRunner,
     events: broadcast::Sender<QuestEvent>,
     /// Fires when the server stops: waits and event streams end early.
@@ -172,7 +174,7 @@ impl Service {
     /// Wires the use cases to their collaborators.
     pub fn new(
         store: Arc<dyn Store>,
-        gates: Arc<GateRegistry>,
+        checker: Arc<Checker>,
         verifiers: Arc<VerifierRegistry>,
         runner: GateRunner,
         events: broadcast::Sender<QuestEvent>,
@@ -180,7 +182,7 @@ impl Service {
     ) -> Service {
         Service {
             store,
-            gates,
+            checker,
             verifiers,
             runner,
             events,
@@ -377,7 +379,7 @@ impl Service {
     fn prompt(&self, session: &SessionRow, quest: &QuestRow, lease: &LeaseRow) -> (String, Value) {
         let config = &session.config;
         let defaults = self
-            .runner
+            .checker
             .gate(session.id, &config.gate)
             .ok()
             .map(|g| g.default_prompt());
@@ -531,7 +533,7 @@ impl Service {
             result: &new.result,
             config: &session.config,
         };
-        Ok(self.runner.decide_at_once(&check).await?)
+        Ok(self.checker.decide_at_once(&check).await?)
     }
 
     /// Extends a lease.

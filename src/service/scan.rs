@@ -11,7 +11,7 @@ impl Service {
         upload: Upload,
     ) -> Result<Session, ServiceError> {
         let mut config = SessionConfig::parse(config)?;
-        let gate = self.gates.build(&config.gate)?;
+        let gate = self.checker.registry().build(&config.gate)?;
         if let Some(verify) = &mut config.verify {
             self.check_verifiers(verify, gate.as_ref())?;
         }

@@ -1,18 +1,21 @@
-//! Background work: the gate runner (decides PENDING submissions), the L2
-//! verifier runner (asks the AI verifiers about L1 PASSes), the lease
-//! sweeper, the re-checker (PASS quests against today's world) and the orphan scan (work of a replica that died); the gate runner and the re-checker share one fair scheduler of the gate workers. Each exposes one idempotent step that tests drive directly; a thin
-//! loop around it runs until shutdown.
+//! Background work, which runs the use cases of other modules and owns none:
+//! the gate runner (PENDING submissions, checked by [`crate::gates::Checker`]),
+//! the L2 verifier runner (asks the AI verifiers about L1 PASSes), the lease
+//! sweeper, the re-checker (PASS quests against today's world, checked by the
+//! same checker) and the orphan scan (work of a replica that died); the gate
+//! runner and the re-checker share one fair scheduler of the gate workers.
+//! Each exposes one idempotent step that tests drive directly; a thin loop
+//! around it runs until shutdown.
 
 pub mod claims;
 pub mod gate_runner;
 pub mod orphans;
-mod recent_gates;
 pub mod rechecker;
 pub mod retry;
 pub mod scheduler;
 pub mod sweeper;
 pub mod verifier_runner;
 
-pub use gate_runner::{Check, GateRunner};
+pub use gate_runner::GateRunner;
 pub use rechecker::Rechecker;
 pub use verifier_runner::VerifierRunner;

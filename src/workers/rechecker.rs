@@ -1,5 +1,6 @@
-//! The re-checker: runs the gate again on the accepted result of every PASS
-//! quest a re-check run marked, and records what the world says now. It never
+//! The re-checker: a queue of the PASS quests a re-check run marked. Each is
+//! re-checked by the [`Checker`] on its accepted result (through the run's
+//! own page cache), and what the world says now is recorded. It never
 //! changes a quest's state: [`recheck::judge`] turns the verdict into a mark
 //! and the store writes only that (its triggers refuse anything else).
 //!
@@ -8,9 +9,10 @@
 //! recorded are re-checked, once (the store keeps one record per run and
 //! quest). Each quest is claimed ([`Job::Recheck`]) so that of several
 //! replicas one runs it. The checks wait for the replica's gate workers in
-//! the gate runner's fair [`Scheduler`], as a class of their own (at most
-//! half the workers while submissions' checks wait), round-robin over runs.
-//! The same loop starts the runs of sessions whose `recheck.every` is due.
+//! the fair [`Scheduler`] shared with the gate runner, as a class of their
+//! own (at most half the workers while submissions' checks wait),
+//! round-robin over runs. The same loop starts the runs of sessions whose
+//! `recheck.every` is due.
 
 use crate::domain::work::Refusal;
 use std::collections::HashSet;
@@ -24,13 +26,12 @@ use crate::domain::Fact;
 use crate::domain::fair::Owner;
 use crate::domain::ids::{QuestId, RecheckRunId};
 use crate::domain::recheck::{self, Every};
-use crate::gates::fetch::PageCache;
+use crate::gates::checker::{cleaned, refused};
+use crate::gates::{Check, Checker};
 use crate::store::{Job, JobClaim, NewRecheck, RecheckRecorded, Store, StoreError};
 use crate::workers::claims::{self, Held};
-use crate::workers::gate_runner::{cleaned, refused};
 use crate::workers::retry::{Retry, Slot, Stop};
 use crate::workers::scheduler::Scheduler;
-use crate::workers::{Check, GateRunner};
 
 /// Who starts the runs of a session's schedule.
 pub const SCHEDULE: &str = "schedule";
@@ -49,60 +50,31 @@ pub struct Rechecker {
 
 struct Inner {
     store: Arc<dyn Store>,
-    gates: GateRunner,
+    checker: Arc<Checker>,
     scheduler: Scheduler,
     /// The quests this process is re-checking now.
     running: Mutex<HashSet<(RecheckRunId, QuestId)>>,
-    /// The page caches of the runs re-checked most recently, one per run
-    /// and fresh for it: a page cited by many quests of a run is fetched
-    /// once in that run, and never read from a submission's check or an
-    /// earlier run.
-    pages: Mutex<RunPages>,
     wake: Notify,
-}
-
-/// How many runs' page caches are kept; a run whose cache went starts a new one.
-const KEPT_RUN_PAGES: usize = 2;
-
-/// The page caches of the latest runs, oldest first.
-#[derive(Default)]
-struct RunPages(Vec<(RecheckRunId, Arc<PageCache>)>);
-
-impl RunPages {
-    /// The cache of `run`, made by `fresh` on its first re-check.
-    fn of(&mut self, run: RecheckRunId, fresh: impl FnOnce() -> Arc<PageCache>) -> Arc<PageCache> {
-        if let Some(i) = self.0.iter().position(|(r, _)| *r == run) {
-            let entry = self.0.remove(i);
-            let pages = entry.1.clone();
-            self.0.push(entry);
-            return pages;
-        }
-        if self.0.len() >= KEPT_RUN_PAGES {
-            self.0.remove(0);
-        }
-        let pages = fresh();
-        self.0.push((run, pages.clone()));
-        pages
-    }
 }
 
 impl Rechecker {
     /// Starts the loop: it scans for due quests and schedules every `every`,
     /// at once when [`Rechecker::wake`] is called, until `shutdown` fires.
-    /// Its checks run on the workers of `gates`' scheduler.
+    /// Its checks are `checker`'s, run on the workers of `scheduler` (the
+    /// gate runner's).
     pub fn start(
         store: Arc<dyn Store>,
-        gates: GateRunner,
+        checker: Arc<Checker>,
+        scheduler: Scheduler,
         every: Duration,
         shutdown: CancellationToken,
     ) -> Rechecker {
         let rechecker = Rechecker {
             inner: Arc::new(Inner {
                 store,
-                scheduler: gates.scheduler(),
-                gates,
+                checker,
+                scheduler,
                 running: Mutex::new(HashSet::new()),
-                pages: Mutex::new(RunPages::default()),
                 wake: Notify::new(),
             }),
         };
@@ -308,12 +280,7 @@ impl Inner {
             result,
             config: &job.config,
         };
-        let pages = self
-            .pages
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .of(run, || self.gates.fresh_pages());
-        let mut decision = self.gates.recheck(&check, &pages).await?;
+        let mut decision = self.checker.recheck(run, &check).await?;
         // A person approved the quest: the facts it carried then are what they accepted.
         let approved: Option<&[Fact]> = quest
             .decided_by

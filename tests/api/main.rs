@@ -36,6 +36,7 @@ mod idempotency;
 mod injection;
 mod inputs;
 mod lease_cap;
+mod leases;
 mod lifecycle;
 mod mcp;
 mod openapi;

@@ -25,7 +25,8 @@
 //!
 //! The web and DNS are reached only through [`EmailWorld`]; the gate reads
 //! pages through its own namespace of the world's page cache. What the other
-//! quests of the session hold comes from the gate runner as a [`SessionView`].
+//! quests of the session hold comes from the [`Checker`](crate::gates::Checker)
+//! as a [`SessionView`].
 
 pub mod address;
 mod company;

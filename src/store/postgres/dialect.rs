@@ -42,6 +42,18 @@ macro_rules! json_elements {
     };
 }
 
+/// Whether `$col` is one of the ids of the JSON array `$array` (their text).
+macro_rules! id_in_json {
+    ($col:literal, $array:literal) => {
+        concat!(
+            $col,
+            " IN (SELECT value::uuid FROM json_array_elements_text(CAST(",
+            $array,
+            " AS json)))"
+        )
+    };
+}
+
 /// Whether the token id `$id` is the first part of an agent name `<token id>/<name>`.
 macro_rules! token_of_agent {
     ($id:literal, $agent:literal) => {

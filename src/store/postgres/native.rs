@@ -5,7 +5,6 @@ use sqlx::{PgConnection, PgPool};
 
 use super::codec::*;
 use crate::domain::ids::SessionId;
-use crate::domain::work::CheckFilter;
 use crate::store::common::set_bucket;
 use crate::store::*;
 
@@ -44,41 +43,6 @@ pub async fn counts(
         set_bucket(&mut c, &row.text("bucket")?, row.count("n")?)?;
     }
     Ok(c)
-}
-
-pub async fn review_queue(
-    pool: &PgPool,
-    sessions: Option<&[SessionId]>,
-    check: Option<&CheckFilter>,
-    limit: u32,
-) -> Result<Vec<QuestRow>, StoreError> {
-    let (exact, prefix) = match check {
-        Some(CheckFilter::Exact(c)) => (Some(c.as_str()), None),
-        Some(CheckFilter::Prefix(p)) => (None, Some(p.as_str())),
-        None => (None, None),
-    };
-    // Every L2 answer is a fact of check `l2:<verifier>`, a clear one too; such
-    // a fact matches only when that verifier raised a doubt (a flag or no
-    // answer) about the quest's submission, as its recorded answers say.
-    let rows = sqlx::query(
-        "SELECT * FROM quests q WHERE state = 'REVIEW' AND ($1::uuid[] IS NULL OR session_id = ANY($1))
-         AND (($3::text IS NULL AND $4::text IS NULL) OR EXISTS (
-             SELECT 1 FROM json_array_elements(q.last_facts) f
-             WHERE (f ->> 'check' = $3 OR left(f ->> 'check', length($4)) = $4)
-               AND (left(f ->> 'check', 3) <> 'l2:' OR EXISTS (
-                   SELECT 1 FROM l2_answers a
-                   WHERE a.submission_id = q.submission_id
-                     AND 'l2:' || a.verifier = f ->> 'check'
-                     AND (a.flagged OR a.answer IS NULL)))))
-         ORDER BY updated_at, row_index LIMIT $2",
-    )
-    .bind(sessions)
-    .bind(i64::from(limit))
-    .bind(exact)
-    .bind(prefix)
-    .fetch_all(pool)
-    .await?;
-    rows.iter().map(quest_row).collect()
 }
 
 pub async fn result_fields(

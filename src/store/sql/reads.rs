@@ -8,10 +8,10 @@ use serde_json::{Map, Value};
 
 use super::codec::*;
 use super::native::{Known, counts};
-pub use super::native::{result_fields, review_queue, snapshot};
+pub use super::native::{result_fields, snapshot};
 use crate::domain::State;
 use crate::domain::ids::{L2JobId, QuestId, SessionId, SubmissionId};
-use crate::domain::work::AgentId;
+use crate::domain::work::{AgentId, CheckFilter};
 use crate::store::*;
 
 pub async fn fetch_quest(conn: &mut Conn, id: QuestId) -> Result<QuestRow, StoreError> {
@@ -293,6 +293,44 @@ pub async fn quest_history(
             .collect::<Result<Vec<_>, StoreError>>()?;
     tx.commit().await?;
     Ok((submissions, decisions))
+}
+
+pub async fn review_queue(
+    pool: &Pool,
+    sessions: Option<&[SessionId]>,
+    check: Option<&CheckFilter>,
+    limit: u32,
+) -> Result<Vec<QuestRow>, StoreError> {
+    let (exact, prefix) = match check {
+        Some(CheckFilter::Exact(c)) => (Some(c.to_owned()), None),
+        Some(CheckFilter::Prefix(p)) => (None, Some(p.to_owned())),
+        None => (None, None),
+    };
+    // Every L2 answer is a fact of check `l2:<verifier>`, a clear one too; such
+    // a fact matches only when that verifier raised a doubt (a flag or no
+    // answer) about the quest's submission, as its recorded answers say.
+    let rows = sqlx::query(concat!(
+        "SELECT * FROM quests q WHERE state = 'REVIEW' AND ($1 IS NULL OR ",
+        id_in_json!("session_id", "$1"),
+        ") AND (($3 IS NULL AND $4 IS NULL) OR EXISTS (
+             SELECT 1 FROM ",
+        json_elements!("q.last_facts"),
+        " f WHERE (f.value ->> 'check' = $3 OR substr(f.value ->> 'check', 1, length($4)) = $4)
+               AND (substr(f.value ->> 'check', 1, 3) <> 'l2:' OR EXISTS (
+                   SELECT 1 FROM l2_answers a
+                   WHERE a.submission_id = q.submission_id
+                     AND 'l2:' || a.verifier = f.value ->> 'check'
+                     AND (a.flagged OR a.answer IS NULL)))))
+         ORDER BY updated_at, row_index LIMIT $2"
+    ))
+    // The ids as one JSON array of their text.
+    .bind(sessions.map(|ids| serde_json::json!(ids).to_string()))
+    .bind(i64::from(limit))
+    .bind(exact)
+    .bind(prefix)
+    .fetch_all(pool)
+    .await?;
+    rows.iter().map(quest_row).collect()
 }
 
 pub async fn export_page(

@@ -34,6 +34,13 @@ macro_rules! json_elements {
     };
 }
 
+/// Whether `$col` is one of the ids of the JSON array `$array` (their text).
+macro_rules! id_in_json {
+    ($col:literal, $array:literal) => {
+        concat!($col, " IN (SELECT value FROM json_each(", $array, "))")
+    };
+}
+
 /// Whether the token id `$id` is the first part of an agent name `<token id>/<name>`.
 macro_rules! token_of_agent {
     ($id:literal, $agent:literal) => {

@@ -10,7 +10,6 @@ use sqlx::{SqliteConnection, SqlitePool};
 use super::codec::*;
 use super::writer::Counters;
 use crate::domain::ids::SessionId;
-use crate::domain::work::CheckFilter;
 use crate::store::*;
 
 /// What the store knows of the counts without reading them: all of them.
@@ -55,44 +54,6 @@ pub async fn all_counts(pool: &SqlitePool) -> Result<HashMap<SessionId, Counts>,
         crate::store::common::set_bucket(c, &row.text("bucket")?, row.count("n")?)?;
     }
     Ok(all)
-}
-
-pub async fn review_queue(
-    pool: &SqlitePool,
-    sessions: Option<&[SessionId]>,
-    check: Option<&CheckFilter>,
-    limit: u32,
-) -> Result<Vec<QuestRow>, StoreError> {
-    let (exact, prefix) = match check {
-        Some(CheckFilter::Exact(c)) => (Some(c.as_str()), None),
-        Some(CheckFilter::Prefix(p)) => (None, Some(p.as_str())),
-        None => (None, None),
-    };
-    // Every L2 answer is a fact of check `l2:<verifier>`, a clear one too; such
-    // a fact matches only when that verifier raised a doubt (a flag or no
-    // answer) about the quest's submission, as its recorded answers say.
-    let rows = sqlx::query(
-        "SELECT * FROM quests q WHERE state = 'REVIEW'
-           AND (?1 IS NULL OR session_id IN (SELECT value FROM json_each(?1)))
-         AND ((?3 IS NULL AND ?4 IS NULL) OR EXISTS (
-             SELECT 1 FROM json_each(q.last_facts) f
-             WHERE (json_extract(f.value, '$.check') = ?3
-                    OR substr(json_extract(f.value, '$.check'), 1, length(?4)) = ?4)
-               AND (substr(json_extract(f.value, '$.check'), 1, 3) <> 'l2:' OR EXISTS (
-                   SELECT 1 FROM l2_answers a
-                   WHERE a.submission_id = q.submission_id
-                     AND 'l2:' || a.verifier = json_extract(f.value, '$.check')
-                     AND (a.flagged = 1 OR a.answer IS NULL)))))
-         ORDER BY updated_at, row_index LIMIT ?2",
-    )
-    // The ids as one JSON array of their text, as the rows keep them.
-    .bind(sessions.map(|ids| serde_json::json!(ids).to_string()))
-    .bind(limit as i64)
-    .bind(exact)
-    .bind(prefix)
-    .fetch_all(pool)
-    .await?;
-    rows.iter().map(quest_row).collect()
 }
 
 pub async fn result_fields(

@@ -1,5 +1,6 @@
-//! The gates the gate runner keeps built: those of the sessions used most
-//! recently, a bounded number of them.
+//! The gates the [`Checker`](super::Checker) keeps built: those of the
+//! sessions used most recently, a bounded number of them. Not synchronised:
+//! the checker holds it under its lock, never across an await.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -7,7 +8,7 @@ use std::sync::Arc;
 use crate::domain::ids::SessionId;
 use crate::gates::Gate;
 
-/// How many sessions' gates the runner keeps built.
+/// How many sessions' gates the checker keeps built.
 pub(crate) const KEPT_GATES: usize = 64;
 
 /// The gates of the most recently used sessions, at most `capacity`; the
