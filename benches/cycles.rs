@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod support;
-use support::{ADMIN, Server, env_usize, free_port, pct, wait_until_up};
+use support::{ADMIN, Server, env_usize, free_port, pct, scan, wait_until_up};
 
 /// A `quest serve` process on a fresh data dir: its store the SQLite file
 /// there, or the PostgreSQL database `database_url` names.
@@ -197,27 +197,6 @@ async fn metric(client: &reqwest::Client, base: &str, name: &str) -> f64 {
         .sum()
 }
 
-async fn scan(client: &reqwest::Client, base: &str, quests: usize) -> String {
-    let items: Vec<Value> = (0..quests)
-        .map(|i| json!({"company": format!("c{i}")}))
-        .collect();
-    let config = json!({"key_column": "company", "gate": {"kind": "schema", "schema": {"type": "object", "required": ["email"]}}});
-    let session: Value = client
-        .post(format!("{base}/v1/sessions"))
-        .bearer_auth(ADMIN)
-        .json(&json!({"config": config, "items": items}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    session["id"]
-        .as_str()
-        .expect("the scan answers a session")
-        .to_owned()
-}
-
 /// Latencies of `next` and `submit`, and the wall time of the run.
 struct Run {
     next: Vec<Duration>,
@@ -319,7 +298,8 @@ async fn measure_quest(
     }
     let bases: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
     let client = reqwest::Client::new();
-    let session = scan(&client, &bases[0], quests).await;
+    let gate = json!({"kind": "schema", "schema": {"type": "object", "required": ["email"]}});
+    let session = scan(&client, &bases[0], quests, gate).await;
     // Warm up: connections, statement caches, the session's caches.
     cycle(&bases, &session, agents, agents * 4).await;
     let cpu = || {

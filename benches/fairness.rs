@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod support;
-use support::{ADMIN, Server, create_token, env_usize, free_port, wait_until_up};
+use support::{ADMIN, Server, create_token, env_usize, free_port, scan, wait_until_up};
 
 const WORKERS: usize = 4;
 
@@ -93,33 +93,6 @@ fn gate_starts(gate_dir: &Path) -> usize {
 }
 
 /// A session of `quests` rows on the `sleep` gate, scanned from a CSV upload.
-async fn scan(client: &reqwest::Client, base: &str, quests: usize) -> String {
-    let csv: String = std::iter::once("company\n".to_owned())
-        .chain((0..quests).map(|i| format!("c{i}\n")))
-        .collect();
-    let config = json!({"key_column": "company", "gate": {"kind": "command", "name": "sleep"}});
-    let form = reqwest::multipart::Form::new()
-        .part(
-            "file",
-            reqwest::multipart::Part::bytes(csv.into_bytes()).file_name("companies.csv"),
-        )
-        .text("config", config.to_string());
-    let session: Value = client
-        .post(format!("{base}/v1/sessions"))
-        .bearer_auth(ADMIN)
-        .multipart(form)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    session["id"]
-        .as_str()
-        .unwrap_or_else(|| panic!("the scan answers a session: {session}"))
-        .to_owned()
-}
-
 /// The secret of a new agent token that may hold `max_leases` leases.
 async fn agent_token(
     client: &reqwest::Client,
@@ -277,8 +250,15 @@ async fn measure(gate: Duration, queue: usize, probes: usize) {
     // A's agents hold their leases until their checks end: past the default cap.
     let token_a = agent_token(&client, &base, "a", queue + WORKERS).await;
     let token_b = agent_token(&client, &base, "b", 1).await;
-    let session_a = scan(&client, &base, 2 * probes * (queue + WORKERS)).await;
-    let session_b = scan(&client, &base, probes).await;
+    let sleep = json!({"kind": "command", "name": "sleep"});
+    let session_a = scan(
+        &client,
+        &base,
+        2 * probes * (queue + WORKERS),
+        sleep.clone(),
+    )
+    .await;
+    let session_b = scan(&client, &base, probes, sleep).await;
     let setup = Setup {
         base,
         token_a,

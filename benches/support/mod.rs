@@ -68,6 +68,34 @@ pub async fn create_token(client: &reqwest::Client, base: &str, body: serde_json
         .to_owned()
 }
 
+/// A session of `quests` items (`{"company": "c<i>"}`, keyed by company)
+/// checked by `gate`, scanned with the admin token; its id.
+pub async fn scan(
+    client: &reqwest::Client,
+    base: &str,
+    quests: usize,
+    gate: serde_json::Value,
+) -> String {
+    let items: Vec<serde_json::Value> = (0..quests)
+        .map(|i| serde_json::json!({"company": format!("c{i}")}))
+        .collect();
+    let config = serde_json::json!({"key_column": "company", "gate": gate});
+    let session: serde_json::Value = client
+        .post(format!("{base}/v1/sessions"))
+        .bearer_auth(ADMIN)
+        .json(&serde_json::json!({"config": config, "items": items}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    session["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the scan answers a session: {session}"))
+        .to_owned()
+}
+
 /// The `p` quantile (0 to 1) of sorted durations; zero for none.
 pub fn pct(sorted: &[Duration], p: f64) -> Duration {
     sorted
