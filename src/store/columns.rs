@@ -206,7 +206,8 @@ impl Columns for PgRow {
         let wide = match raw.type_info().name() {
             "INT2" => <i16 as Decode<Postgres>>::decode(raw).map(i64::from),
             "INT4" => <i32 as Decode<Postgres>>::decode(raw).map(i64::from),
-            _ => <i64 as Decode<Postgres>>::decode(raw),
+            "INT8" => <i64 as Decode<Postgres>>::decode(raw),
+            other => return Err(corrupt(col, format!("{other} is not an integer type"))),
         };
         wide.map(Some).map_err(|e| corrupt(col, e))
     }

@@ -54,6 +54,14 @@ macro_rules! id_in_json {
     };
 }
 
+/// Whether a token's `hash` starts with the prefix `$prefix`, through the
+/// index on `left(hash, 8)` (the prefix is 8 characters).
+macro_rules! hash_prefix {
+    ($prefix:literal) => {
+        concat!("left(hash, 8) = ", $prefix)
+    };
+}
+
 /// Whether the token id `$id` is the first part of an agent name `<token id>/<name>`.
 macro_rules! token_of_agent {
     ($id:literal, $agent:literal) => {

@@ -386,11 +386,14 @@ pub async fn find_token(pool: &Pool, hash: &str) -> Result<Option<TokenRow>, Sto
     // Look up by a short prefix of the digest, then compare whole digests in
     // constant time, so no comparison of secret material exits early.
     let prefix: String = hash.chars().take(8).collect();
-    let rows =
-        sqlx::query("SELECT * FROM tokens WHERE substr(hash, 1, 8) = $1 AND revoked_at IS NULL")
-            .bind(prefix)
-            .fetch_all(pool)
-            .await?;
+    let rows = sqlx::query(concat!(
+        "SELECT * FROM tokens WHERE ",
+        hash_prefix!("$1"),
+        " AND revoked_at IS NULL"
+    ))
+    .bind(prefix)
+    .fetch_all(pool)
+    .await?;
     let mut found = None;
     for row in &rows {
         let token = token_row(row)?;

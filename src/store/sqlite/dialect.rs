@@ -41,6 +41,14 @@ macro_rules! id_in_json {
     };
 }
 
+/// Whether a token's `hash` starts with the prefix `$prefix`, as a range
+/// of the unique index on `hash` (hashes are lowercase hex).
+macro_rules! hash_prefix {
+    ($prefix:literal) => {
+        concat!("hash >= ", $prefix, " AND hash < ", $prefix, " || 'g'")
+    };
+}
+
 /// Whether the token id `$id` is the first part of an agent name `<token id>/<name>`.
 macro_rules! token_of_agent {
     ($id:literal, $agent:literal) => {
