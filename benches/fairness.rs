@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod support;
-use support::{ADMIN, Server, create_token, env_usize, free_port, scan, wait_until_up};
+use support::{ADMIN, Server, create_token, env_usize, free_port, post_json, scan, wait_until_up};
 
 const WORKERS: usize = 4;
 
@@ -114,30 +114,15 @@ async fn lease_and_submit(
     agent: &str,
     wait: u32,
 ) -> (Value, Duration) {
-    let next: Value = client
-        .post(format!("{base}/v1/sessions/{session}/next"))
-        .bearer_auth(token)
-        .json(&json!({"agent": agent}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let url = format!("{base}/v1/sessions/{session}/next");
+    let next = post_json(client, url, token, &json!({"agent": agent})).await;
     assert_eq!(next["status"], "assigned", "{next}");
     let quest = next["quest"]["id"].as_str().unwrap();
     let lease = next["lease"]["id"].as_str().unwrap();
     let t = Instant::now();
-    let answer: Value = client
-        .post(format!("{base}/v1/quests/{quest}/submit?wait={wait}"))
-        .bearer_auth(token)
-        .json(&json!({"lease_id": lease, "result": {"email": "info@a.test"}}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let url = format!("{base}/v1/quests/{quest}/submit?wait={wait}");
+    let body = json!({"lease_id": lease, "result": {"email": "info@a.test"}});
+    let answer = post_json(client, url, token, &body).await;
     (answer, t.elapsed())
 }
 

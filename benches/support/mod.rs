@@ -50,18 +50,28 @@ pub async fn wait_until_up(base: &str) {
     panic!("the server at {base} did not come up");
 }
 
-/// A new token of `body` (`name`, `role`, ...), made with the admin token; its secret.
-pub async fn create_token(client: &reqwest::Client, base: &str, body: serde_json::Value) -> String {
-    let token: serde_json::Value = client
-        .post(format!("{base}/v1/tokens"))
-        .bearer_auth(ADMIN)
-        .json(&body)
+/// POSTs `body` as JSON to `url` with `token`; the JSON answer.
+pub async fn post_json(
+    client: &reqwest::Client,
+    url: String,
+    token: &str,
+    body: &serde_json::Value,
+) -> serde_json::Value {
+    client
+        .post(url)
+        .bearer_auth(token)
+        .json(body)
         .send()
         .await
         .unwrap()
         .json()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// A new token of `body` (`name`, `role`, ...), made with the admin token; its secret.
+pub async fn create_token(client: &reqwest::Client, base: &str, body: serde_json::Value) -> String {
+    let token = post_json(client, format!("{base}/v1/tokens"), ADMIN, &body).await;
     token["secret"]
         .as_str()
         .unwrap_or_else(|| panic!("a token: {token}"))
@@ -80,16 +90,8 @@ pub async fn scan(
         .map(|i| serde_json::json!({"company": format!("c{i}")}))
         .collect();
     let config = serde_json::json!({"key_column": "company", "gate": gate});
-    let session: serde_json::Value = client
-        .post(format!("{base}/v1/sessions"))
-        .bearer_auth(ADMIN)
-        .json(&serde_json::json!({"config": config, "items": items}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = serde_json::json!({"config": config, "items": items});
+    let session = post_json(client, format!("{base}/v1/sessions"), ADMIN, &body).await;
     session["id"]
         .as_str()
         .unwrap_or_else(|| panic!("the scan answers a session: {session}"))
