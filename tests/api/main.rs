@@ -43,6 +43,7 @@ mod openapi;
 mod operations;
 mod postgres;
 mod ratchet;
+mod ratchet_rules;
 mod recheck;
 mod recheck_reasons;
 mod replicas;

@@ -1,0 +1,638 @@
+//! Every rule of the PostgreSQL ratchet, one refused statement each, in raw
+//! SQL below the store (issue 19, point 4): the rules are rewritten from row
+//! triggers into constraints and statement triggers, and this table says that
+//! none is lost in translation.
+//!
+//! A fixture of quests in every state is built with legal statements; each
+//! case then runs one statement in a transaction of its own, rolled back, and
+//! asserts that the database refuses it with the rule's own text (or, for a
+//! rule that is a `CHECK` constraint, the constraint's name). Each statement
+//! breaks one rule only, so that the order in which the database checks its
+//! rules does not decide the message. A second test reads the migrations and
+//! asserts that every refusal they can raise has its case here.
+
+use sqlx::{Connection, PgConnection};
+
+use crate::helpers::on_postgres;
+use crate::postgres::TestDatabase;
+
+/// One refused statement: `rule` is the text of the `ratchet_refuse` call it
+/// exercises, `check` the constraint that holds the rule where it is one, and
+/// `shadowed_by` the rule that refuses first whatever breaks this one.
+struct Case {
+    rule: &'static str,
+    check: Option<&'static str>,
+    shadowed_by: Option<&'static str>,
+    sql: String,
+}
+
+fn case(rule: &'static str, sql: impl Into<String>) -> Case {
+    Case {
+        rule,
+        check: None,
+        shadowed_by: None,
+        sql: sql.into(),
+    }
+}
+
+/// Fixed ids, readable in the statements: `id(kind, n)`.
+fn id(kind: u8, n: u32) -> String {
+    format!("00000000-0000-4000-800{kind}-{n:012}")
+}
+const SESSION: u8 = 1;
+const QUEST: u8 = 2;
+const LEASE: u8 = 3;
+const SUBMISSION: u8 = 4;
+const OTHER: u8 = 5;
+const TOKEN: &str = "a0000000-0000-4000-8000-000000000001";
+
+fn q(n: u32) -> String {
+    id(QUEST, n)
+}
+fn l(n: u32) -> String {
+    id(LEASE, n)
+}
+fn s(n: u32) -> String {
+    id(SUBMISSION, n)
+}
+
+/// Session 1 (no AI verifiers, `max_tries` 3) holds quests 1 open, 2 leased,
+/// 3 checking, 4 PASS, 5 REVIEW (with an approval on record), 6 DONE by
+/// lapses, 10 leased after one FAIL; session 2 (with AI verifiers) holds 7
+/// verifying, 8 leased with a decided PASS submission not yet applied, 9 PASS
+/// after its verification. Submission `n` is quest `n`'s.
+fn fixture() -> Vec<String> {
+    let (s1, s2) = (id(SESSION, 1), id(SESSION, 2));
+    let mut sql = vec![
+        format!(
+            "INSERT INTO tokens (id, name, role, hash, created_at) VALUES
+             ('{TOKEN}', 'bot', 'agent', 'hash-bot', now())"
+        ),
+        format!(
+            "INSERT INTO sessions (id, name, key_column, gate_kind, config, columns, source_name,
+                                   source_type, total, max_tries, max_lapses, lease_seconds,
+                                   created_by, created_at)
+             VALUES ('{s1}', 'plain', 'key', 'schema', '{{}}', '[\"key\"]', 'f.csv', 'text/csv',
+                     7, 3, 3, 60, 'admin', now()),
+                    ('{s2}', 'verified', 'key', 'schema',
+                     '{{\"verify\": {{\"verifiers\": [{{\"name\": \"v\"}}]}}}}', '[\"key\"]',
+                     'f.csv', 'text/csv', 3, 3, 3, 60, 'admin', now())"
+        ),
+    ];
+    let session_of = |n: u32| if (7..=9).contains(&n) { &s2 } else { &s1 };
+    for n in 1..=10 {
+        sql.push(format!(
+            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
+             VALUES ('{}', '{}', {n}, 'k{n}', '{{\"key\": \"k{n}\"}}', 'TODO', 'open', now())",
+            q(n),
+            session_of(n)
+        ));
+    }
+    for n in 2..=10 {
+        sql.push(format!(
+            "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at)
+             VALUES ('{}', '{}', '{}', '{TOKEN}/bot-{n}', now(), now() + interval '1 hour')",
+            l(n),
+            q(n),
+            session_of(n)
+        ));
+        sql.push(format!(
+            "UPDATE quests SET phase = 'leased', lease_id = '{}', leases = 1 WHERE id = '{}'",
+            l(n),
+            q(n)
+        ));
+    }
+    // Submission n of quest n, decided as `verdict`, leaving `state` and `tries`.
+    let submit = |n: u32, verdict: &str, state: &str, tries: u32| {
+        let decided = if verdict == "PENDING" {
+            "NULL, NULL, NULL".to_owned()
+        } else {
+            format!("'{state}', {tries}, now()")
+        };
+        format!(
+            "INSERT INTO submissions (id, quest_id, session_id, lease_id, agent, result, result_hash,
+                                      verdict, receipt, state_after, tries_after, decided_at, created_at)
+             VALUES ('{}', '{}', '{}', '{}', '{TOKEN}/bot-{n}', '{{\"v\": {n}}}', 'hash-{n}',
+                     '{verdict}', 'sha256:{n}', {decided}, now())",
+            s(n),
+            q(n),
+            session_of(n),
+            l(n)
+        )
+    };
+    // What a verdict writes on its quest and lease.
+    let decide = |n: u32, state: &str, tries: u32| {
+        [
+            format!(
+                "UPDATE quests SET state = '{state}', phase = NULL, lease_id = NULL, tries = {tries},
+                 result = '{{\"v\": {n}}}', submission_id = '{}', receipt = 'sha256:{n}',
+                 decided_by = 'gate' WHERE id = '{}'",
+                s(n),
+                q(n)
+            ),
+            format!(
+                "UPDATE leases SET ended_at = now(), end_reason = 'decided' WHERE id = '{}'",
+                l(n)
+            ),
+        ]
+    };
+    let to_verifying = |n: u32| {
+        [
+            format!(
+                "UPDATE quests SET phase = 'verifying', lease_id = NULL, tries = 1,
+                 result = '{{\"v\": {n}}}', submission_id = '{}' WHERE id = '{}'",
+                s(n),
+                q(n)
+            ),
+            format!(
+                "UPDATE leases SET ended_at = now(), end_reason = 'decided' WHERE id = '{}'",
+                l(n)
+            ),
+        ]
+    };
+    sql.push(submit(3, "PENDING", "", 0));
+    sql.push(format!(
+        "UPDATE quests SET phase = 'checking' WHERE id = '{}'",
+        q(3)
+    ));
+    sql.push(submit(4, "PASS", "PASS", 1));
+    sql.extend(decide(4, "PASS", 1));
+    sql.push(submit(5, "REVIEW", "REVIEW", 1));
+    sql.extend(decide(5, "REVIEW", 1));
+    sql.push(format!(
+        "UPDATE quests SET state = 'DONE', phase = NULL, lease_id = NULL, lapses = 1,
+         decided_by = 'limit' WHERE id = '{}'",
+        q(6)
+    ));
+    sql.push(format!(
+        "UPDATE leases SET ended_at = now(), end_reason = 'expired' WHERE id = '{}'",
+        l(6)
+    ));
+    sql.push(submit(10, "FAIL", "TODO", 1));
+    sql.push(format!(
+        "UPDATE quests SET tries = 1, last_facts = '[{{\"check\": \"c\"}}]', submission_id = '{}'
+         WHERE id = '{}'",
+        s(10),
+        q(10)
+    ));
+    sql.push(submit(7, "PASS", "TODO", 1));
+    sql.extend(to_verifying(7));
+    sql.push(submit(8, "PASS", "PASS", 1));
+    sql.push(submit(9, "PASS", "TODO", 1));
+    sql.extend(to_verifying(9));
+    sql.push(format!(
+        "INSERT INTO l2_decisions (submission_id, quest_id, session_id, state_after, facts, decided_at)
+         VALUES ('{}', '{}', '{s2}', 'PASS', '[]', now())",
+        s(9),
+        q(9)
+    ));
+    sql.push(format!(
+        "UPDATE quests SET state = 'PASS', phase = NULL, decided_by = 'gate' WHERE id = '{}'",
+        q(9)
+    ));
+    // An L2 job still queued (quest 7) and one answered (quest 9).
+    for (job, n, status) in [(1, 7, "queued"), (2, 9, "answered")] {
+        sql.push(format!(
+            "INSERT INTO l2_jobs (id, submission_id, quest_id, session_id, verifier, question_index,
+                                  question, flag_on, request, status, created_at)
+             VALUES ('{}', '{}', '{}', '{s2}', 'v', 0, 'Is it right?', 'no', '{{}}', '{status}', now())",
+            id(OTHER, job),
+            s(n),
+            q(n)
+        ));
+    }
+    sql.push(format!(
+        "INSERT INTO l2_answers (job_id, submission_id, quest_id, session_id, verifier, model,
+                                 question_index, question, flag_on, answer, detail, flagged,
+                                 attempts, latency_ms, created_at)
+         VALUES ('{}', '{}', '{}', '{s2}', 'v', 'm', 0, 'Is it right?', 'no', 'yes', '', false,
+                 1, 5, now())",
+        id(OTHER, 2),
+        s(9),
+        q(9)
+    ));
+    sql.push(format!(
+        "INSERT INTO review_decisions (id, quest_id, reviewer, decision, note, created_at)
+         VALUES ('{}', '{}', 'rev', 'approve', 'fine', now())",
+        id(OTHER, 3),
+        q(5)
+    ));
+    sql.push(format!(
+        "INSERT INTO verifier_switches (session_id, verifier, question_index, standing, upheld,
+                                        overruled, missed, cleared, kappa, min_kappa, min_labels,
+                                        decision_id, created_at)
+         VALUES ('{s1}', 'v', 0, 'advisory', 0, 1, 0, 0, 0.1, 0.5, 1, '{}', now())",
+        id(OTHER, 3)
+    ));
+    sql.push(format!(
+        "INSERT INTO recheck_runs (id, session_id, started_by, started_at, total)
+         VALUES ('{}', '{s1}', 'admin', now(), 1)",
+        id(OTHER, 4)
+    ));
+    sql.push(format!(
+        "INSERT INTO rechecks (id, run_id, quest_id, session_id, submission_id, verdict, outcome,
+                               mark, facts, evidence, gate, gate_version, digest, created_at)
+         VALUES ('{}', '{}', '{}', '{s1}', NULL, 'PASS', 'confirmed', NULL, '[]', '[]', 'schema',
+                 '1', 'd', now())",
+        id(OTHER, 5),
+        id(OTHER, 4),
+        q(4)
+    ));
+    sql.push(format!(
+        "INSERT INTO token_pauses (id, session_id, token_id, agent, reason, figures, through_seq,
+                                   created_at)
+         VALUES ('{}', '{s1}', '{TOKEN}', '{TOKEN}/bot-2', 'consecutive_done', '3 of 3', 1, now())",
+        id(OTHER, 6)
+    ));
+    sql
+}
+
+/// The refused statements, one per `ratchet_refuse` call of the migrations.
+fn cases() -> Vec<Case> {
+    let (s1, rerun, recheck) = (id(SESSION, 1), id(OTHER, 4), id(OTHER, 5));
+    let (queued_job, answered_job, decision) = (id(OTHER, 1), id(OTHER, 2), id(OTHER, 3));
+    let pause = id(OTHER, 6);
+    let mut cases = vec![
+        case(
+            "a quest starts open, without tries or lapses",
+            format!(
+                "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, tries,
+                                     updated_at)
+                 VALUES ('{}', '{s1}', 50, 'k50', '{{}}', 'TODO', 'open', 1, now())",
+                q(50)
+            ),
+        ),
+        case(
+            "a quest's id, session, row, key and input never change",
+            format!("UPDATE quests SET key = 'other' WHERE id = '{}'", q(1)),
+        ),
+        case(
+            "a quest's id, session, row, key and input never change",
+            format!(
+                "UPDATE quests SET input = '{{\"key\": \"forged\"}}' WHERE id = '{}'",
+                q(2)
+            ),
+        ),
+        case(
+            "a quest in PASS, REVIEW or DONE cannot return to TODO or change its verdict",
+            format!("UPDATE quests SET state = 'REVIEW' WHERE id = '{}'", q(6)),
+        ),
+        case(
+            "a decided quest is frozen",
+            format!(
+                "UPDATE quests SET receipt = 'sha256:forged' WHERE id = '{}'",
+                q(6)
+            ),
+        ),
+        case(
+            "tries never decrease",
+            format!(
+                "UPDATE quests SET tries = 0, lapses = lapses + 1 WHERE id = '{}'",
+                q(10)
+            ),
+        ),
+        case(
+            "lapses never decrease",
+            format!("UPDATE quests SET lapses = 0 WHERE id = '{}'", q(6)),
+        ),
+        Case {
+            check: Some("quests_tries_within_max_tries"),
+            ..case(
+                "tries never exceed the session's max_tries",
+                format!(
+                    "UPDATE quests SET tries = 4, lapses = lapses + 1 WHERE id = '{}'",
+                    q(10)
+                ),
+            )
+        },
+        case(
+            "a quest in REVIEW keeps the result under review",
+            format!(
+                "UPDATE quests SET result = '{{\"v\": \"other\"}}' WHERE id = '{}'",
+                q(5)
+            ),
+        ),
+        case(
+            "illegal phase move",
+            format!(
+                "UPDATE quests SET phase = 'checking', lease_id = '{}' WHERE id = '{}'",
+                l(2),
+                q(1)
+            ),
+        ),
+        // Only an open quest (or none) can break this rule, and the phase
+        // moves refuse it first: it holds, and says nothing of its own.
+        Case {
+            shadowed_by: Some("illegal phase move"),
+            ..case(
+                "a quest is verified only after its gate passed it",
+                format!(
+                    "UPDATE quests SET phase = 'verifying' WHERE id = '{}'",
+                    q(1)
+                ),
+            )
+        },
+        case(
+            "AI verifiers may only pass a quest on or send it to REVIEW",
+            format!(
+                "UPDATE quests SET state = 'DONE', phase = NULL WHERE id = '{}'",
+                q(7)
+            ),
+        ),
+        case(
+            "L2 never changes tries, the result or the lease of a quest",
+            format!("UPDATE quests SET tries = 2 WHERE id = '{}'", q(7)),
+        ),
+        case(
+            "a verdict needs its decided submission",
+            format!(
+                "UPDATE quests SET state = 'PASS', phase = NULL, lease_id = NULL, tries = 1,
+                 result = '{{}}' WHERE id = '{}'",
+                q(2)
+            ),
+        ),
+        case(
+            "a verdict needs its decided submission",
+            format!("UPDATE quests SET phase = 'leased' WHERE id = '{}'", q(3)),
+        ),
+        case(
+            "a PASS in a session with AI verifiers goes through them",
+            format!(
+                "UPDATE quests SET state = 'PASS', phase = NULL, lease_id = NULL, tries = 1,
+                 result = '{{\"v\": 8}}', submission_id = '{}' WHERE id = '{}'",
+                s(8),
+                q(8)
+            ),
+        ),
+        case(
+            "a quest leaves REVIEW only by a recorded review decision",
+            format!("UPDATE quests SET state = 'DONE' WHERE id = '{}'", q(5)),
+        ),
+        case(
+            "a quest's lease count never decreases",
+            format!("UPDATE quests SET leases = 0 WHERE id = '{}'", q(2)),
+        ),
+        case(
+            "quests are never deleted",
+            format!("DELETE FROM quests WHERE id = '{}'", q(1)),
+        ),
+        case(
+            "submissions are append-only",
+            format!(
+                "UPDATE submissions SET verdict = 'FAIL' WHERE id = '{}'",
+                s(4)
+            ),
+        ),
+        case(
+            "submissions are append-only",
+            format!(
+                "UPDATE submissions SET result_hash = 'forged' WHERE id = '{}'",
+                s(3)
+            ),
+        ),
+        case(
+            "submissions are never deleted",
+            format!("DELETE FROM submissions WHERE id = '{}'", s(3)),
+        ),
+        case(
+            "review decisions are append-only",
+            format!("UPDATE review_decisions SET note = 'forged' WHERE id = '{decision}'"),
+        ),
+        case(
+            "review decisions are never deleted",
+            format!("DELETE FROM review_decisions WHERE id = '{decision}'"),
+        ),
+        case(
+            "L2 answers are append-only",
+            format!("UPDATE l2_answers SET answer = 'no' WHERE job_id = '{answered_job}'"),
+        ),
+        case(
+            "L2 answers are append-only",
+            format!("DELETE FROM l2_answers WHERE job_id = '{answered_job}'"),
+        ),
+        case(
+            "L2 decisions are append-only",
+            format!(
+                "UPDATE l2_decisions SET state_after = 'REVIEW' WHERE submission_id = '{}'",
+                s(9)
+            ),
+        ),
+        case(
+            "L2 decisions are append-only",
+            format!("DELETE FROM l2_decisions WHERE submission_id = '{}'", s(9)),
+        ),
+        case(
+            "an L2 job is answered once and never rewritten",
+            format!("UPDATE l2_jobs SET question = 'Is it wrong?' WHERE id = '{queued_job}'"),
+        ),
+        case(
+            "an L2 job is answered once and never rewritten",
+            format!("UPDATE l2_jobs SET status = 'queued' WHERE id = '{answered_job}'"),
+        ),
+        case(
+            "L2 jobs are never deleted",
+            format!("DELETE FROM l2_jobs WHERE id = '{queued_job}'"),
+        ),
+        case(
+            "a live lease is never deleted",
+            format!("DELETE FROM leases WHERE id = '{}'", l(2)),
+        ),
+        case(
+            "a PASS quest is frozen; only its re-check mark changes",
+            format!(
+                "UPDATE quests SET repeated_failure = true WHERE id = '{}'",
+                q(4)
+            ),
+        ),
+        case(
+            "only a PASS quest is re-checked",
+            format!(
+                "UPDATE quests SET recheck_run = '{rerun}' WHERE id = '{}'",
+                q(1)
+            ),
+        ),
+        case(
+            "a re-check mark needs its re-check record",
+            format!(
+                "UPDATE quests SET recheck_mark = 'stale', rechecked_at = now(),
+                 recheck_facts = '[]' WHERE id = '{}'",
+                q(4)
+            ),
+        ),
+        case(
+            "only a PASS quest is re-checked",
+            format!(
+                "INSERT INTO rechecks (id, run_id, quest_id, session_id, submission_id, verdict,
+                                       outcome, mark, facts, evidence, gate, gate_version, digest,
+                                       created_at)
+                 VALUES ('{}', '{rerun}', '{}', '{s1}', NULL, 'PASS', 'confirmed', NULL, '[]',
+                         '[]', 'schema', '1', 'd', now())",
+                id(OTHER, 50),
+                q(1)
+            ),
+        ),
+        case(
+            "re-checks are append-only",
+            format!("UPDATE rechecks SET digest = 'forged' WHERE id = '{recheck}'"),
+        ),
+        case(
+            "re-checks are append-only",
+            format!("DELETE FROM rechecks WHERE id = '{recheck}'"),
+        ),
+        case(
+            "a re-check run finishes once and is never rewritten",
+            format!("UPDATE recheck_runs SET total = 5 WHERE id = '{rerun}'"),
+        ),
+        case(
+            "re-check runs are never deleted",
+            format!("DELETE FROM recheck_runs WHERE id = '{rerun}'"),
+        ),
+        case(
+            "verifier switches are append-only",
+            "UPDATE verifier_switches SET standing = 'voting'",
+        ),
+        case(
+            "verifier switches are append-only",
+            "DELETE FROM verifier_switches",
+        ),
+        case(
+            "token endings are append-only",
+            "UPDATE token_endings SET done = NOT done",
+        ),
+        case("token endings are append-only", "DELETE FROM token_endings"),
+        case(
+            "a pause is append-only but for its resume, written once",
+            format!("UPDATE token_pauses SET figures = 'forged' WHERE id = '{pause}'"),
+        ),
+        case(
+            "pauses are never deleted",
+            format!("DELETE FROM token_pauses WHERE id = '{pause}'"),
+        ),
+    ];
+    // TRUNCATE skips row triggers: each append-only table refuses it too. A
+    // table that others reference is refused by its foreign keys first, so
+    // only the tables nothing references are listed.
+    for (rule, table) in [
+        ("L2 answers are append-only", "l2_answers"),
+        ("L2 decisions are append-only", "l2_decisions"),
+        ("verifier switches are append-only", "verifier_switches"),
+        ("token endings are append-only", "token_endings"),
+        ("pauses are never deleted", "token_pauses"),
+        ("re-checks are append-only", "rechecks"),
+    ] {
+        cases.push(case(rule, format!("TRUNCATE {table}")));
+    }
+    cases
+}
+
+/// Runs the statement in a transaction that is rolled back; the database's
+/// refusal, or `None` when it accepted the statement.
+async fn refusal(conn: &mut PgConnection, sql: &str) -> Option<(String, String)> {
+    let mut tx = conn.begin().await.expect("a transaction");
+    let result = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut *tx)
+        .await;
+    tx.rollback().await.expect("the case is rolled back");
+    match result {
+        Ok(_) => None,
+        Err(sqlx::Error::Database(e)) => Some((
+            e.code().unwrap_or_default().into_owned(),
+            e.message().to_owned(),
+        )),
+        Err(e) => panic!("{sql}: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn raw_sql_breaking_any_rule_of_the_postgresql_ratchet_is_refused_by_that_rule() {
+    // The database is PostgreSQL in either run of the suite: once is enough.
+    if on_postgres() {
+        return;
+    }
+    let test = "raw_sql_breaking_any_rule_of_the_postgresql_ratchet_is_refused_by_that_rule";
+    let Some(db) = TestDatabase::create_or_skip(test).await else {
+        return;
+    };
+    let mut conn = PgConnection::connect(&db.url).await.expect("a connection");
+    sqlx::migrate!("./migrations/postgres")
+        .run(&mut conn)
+        .await
+        .expect("the migrations run");
+    for sql in fixture() {
+        sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
+            .execute(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("the fixture is legal, but {sql}: {e}"));
+    }
+
+    let mut wrong = Vec::new();
+    for case in cases() {
+        let expected = format!("ratchet: {}", case.shadowed_by.unwrap_or(case.rule));
+        match refusal(&mut conn, &case.sql).await {
+            None => wrong.push(format!("accepted: {}\n  (rule: {})", case.sql, case.rule)),
+            Some((code, message)) => {
+                let by_rule = message == expected
+                    || case
+                        .check
+                        .is_some_and(|c| message.contains(&format!("\"{c}\"")));
+                if !code.starts_with("23") || !by_rule {
+                    wrong.push(format!(
+                        "refused with {code} {message:?}, not by its rule {expected:?}: {}",
+                        case.sql
+                    ));
+                }
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The texts of every refusal the PostgreSQL migrations can raise: the
+/// arguments of `ratchet_refuse(...)` and `ratchet_refuse_trigger(...)`.
+fn refusals_in_the_migrations() -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/postgres");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("the migrations") {
+        let sql = std::fs::read_to_string(entry.expect("a migration").path()).expect("readable");
+        for (at, _) in sql.match_indices("ratchet_refuse") {
+            let rest = &sql[at..];
+            let Some(open) = rest.find('(') else { continue };
+            let args = &rest[open + 1..];
+            // A call names its text as one quoted literal ('' is a quote).
+            let Some(body) = args.strip_prefix('\'') else {
+                continue;
+            };
+            let mut text = String::new();
+            let mut chars = body.chars().peekable();
+            while let Some(c) = chars.next() {
+                match c {
+                    '\'' if chars.peek() == Some(&'\'') => {
+                        chars.next();
+                        text.push('\'');
+                    }
+                    '\'' => break,
+                    c => text.push(c),
+                }
+            }
+            found.push(text);
+        }
+    }
+    found.sort();
+    found.dedup();
+    found
+}
+
+#[test]
+fn every_refusal_of_the_postgresql_migrations_has_its_case() {
+    let listed: Vec<&str> = cases().iter().map(|c| c.rule).collect();
+    let found = refusals_in_the_migrations();
+    assert!(
+        found.len() >= 30,
+        "the migrations' refusals are found: {found:?}"
+    );
+    let missing: Vec<&String> = found
+        .iter()
+        .filter(|r| !listed.contains(&r.as_str()))
+        .collect();
+    assert!(missing.is_empty(), "refusals without a case: {missing:?}");
+}
