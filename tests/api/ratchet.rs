@@ -27,14 +27,27 @@ pub enum Raw {
 }
 
 impl Raw {
-    /// Runs one statement; the database's error text when it refuses.
+    /// Runs one statement; the database's error text when it refuses, after
+    /// `[SQLSTATE <code>]` on PostgreSQL.
     pub async fn execute(&mut self, sql: &str) -> Result<u64, String> {
         let q = sqlx::AssertSqlSafe(sql.to_owned());
         match self {
-            Raw::Sqlite(c) => sqlx::query(q).execute(c).await.map(|r| r.rows_affected()),
-            Raw::Postgres(c) => sqlx::query(q).execute(c).await.map(|r| r.rows_affected()),
+            Raw::Sqlite(c) => sqlx::query(q)
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected())
+                .map_err(|e| e.to_string()),
+            Raw::Postgres(c) => sqlx::query(q)
+                .execute(c)
+                .await
+                .map(|r| r.rows_affected())
+                .map_err(|e| match &e {
+                    sqlx::Error::Database(d) => {
+                        format!("[SQLSTATE {}] {e}", d.code().unwrap_or_default())
+                    }
+                    _ => e.to_string(),
+                }),
         }
-        .map_err(|e| e.to_string())
     }
 
     /// The rows of a `(text, count)` query.
@@ -87,6 +100,16 @@ pub async fn raw(app: &TestApp) -> Raw {
     }
 }
 
+/// Whether the database refused a statement by one of its integrity rules:
+/// a ratchet trigger (`ratchet: ...`) or, on PostgreSQL, a constraint
+/// (SQLSTATE class 23). PostgreSQL checks a row's constraints before the
+/// statement's ratchet triggers run (migrations/postgres/0014), so a
+/// statement that breaks both is refused by the constraint; each rule's own
+/// refusal is asserted by `ratchet_rules`, one statement per rule.
+pub fn refused_by_a_rule(err: &str) -> bool {
+    err.contains("ratchet") || err.starts_with("[SQLSTATE 23")
+}
+
 /// The statement in the dialect of the backend.
 fn dialect(pg: bool, sqlite: String, postgres: String) -> String {
     if pg { postgres } else { sqlite }
@@ -123,7 +146,7 @@ async fn raw_sql_cannot_reopen_a_passed_quest_or_rewrite_history() {
         ];
         for sql in refused {
             let err = db.execute(&sql).await.expect_err(&sql);
-            assert!(err.to_string().contains("ratchet"), "{sql}: {err}");
+            assert!(refused_by_a_rule(&err), "{sql}: {err}");
         }
         let view = app.quest(&quest).await;
         assert_eq!(
@@ -139,7 +162,7 @@ async fn raw_sql_cannot_reopen_a_passed_quest_or_rewrite_history() {
             ))
             .await
             .expect_err("tries never decrease");
-        assert!(err.to_string().contains("ratchet"), "{err}");
+        assert!(refused_by_a_rule(&err), "{err}");
         let err = db
             .execute(&format!(
                 "UPDATE quests SET state = 'SOMETHING' WHERE id = '{other}'"
@@ -171,7 +194,7 @@ async fn a_review_quest_may_only_become_pass_or_done() {
             ))
             .await
             .expect_err("REVIEW never returns to TODO");
-        assert!(err.to_string().contains("ratchet"), "{err}");
+        assert!(refused_by_a_rule(&err), "{err}");
         assert_eq!(app.status(&session).await["review"], 1);
     }
 }
@@ -199,8 +222,8 @@ async fn replace_cannot_smuggle_a_decided_quest_or_verdict_back() {
                      VALUES ('{quest}', '{session}', 0, 'k', '{{}}', 'TODO', 'open', 'now')"
                 ),
                 format!(
-                    "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
-                     VALUES ('{quest}', '{session}', 0, 'k', '{{}}', 'TODO', 'open', now())
+                    "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, max_tries, updated_at)
+                     VALUES ('{quest}', '{session}', 0, 'k', '{{}}', 'TODO', 'open', 3, now())
                      ON CONFLICT (id) DO UPDATE SET state = 'TODO', phase = 'open', lease_id = NULL"
                 ),
             ),
@@ -219,7 +242,7 @@ async fn replace_cannot_smuggle_a_decided_quest_or_verdict_back() {
         ];
         for sql in refused {
             let err = db.execute(&sql).await.expect_err(&sql);
-            assert!(err.to_string().contains("ratchet"), "{sql}: {err}");
+            assert!(refused_by_a_rule(&err), "{sql}: {err}");
         }
         assert_eq!(app.quest(&quest).await["state"], "PASS");
         assert_sums(&app.status(&session).await);
@@ -249,7 +272,7 @@ async fn phases_lapses_and_a_result_under_review_are_guarded_too() {
         .iter()
         {
             let err = db.execute(sql).await.expect_err(sql);
-            assert!(err.to_string().contains("ratchet"), "{sql}: {err}");
+            assert!(refused_by_a_rule(&err), "{sql}: {err}");
         }
         db.execute(&format!("UPDATE quests SET lapses = 2 WHERE id = '{q2}'"))
             .await
@@ -258,7 +281,7 @@ async fn phases_lapses_and_a_result_under_review_are_guarded_too() {
             .execute(&format!("UPDATE quests SET lapses = 1 WHERE id = '{q2}'"))
             .await
             .expect_err("lapses never decrease");
-        assert!(err.to_string().contains("ratchet"), "{err}");
+        assert!(refused_by_a_rule(&err), "{err}");
     }
 }
 
@@ -346,18 +369,26 @@ async fn every_verdict_needs_its_proof_in_the_database() {
             dialect(
                 pg,
                 format!("UPDATE OR REPLACE quests SET row_index = 0 WHERE id = '{review}'"),
-                format!("UPDATE quests SET row_index = 0 WHERE id = '{review}'"),
+                format!("UPDATE quests SET row_index = 1000 WHERE id = '{review}'"),
             ),
             "never change",
         )
         .await;
+        // A PostgreSQL quest carries its session's max_tries (3).
+        let id = uuid::Uuid::now_v7();
         refused(
             &mut db,
-            format!(
-            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
-             VALUES ('{}', '{session}', 99, 'x', '{{}}', 'PASS', NULL, '2026-01-01')",
-            uuid::Uuid::now_v7()
-        ),
+            dialect(
+                pg,
+                format!(
+                    "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
+                     VALUES ('{id}', '{session}', 99, 'x', '{{}}', 'PASS', NULL, '2026-01-01')"
+                ),
+                format!(
+                    "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, max_tries, updated_at)
+                     VALUES ('{id}', '{session}', 99, 'x', '{{}}', 'PASS', NULL, 3, '2026-01-01')"
+                ),
+            ),
             "starts open",
         )
         .await;

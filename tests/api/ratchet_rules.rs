@@ -82,8 +82,9 @@ fn fixture() -> Vec<String> {
     let session_of = |n: u32| if (7..=9).contains(&n) { &s2 } else { &s1 };
     for n in 1..=10 {
         sql.push(format!(
-            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
-             VALUES ('{}', '{}', {n}, 'k{n}', '{{\"key\": \"k{n}\"}}', 'TODO', 'open', now())",
+            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, max_tries,
+                                 updated_at)
+             VALUES ('{}', '{}', {n}, 'k{n}', '{{\"key\": \"k{n}\"}}', 'TODO', 'open', 3, now())",
             q(n),
             session_of(n)
         ));
@@ -257,9 +258,18 @@ fn cases() -> Vec<Case> {
             "a quest starts open, without tries or lapses",
             format!(
                 "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, tries,
-                                     updated_at)
-                 VALUES ('{}', '{s1}', 50, 'k50', '{{}}', 'TODO', 'open', 1, now())",
+                                     max_tries, updated_at)
+                 VALUES ('{}', '{s1}', 50, 'k50', '{{}}', 'TODO', 'open', 1, 3, now())",
                 q(50)
+            ),
+        ),
+        case(
+            "a quest starts with its session's max_tries",
+            format!(
+                "INSERT INTO quests (id, session_id, row_index, key, input, state, phase,
+                                     max_tries, updated_at)
+                 VALUES ('{}', '{s1}', 51, 'k51', '{{}}', 'TODO', 'open', 5, now())",
+                q(51)
             ),
         ),
         case(

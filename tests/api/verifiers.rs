@@ -650,7 +650,7 @@ async fn a_verifying_quest_is_no_longer_the_agents_and_the_database_refuses_any_
         format!("DELETE FROM l2_jobs WHERE quest_id = '{quest}'"),
     ] {
         let err = db.execute(&sql).await.expect_err(&sql);
-        assert!(err.contains("ratchet"), "{sql}: {err}");
+        assert!(crate::ratchet::refused_by_a_rule(&err), "{sql}: {err}");
     }
     assert_eq!(app.quest(&quest).await["phase"], "verifying");
 }

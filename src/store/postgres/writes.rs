@@ -45,8 +45,8 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
         let keys: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
         let inputs: Vec<&str> = chunk.iter().map(|(_, input)| input.as_str()).collect();
         sqlx::query(
-            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at)
-             SELECT u.id, $1, u.row_index, u.key, u.input::json, 'TODO', 'open', $2
+            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, max_tries, updated_at)
+             SELECT u.id, $1, u.row_index, u.key, u.input::json, 'TODO', 'open', $7, $2
              FROM UNNEST($3::uuid[], $4::bigint[], $5::text[], $6::text[]) AS u (id, row_index, key, input)",
         )
         .bind(s.id)
@@ -55,6 +55,7 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
         .bind(&indexes)
         .bind(&keys)
         .bind(&inputs)
+        .bind(s.config.max_tries as i32)
         .execute(tx.db())
         .await?;
     }
