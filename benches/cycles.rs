@@ -13,7 +13,9 @@
 //! Then the small session runs on PostgreSQL, once with one replica and once
 //! with three `quest serve` processes on one fresh database (the agents spread
 //! over them round robin); there the CPU per cycle is given for the replicas
-//! and for the database's processes apart.
+//! and for the database's processes apart. Before them, `pgbench`'s TPC-B-like
+//! load on a scratch database (`-i -s 16`, then `-c 16 -j 2 -M prepared -T
+//! 30`) gives the yardstick P that the PostgreSQL figures are compared with.
 //!
 //! Options (environment): QUEST_BENCH_AGENTS (default 64), QUEST_BENCH_CYCLES
 //! (cycles measured per run, default 20000), QUEST_BENCH_SMALL (default 1000)
@@ -21,7 +23,9 @@
 //! maintenance database to create the run's database from, default
 //! `postgres://postgres@127.0.0.1:5432/postgres`; without a server there the
 //! PostgreSQL runs are skipped with a message, and fail with `CI=true`), and
-//! QUEST_BENCH_ONLY (`sqlite` or `postgres`: the runs of that backend only). Run
+//! QUEST_BENCH_ONLY (`sqlite` or `postgres`: the runs of that backend only),
+//! QUEST_BENCH_PGBENCH_SECONDS (how long the `pgbench` yardstick runs, default
+//! 30; 0: none, as in the smoke run). Run
 //! without `--bench` (as `cargo test --all-targets` does), it makes one small
 //! run of each at smoke sizes.
 
@@ -346,11 +350,72 @@ async fn measure_quest(
     (rate, pct(&run.next, 0.99))
 }
 
-/// The small session on PostgreSQL with one replica and with three; with no
+/// The yardstick of issue 19: what this PostgreSQL does with `pgbench`'s
+/// TPC-B-like load on a scratch database (`-i -s 16`, then `-c 16 -j 2 -M
+/// prepared` for `seconds`), in transactions per second; `None`, with a
+/// message, where `pgbench` is not installed or fails.
+async fn pgbench_yardstick(admin: &str, seconds: u32) -> Option<f64> {
+    let db = BenchDatabase::create(admin).await.ok()?;
+    let run = |args: &[&str]| {
+        Command::new("pgbench")
+            .args(args)
+            .arg(&db.url)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+    };
+    let seconds = seconds.to_string();
+    let tps = match run(&["-i", "-s", "16", "-q"]).and_then(|init| {
+        if init.status.success() {
+            run(&[
+                "-b",
+                "tpcb-like",
+                "-c",
+                "16",
+                "-j",
+                "2",
+                "-M",
+                "prepared",
+                "-T",
+                &seconds,
+            ])
+        } else {
+            Ok(init)
+        }
+    }) {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("tps = "))
+            .and_then(|rest| rest.split_whitespace().next()?.parse::<f64>().ok()),
+        Ok(out) => {
+            println!("pgbench: failed ({}); no yardstick", out.status);
+            None
+        }
+        Err(e) => {
+            println!("pgbench: not run ({e}); no yardstick");
+            None
+        }
+    };
+    db.drop_it().await;
+    if let Some(p) = tps {
+        println!(
+            "pgbench yardstick P (tpcb-like, -s 16 -c 16 -j 2 -M prepared -T {seconds}): {p:.0} transactions/s"
+        );
+    }
+    tps
+}
+
+/// The small session on PostgreSQL with one replica and with three, after
+/// the `pgbench` yardstick (for `yardstick_seconds`; none when 0); with no
 /// server to run on, a message (a failure with `CI=true`).
-async fn measure_postgres(quests: usize, agents: usize, cycles: usize) {
+async fn measure_postgres(quests: usize, agents: usize, cycles: usize, yardstick_seconds: u32) {
     let admin = std::env::var("QUEST_BENCH_POSTGRES")
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".to_owned());
+    let yardstick = if yardstick_seconds > 0 {
+        pgbench_yardstick(&admin, yardstick_seconds).await
+    } else {
+        None
+    };
     let mut rates = Vec::new();
     for replicas in [1, 3] {
         let db = match BenchDatabase::create(&admin).await {
@@ -377,6 +442,13 @@ async fn measure_postgres(quests: usize, agents: usize, cycles: usize) {
         "postgres: three replicas / one replica throughput {:.2}",
         rates[1] / rates[0]
     );
+    if let Some(p) = yardstick {
+        println!(
+            "postgres against the yardstick P: one replica {:.2} P, three replicas {:.2} P",
+            rates[0] / p,
+            rates[1] / p
+        );
+    }
 }
 
 async fn measure_baseline(agents: usize, cycles: usize) -> f64 {
@@ -421,9 +493,13 @@ fn main() {
         .build()
         .unwrap();
     let only = std::env::var("QUEST_BENCH_ONLY").unwrap_or_default();
+    let yardstick_seconds = env_usize(
+        "QUEST_BENCH_PGBENCH_SECONDS",
+        if measuring { 30 } else { 0 },
+    ) as u32;
     runtime.block_on(async {
         if only == "postgres" {
-            measure_postgres(small, agents, cycles).await;
+            measure_postgres(small, agents, cycles, yardstick_seconds).await;
             return;
         }
         let (small_rate, small_p99) = measure_quest(Backend::Sqlite, small, agents, cycles).await;
@@ -436,7 +512,7 @@ fn main() {
             small_rate / baseline,
         );
         if only != "sqlite" {
-            measure_postgres(small, agents, cycles).await;
+            measure_postgres(small, agents, cycles, yardstick_seconds).await;
         }
     });
 }

@@ -71,6 +71,14 @@ BEGIN
     RETURN false;
 END $$;
 
+-- The console's throughput in slots, like the counts (0011): every batch
+-- that decides quests adds to the minute's row, so the batches of several
+-- replicas, and several batches of one, would take turns on it. A read sums
+-- the minute's slots.
+ALTER TABLE console_throughput DROP CONSTRAINT console_throughput_pkey;
+ALTER TABLE console_throughput ADD COLUMN slot SMALLINT NOT NULL DEFAULT 0;
+ALTER TABLE console_throughput ADD PRIMARY KEY (session_id, minute, slot);
+
 -- Quests: the static rules ------------------------------------------------------------
 
 ALTER TABLE quests ADD COLUMN max_tries INTEGER;
@@ -102,7 +110,19 @@ FOR EACH STATEMENT EXECUTE FUNCTION quests_inserted();
 -- Quests: every rule from the old row to the new, in the order of 0002's
 -- function, then 0006's and 0009's; `o` and `n` are the old and new rows,
 -- `op` and `np` their phases with '-' for none (a terminal state).
+--
+-- What a rule looks up (a verdict's submission, a review decision, a
+-- re-check record) is a LATERAL lookup by key, asked only of the rows that
+-- need it: a plain EXISTS lets the planner hash the whole table once per
+-- statement, in a plan PL/pgSQL keeps while the table grows (measured: the
+-- submit batch's update took 8.5 ms instead of 3.5 with 40,000 submissions).
 CREATE FUNCTION quests_updated() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    -- The statement's sessions with AI verifiers.
+    verified UUID[] := ARRAY(
+        SELECT s.id FROM (SELECT DISTINCT session_id FROM new_rows) d
+        CROSS JOIN LATERAL (SELECT id, config FROM sessions WHERE id = d.session_id) s
+        WHERE json_typeof(s.config -> 'verify') <> 'null');
 BEGIN
     PERFORM CASE
         -- A quest's identity never changes (and its max_tries is its session's).
@@ -148,25 +168,13 @@ BEGIN
             ratchet_refused('L2 never changes tries, the result or the lease of a quest')
         -- Every verdict on a quest is backed by its decided submission, of the
         -- lease that held the quest, saying the state and tries the quest moves to.
-        WHEN ((op = 'checking' AND np <> 'checking')
-              OR (op = 'leased' AND n.lapses = o.lapses AND (np IN ('-', 'verifying') OR n.tries <> o.tries)))
-             AND NOT EXISTS (
-                 SELECT 1 FROM submissions s
-                 WHERE s.id = n.submission_id AND s.quest_id = n.id AND s.lease_id = o.lease_id
-                   AND s.verdict <> 'PENDING' AND s.state_after = n.state AND s.tries_after = n.tries) THEN
+        WHEN proves AND proof.found IS NULL THEN
             ratchet_refused('a verdict needs its decided submission')
         -- In a session with AI verifiers, an L1 PASS goes to `verifying` first.
-        WHEN n.state = 'PASS' AND o.state = 'TODO' AND op <> 'verifying'
-             AND n.session_id IN (SELECT v.id FROM sessions v
-                                  WHERE v.id IN (SELECT session_id FROM new_rows)
-                                    AND json_typeof(v.config -> 'verify') <> 'null') THEN
+        WHEN n.state = 'PASS' AND o.state = 'TODO' AND op <> 'verifying' AND n.session_id = ANY (verified) THEN
             ratchet_refused('a PASS in a session with AI verifiers goes through them')
         -- Only a reviewer's recorded decision ends a quest in REVIEW.
-        WHEN o.state = 'REVIEW' AND n.state <> 'REVIEW'
-             AND NOT EXISTS (
-                 SELECT 1 FROM review_decisions d
-                 WHERE d.quest_id = n.id
-                   AND d.decision = CASE n.state WHEN 'PASS' THEN 'approve' WHEN 'DONE' THEN 'reject' END) THEN
+        WHEN reviewed AND decision.found IS NULL THEN
             ratchet_refused('a quest leaves REVIEW only by a recorded review decision')
         -- A PASS quest is frozen but for its re-check columns.
         WHEN o.state = 'PASS'
@@ -185,25 +193,42 @@ BEGIN
         WHEN n.state <> 'PASS' AND rechecked THEN
             ratchet_refused('only a PASS quest is re-checked')
         -- A quest's mark moves only with its re-check record, and says what it says.
-        WHEN (n.recheck_mark IS DISTINCT FROM o.recheck_mark OR n.rechecked_at IS DISTINCT FROM o.rechecked_at
-              OR n.recheck_facts::text IS DISTINCT FROM o.recheck_facts::text)
-             AND NOT EXISTS (
-                 SELECT 1 FROM rechecks r
-                 WHERE r.quest_id = n.id AND r.created_at = n.rechecked_at
-                   AND r.mark IS NOT DISTINCT FROM n.recheck_mark AND r.facts::text = n.recheck_facts::text
-                   -- the latest record: an older one cannot un-stale the quest
-                   AND NOT EXISTS (SELECT 1 FROM rechecks l
-                                   WHERE l.quest_id = n.id AND l.created_at > n.rechecked_at)) THEN
+        WHEN marked AND mark.found IS NULL THEN
             ratchet_refused('a re-check mark needs its re-check record')
     END
     FROM old_rows o
     LEFT JOIN new_rows n ON n.id = o.id
+    CROSS JOIN LATERAL (SELECT COALESCE(o.phase, '-') AS op, COALESCE(n.phase, '-') AS np) AS p
     CROSS JOIN LATERAL (SELECT
-        COALESCE(o.phase, '-') AS op,
-        COALESCE(n.phase, '-') AS np,
-        (n.recheck_mark IS DISTINCT FROM o.recheck_mark OR n.rechecked_at IS DISTINCT FROM o.rechecked_at
-         OR n.recheck_facts::text IS DISTINCT FROM o.recheck_facts::text
-         OR n.recheck_run IS DISTINCT FROM o.recheck_run) AS rechecked) AS x;
+        -- a verdict: the gate's answer leaves `checking`, or the lease's own
+        -- submit decides (not a lapse)
+        (op = 'checking' AND np <> 'checking')
+            OR (op = 'leased' AND n.lapses = o.lapses AND (np IN ('-', 'verifying') OR n.tries <> o.tries))
+            AS proves,
+        o.state = 'REVIEW' AND n.state <> 'REVIEW' AS reviewed,
+        n.recheck_mark IS DISTINCT FROM o.recheck_mark OR n.rechecked_at IS DISTINCT FROM o.rechecked_at
+            OR n.recheck_facts::text IS DISTINCT FROM o.recheck_facts::text AS marked,
+        n.recheck_mark IS DISTINCT FROM o.recheck_mark OR n.rechecked_at IS DISTINCT FROM o.rechecked_at
+            OR n.recheck_facts::text IS DISTINCT FROM o.recheck_facts::text
+            OR n.recheck_run IS DISTINCT FROM o.recheck_run AS rechecked) AS x
+    -- the verdict's decided submission, of the lease that held the quest,
+    -- saying the state and tries the quest moves to
+    LEFT JOIN LATERAL (
+        SELECT true AS found FROM submissions s
+        WHERE proves AND s.id = n.submission_id AND s.quest_id = n.id AND s.lease_id = o.lease_id
+          AND s.verdict <> 'PENDING' AND s.state_after = n.state AND s.tries_after = n.tries) AS proof ON true
+    LEFT JOIN LATERAL (
+        SELECT true AS found FROM review_decisions d
+        WHERE reviewed AND d.quest_id = n.id
+          AND d.decision = CASE n.state WHEN 'PASS' THEN 'approve' WHEN 'DONE' THEN 'reject' END
+        LIMIT 1) AS decision ON true
+    -- the latest re-check record: an older one cannot un-stale the quest
+    LEFT JOIN LATERAL (
+        SELECT true AS found FROM rechecks r
+        WHERE marked AND r.quest_id = n.id AND r.created_at = n.rechecked_at
+          AND r.mark IS NOT DISTINCT FROM n.recheck_mark AND r.facts::text = n.recheck_facts::text
+          AND NOT EXISTS (SELECT 1 FROM rechecks l WHERE l.quest_id = n.id AND l.created_at > n.rechecked_at)
+        LIMIT 1) AS mark ON true;
 
     -- The statement's moves between count buckets, per session.
     INSERT INTO session_counts AS c (session_id, bucket, slot, n)
@@ -218,14 +243,16 @@ BEGIN
     ON CONFLICT (session_id, bucket, slot) DO UPDATE SET n = c.n + excluded.n;
 
     -- Quests that left TODO (by the gate, the AI verifiers or the lapse
-    -- limit), per minute of UTC. Every state change writes `updated_at`.
-    INSERT INTO console_throughput AS t (session_id, minute, decided)
-    SELECT n.session_id, date_trunc('minute', n.updated_at, 'UTC'), count(*)
+    -- limit), per minute of UTC, in the transaction's slot of the minute.
+    -- Every state change writes `updated_at`.
+    INSERT INTO console_throughput AS t (session_id, minute, slot, decided)
+    SELECT n.session_id, date_trunc('minute', n.updated_at, 'UTC'), (txid_current() % 16)::smallint,
+           count(*)
     FROM old_rows o JOIN new_rows n ON n.id = o.id
     WHERE o.state = 'TODO' AND n.state <> 'TODO'
     GROUP BY 1, 2
     ORDER BY 1, 2
-    ON CONFLICT (session_id, minute) DO UPDATE SET decided = t.decided + excluded.decided;
+    ON CONFLICT (session_id, minute, slot) DO UPDATE SET decided = t.decided + excluded.decided;
 
     -- A leased quest that its agent's work ended (decided, or sent to the AI
     -- verifiers) counts for the agent's token in the pause rule (0012).

@@ -209,11 +209,12 @@ pub async fn throughput(
     let mut per_minute = vec![0u64; minutes as usize];
     for r in &rows {
         let index = (read_minute(r, "minute")? - from).num_minutes();
-        if let Some(slot) = usize::try_from(index)
+        if let Some(decided) = usize::try_from(index)
             .ok()
             .and_then(|i| per_minute.get_mut(i))
         {
-            *slot = r.count("decided")?;
+            // PostgreSQL keeps a minute in several rows (migrations/postgres/0014).
+            *decided += r.count("decided")?;
         }
     }
     Ok(Throughput { until, per_minute })
