@@ -2,7 +2,8 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use quest::app::App;
 use quest::cli::{self, ClientArgs, EXIT_STATUSES, Verb};
 use quest::config::Config;
@@ -38,8 +39,54 @@ enum Command {
     RunLimited(quest::process::limits::LimitedRun),
 }
 
+/// The commands that are no client: the options of the client verbs are not theirs.
+const NOT_CLIENTS: [&str; 3] = ["serve", "demo", "openapi"];
+
+/// The command line's grammar: the client options are global, so that they
+/// may follow any client verb, but `serve`, `demo` and `openapi` neither list
+/// them in `--help` nor take them.
+fn grammar() -> clap::Command {
+    // A command that has an argument of a global's id keeps its own: a hidden copy.
+    let hidden: Vec<clap::Arg> = client_options()
+        .get_arguments()
+        .map(|a| a.clone().global(false).hide(true))
+        .collect();
+    let mut command = Cli::command();
+    for name in NOT_CLIENTS {
+        command = command.mut_subcommand(name, |sub| sub.args(hidden.clone()));
+    }
+    command
+}
+
+/// The client options, alone.
+fn client_options() -> clap::Command {
+    ClientArgs::augment_args(clap::Command::new("client"))
+}
+
+/// Parses the command line; a client option given to a command that is no client is a usage error.
+fn parse() -> Result<Cli, clap::Error> {
+    let mut command = grammar();
+    let matches = command.try_get_matches_from_mut(std::env::args_os())?;
+    if let Some((name, sub)) = matches
+        .subcommand()
+        .filter(|(n, _)| NOT_CLIENTS.contains(n))
+    {
+        let given = client_options()
+            .get_arguments()
+            .find(|a| sub.value_source(a.get_id().as_str()) == Some(ValueSource::CommandLine))
+            .map(|a| a.get_long().unwrap_or_default().to_owned());
+        if let Some(flag) = given {
+            return Err(command.error(
+                clap::error::ErrorKind::ArgumentConflict,
+                format!("--{flag} is an option of the client verbs (next, submit, status, ...); `quest {name}` does not take it"),
+            ));
+        }
+    }
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match parse() {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();

@@ -72,7 +72,7 @@ fn save(ctx: &Ctx, held: &Held) -> Result<(), CliError> {
 /// When the answer is the lease this agent already remembers, it is renewed,
 /// so that an agent asking again during long work keeps its quest.
 pub async fn lease(ctx: &Ctx) -> Result<NextResponse, CliError> {
-    let session = ctx.session().await?;
+    let session = ctx.agent_session()?;
     let request = NextRequest {
         agent: ctx.args.agent.clone(),
     };
@@ -122,9 +122,7 @@ async fn renew(ctx: &Ctx, quest: QuestId, lease: LeaseId) -> Result<Lease, CliEr
 pub fn held_lease(held: &Held) -> Result<(QuestId, LeaseId), CliError> {
     match (held.quest_id, held.lease_id) {
         (Some(quest), Some(lease)) => Ok((quest, lease)),
-        _ => Err(CliError::Usage(
-            "no quest is leased by this agent: run `quest next` first".into(),
-        )),
+        _ => Err(CliError::NoLease),
     }
 }
 
@@ -278,7 +276,7 @@ pub async fn release(ctx: &Ctx) -> Result<Held, CliError> {
 
 /// The session this agent works on, with its counts.
 pub async fn session(ctx: &Ctx) -> Result<Session, CliError> {
-    let id = ctx.session().await?;
+    let id = ctx.agent_session()?;
     ctx.client.get(&format!("/v1/sessions/{id}")).await
 }
 
@@ -286,11 +284,10 @@ pub async fn session(ctx: &Ctx) -> Result<Session, CliError> {
 /// data dir, another server), so the remembered lease is stale.
 fn forgotten_quest(e: CliError) -> CliError {
     match e {
-        CliError::Refused { status, code, .. } if status == reqwest::StatusCode::NOT_FOUND => CliError::Refused {
+        CliError::Refused { status, .. } if status == reqwest::StatusCode::NOT_FOUND => CliError::Refused {
             status,
-            code,
-            message: "the server does not know the quest this agent remembers (another server or a new data dir); \
-                      run `quest next`"
+            code: super::client::QUEST_UNKNOWN.into(),
+            message: "the server does not know the quest this agent remembers (another server or a new data dir)"
                 .into(),
         },
         other => other,

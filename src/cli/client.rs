@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use super::agent::Surface;
 use crate::api::ErrorBody;
 
 /// Exit statuses of the client verbs (the verdict and lease statuses are in `cli::exit`).
@@ -29,6 +30,10 @@ pub mod status {
     pub const AUTH: u8 = 77;
 }
 
+/// The code of a 404 for the quest this agent remembers: the server does not
+/// know it (another server, a new data dir), so the remembered lease is stale.
+pub const QUEST_UNKNOWN: &str = "quest_unknown";
+
 /// Why a client verb failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
@@ -39,6 +44,16 @@ pub enum CliError {
         "`quest {verb}` needs an agent token: set QUEST_TOKEN (or --token) to the token an admin created for you with `quest token create --role agent`; agent verbs never use the server's admin.token"
     )]
     NoAgentToken { verb: &'static str },
+    /// An agent verb that does not know its session: none was given and this
+    /// agent never held a lease (it never guesses "the most recent").
+    #[error(
+        "no session is set for this agent: set QUEST_SESSION (or --session) to the id of the session the operator \
+         gave you; `quest agent-prompt` prints it with the rest of the set-up"
+    )]
+    NoSession,
+    /// A lease verb while this agent holds no quest ([`CliError::message`] words it per surface).
+    #[error("no quest is leased by this agent: run `quest next` first")]
+    NoLease,
     #[error(
         "cannot reach the quest server at {url}: start it with `quest serve`, or point QUEST_URL / --url at it"
     )]
@@ -57,7 +72,7 @@ impl CliError {
     /// The process exit status for this failure.
     pub fn exit_status(&self) -> u8 {
         match self {
-            CliError::Usage(_) => status::USAGE,
+            CliError::Usage(_) | CliError::NoSession | CliError::NoLease => status::USAGE,
             CliError::NoAgentToken { .. } => status::AUTH,
             CliError::Unreachable { .. } => status::UNREACHABLE,
             CliError::Garbled(_) => status::SERVER,
@@ -74,6 +89,13 @@ impl CliError {
 
     /// The one line printed on stderr.
     pub fn line(&self) -> String {
+        format!("quest: {}", self.message(Surface::Cli))
+    }
+
+    /// What went wrong and what to do next, worded for where the agent reads
+    /// it: a command to run in the shell, a tool to call over MCP.
+    pub fn message(&self, surface: Surface) -> String {
+        let next = format!("{} {}", surface.verb().to_lowercase(), surface.next());
         match self {
             CliError::Refused {
                 status,
@@ -81,22 +103,29 @@ impl CliError {
                 message,
             } => {
                 let advice = match (status.as_u16(), code.as_str()) {
-                    (401, _) => {
-                        " (set QUEST_TOKEN or --token to a valid token; an admin creates one with `quest token create`)"
-                    }
-                    (409, "agent_paused") => " (paused: stop and tell the operator)",
-                    (403, "out_of_scope") => "",
+                    (401, _) => " (set QUEST_TOKEN or --token to a valid token; an admin creates one with \
+                                 `quest token create`)"
+                        .to_owned(),
+                    (409, "agent_paused") => " (paused: stop and tell the operator)".to_owned(),
+                    (403, "out_of_scope") => String::new(),
                     (403, _) => {
                         " (ask an admin for a token with that role: `quest token create --role ROLE`)"
+                            .to_owned()
                     }
-                    (409, "lease_lost" | "lease_expired" | "quest_locked") => {
-                        " (the CLI verb is `quest next`)"
+                    (409, "lease_lost" | "lease_expired" | "quest_locked") | (404, QUEST_UNKNOWN) => {
+                        format!(" ({next} for a quest)")
                     }
-                    _ => "",
+                    _ => String::new(),
                 };
-                format!("quest: {message}{advice} [{code}]")
+                format!("{message}{advice} [{code}]")
             }
-            other => format!("quest: {other}"),
+            CliError::NoLease => format!("no quest is leased by this agent: {next} first"),
+            CliError::NoSession if surface == Surface::Mcp => {
+                "no session is set for this MCP server: set QUEST_SESSION in its environment (or run \
+                 `quest mcp --session ID`) to the id of the session the operator gave you"
+                    .to_owned()
+            }
+            other => other.to_string(),
         }
     }
 

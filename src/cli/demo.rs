@@ -9,7 +9,7 @@
 
 use crate::domain::ids::SessionId;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -30,15 +30,19 @@ use crate::gates::email::EmailWorld;
 use crate::gates::fetch::FetchError;
 use crate::testing::{FakeFetcher, FakeResolver, page};
 
+/// The export's name in the demo's data dir when `-o` is not given.
+const DEFAULT_EXPORT: &str = "quest-demo.xlsx";
+
 /// `quest demo`.
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
     /// Companies in the simulated world (8 to 200).
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(8..=200))]
     pub companies: u16,
-    /// Where to write the export; the extension picks the format (.xlsx, .csv, .jsonl).
-    #[arg(short, long, default_value = "quest-demo.xlsx")]
-    pub output: PathBuf,
+    /// Where to write the export; the extension picks the format (.xlsx, .csv,
+    /// .jsonl). Without it, quest-demo.xlsx in the demo's data dir, which is then kept.
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
 }
 
 /// How a fictional company shows its contact address.
@@ -389,6 +393,8 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
         |e: &dyn std::fmt::Display| CliError::Usage(format!("the demo could not start: {e}"));
     let ext = args
         .output
+        .as_deref()
+        .unwrap_or(Path::new(DEFAULT_EXPORT))
         .extension()
         .and_then(|e| e.to_str())
         .unwrap_or_default()
@@ -396,7 +402,10 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
     if !["csv", "jsonl", "xlsx"].contains(&ext.as_str()) {
         return Err(CliError::Usage(format!(
             "{}: name the output .xlsx, .csv or .jsonl",
-            args.output.display()
+            args.output
+                .as_deref()
+                .unwrap_or(Path::new(DEFAULT_EXPORT))
+                .display()
         )));
     }
     let everyone = companies(args.companies.into());
@@ -517,8 +526,12 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
         "Review queue ({} quests; `quest review` works it):",
         queue.len()
     );
-    for quest in queue.iter().take(4) {
+    const SHOWN: usize = 4;
+    for quest in queue.iter().take(SHOWN) {
         print!("{}", review::describe(quest));
+    }
+    if queue.len() > SHOWN {
+        println!("  … and {} more", queue.len() - SHOWN);
     }
 
     let export = admin
@@ -528,13 +541,22 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
         .bytes()
         .await
         .map_err(|e| CliError::Garbled(e.to_string()))?;
-    std::fs::write(&args.output, &bytes)
-        .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", args.output.display())))?;
+    // Without -o the export stays beside the demo's database, in a data dir that is kept.
+    let output = match &args.output {
+        Some(path) => path.clone(),
+        None => data.path().join(DEFAULT_EXPORT),
+    };
+    std::fs::write(&output, &bytes)
+        .map_err(|e| CliError::Usage(format!("cannot write {}: {e}", output.display())))?;
     println!(
         "\nExport: {} ({} bytes): the original rows plus the result columns.",
-        args.output.display(),
+        output.display(),
         bytes.len()
     );
+    if args.output.is_none() {
+        let kept = data.keep();
+        println!("The demo's data dir is kept: {}", kept.display());
+    }
 
     // The end-of-run check: everything decided, and no accepted address that is
     // not really on the company's page (so no invented one).

@@ -11,14 +11,14 @@
 //! server or its input fails it fails open unless `--fail-closed` is given.
 //! [`decide`] is the whole rule, pure; the rest gathers facts and prints.
 
-use crate::domain::ids::SubmissionId;
+use crate::domain::ids::{SessionId, SubmissionId};
 use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::json;
 use tokio::io::AsyncReadExt;
 
-use super::agent;
+use super::agent::{self, Surface};
 use super::client::CliError;
 use super::state::GuardMark;
 use super::text::{clean, say, say_err};
@@ -224,7 +224,18 @@ pub fn decide(seen: &Seen, mark: Option<&GuardMark>, max_blocks: u32) -> (Decisi
 /// before it runs: see [`super::Ctx::new`]).
 pub async fn run(ctx: &Ctx, args: GuardArgs) -> Result<u8, CliError> {
     if let Some(harness) = args.print_config {
-        say!("{}", print_config(harness));
+        let session = ctx.session().await?;
+        let (file, note) = print_config(harness, ctx.client.base(), session);
+        say!("{file}");
+        say_err!("{note}");
+        return Ok(exit::OK);
+    }
+    // A guard that does not know its agent's session cannot hold it to one.
+    if let Err(e) = ctx.agent_session() {
+        say_err!(
+            "quest guard: {}; the stop is allowed",
+            e.message(Surface::Cli)
+        );
         return Ok(exit::OK);
     }
     let limit = Duration::from_secs(args.timeout);
@@ -365,49 +376,51 @@ fn failed(ctx: &Ctx, args: &GuardArgs, session: &str, why: &str) -> u8 {
     exit::OK
 }
 
-const QUEST_VARS: &str = "QUEST_URL, QUEST_TOKEN, QUEST_SESSION and QUEST_AGENT";
-
-/// The configuration that installs `quest mcp` and `quest guard` in a harness.
-pub fn print_config(harness: Harness) -> String {
+/// The configuration that installs `quest mcp` and `quest guard` in a harness,
+/// bound to one session: what goes on stdout (a file to save as it is) and
+/// the note for stderr (where to save it, what to set beside it).
+pub fn print_config(harness: Harness, url: &str, session: SessionId) -> (String, String) {
+    let guard = format!("quest guard --session {session}");
+    let secrets = "Set QUEST_TOKEN (the agent's own token, never the admin's) and QUEST_AGENT in the \
+                   environment the harness runs in";
     match harness {
         Harness::Claude => {
-            let hook =
-                json!([{"hooks": [{"type": "command", "command": "quest guard", "timeout": 30}]}]);
+            let hook = json!([{"hooks": [{"type": "command", "command": guard, "timeout": 30}]}]);
             let settings = json!({
-                "hooks": {"Stop": hook, "SubagentStop": hook},
-                "enabledMcpjsonServers": ["quest"]
+                "env": {"QUEST_URL": url, "QUEST_SESSION": session.to_string()},
+                "hooks": {"Stop": hook, "SubagentStop": hook}
             });
-            let mcp = json!({"mcpServers": {"quest": {"command": "quest", "args": ["mcp"]}}});
-            let pretty =
-                |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
-            format!(
-                "# .claude/settings.json (merge into the project's file): the stop guard on Stop and SubagentStop\n\
-                 {}\n\
-                 # .mcp.json at the project root: the four quest tools (or: claude mcp add quest -- quest mcp)\n\
-                 {}\n\
-                 # Both read {QUEST_VARS} from the environment Claude Code runs in.",
-                pretty(&settings),
-                pretty(&mcp)
+            let note = format!(
+                "quest: save this as .claude/settings.json (merge its keys into an existing one): the stop guard \
+                 on Stop and SubagentStop, bound to session {session}. Add the four tools with \
+                 `claude mcp add quest -- quest mcp --session {session}`. {secrets} (.claude/settings.local.json \
+                 keeps them out of the repository)."
+            );
+            (
+                serde_json::to_string_pretty(&settings).unwrap_or_default(),
+                note,
             )
         }
-        Harness::Codex => format!(
-            "# ~/.codex/config.toml (or .codex/config.toml in a trusted project)\n\
-             # Codex starts MCP servers with a cleared environment: env_vars passes the quest settings on.\n\
-             [mcp_servers.quest]\n\
-             command = \"quest\"\n\
-             args = [\"mcp\"]\n\
-             env_vars = [\"QUEST_URL\", \"QUEST_TOKEN\", \"QUEST_SESSION\", \"QUEST_AGENT\", \"QUEST_STATE_DIR\", \"XDG_STATE_HOME\"]\n\
-             \n\
-             # The stop guard. Codex releases that still gate hooks behind a feature also need\n\
-             # [features] hooks = true (codex_hooks = true in older ones).\n\
-             [[hooks.Stop]]\n\
-             [[hooks.Stop.hooks]]\n\
-             type = \"command\"\n\
-             command = \"quest guard\"\n\
-             timeout = 30\n\
-             \n\
-             # The guard reads {QUEST_VARS} from the environment Codex runs in."
-        ),
+        Harness::Codex => {
+            let file = format!(
+                "# ~/.codex/config.toml (or .codex/config.toml in a trusted project), bound to session {session}.\n\
+                 # Codex starts MCP servers with a cleared environment: env_vars passes the secrets on.\n\
+                 [mcp_servers.quest]\n\
+                 command = \"quest\"\n\
+                 args = [\"mcp\", \"--url\", \"{url}\", \"--session\", \"{session}\"]\n\
+                 env_vars = [\"QUEST_TOKEN\", \"QUEST_AGENT\", \"QUEST_STATE_DIR\", \"XDG_STATE_HOME\"]\n\
+                 \n\
+                 # The stop guard. Codex releases that still gate hooks behind a feature also need\n\
+                 # [features] hooks = true (codex_hooks = true in older ones).\n\
+                 [[hooks.Stop]]\n\
+                 [[hooks.Stop.hooks]]\n\
+                 type = \"command\"\n\
+                 command = \"quest guard --url {url} --session {session}\"\n\
+                 timeout = 30"
+            );
+            let note = format!("quest: save this in Codex's config.toml. {secrets}.");
+            (file, note)
+        }
     }
 }
 
@@ -606,44 +619,34 @@ mod tests {
     }
 
     #[test]
-    fn printed_configs_parse_and_install_both_hooks_and_the_server() {
-        let claude = print_config(Harness::Claude);
-        let blocks: Vec<serde_json::Value> = json_blocks(&claude);
-        assert_eq!(blocks.len(), 2, "{claude}");
+    fn printed_configs_parse_and_bind_both_hooks_and_the_server_to_the_session() {
+        let session = SessionId::new();
+        let guard = format!("quest guard --session {session}");
+        let (claude, note) = print_config(Harness::Claude, "http://127.0.0.1:8080", session);
+        let settings: serde_json::Value =
+            serde_json::from_str(&claude).expect("the Claude Code settings are one JSON file");
         for event in ["Stop", "SubagentStop"] {
             assert_eq!(
-                blocks[0]["hooks"][event][0]["hooks"][0]["command"], "quest guard",
-                "{claude}"
+                settings["hooks"][event][0]["hooks"][0]["command"],
+                guard.as_str()
             );
         }
-        assert_eq!(blocks[1]["mcpServers"]["quest"]["args"][0], "mcp");
-        let codex: toml::Table = toml::from_str(&print_config(Harness::Codex)).unwrap();
-        assert_eq!(
-            codex["mcp_servers"]["quest"]["args"][0].as_str(),
-            Some("mcp")
+        assert_eq!(settings["env"]["QUEST_SESSION"], session.to_string());
+        assert!(
+            note.contains(&format!("quest mcp --session {session}")),
+            "{note}"
+        );
+        let (codex, _) = print_config(Harness::Codex, "http://127.0.0.1:8080", session);
+        let codex: toml::Table = toml::from_str(&codex).unwrap();
+        let args = codex["mcp_servers"]["quest"]["args"].as_array().unwrap();
+        assert_eq!(args[0].as_str(), Some("mcp"));
+        assert!(
+            args.iter()
+                .any(|a| a.as_str() == Some(session.to_string().as_str()))
         );
         assert_eq!(
             codex["hooks"]["Stop"][0]["hooks"][0]["command"].as_str(),
-            Some("quest guard")
+            Some(format!("quest guard --url http://127.0.0.1:8080 --session {session}").as_str())
         );
-    }
-
-    /// The JSON documents of a printed config: `{` at a line's start up to `}` at a line's start.
-    fn json_blocks(text: &str) -> Vec<serde_json::Value> {
-        let mut out = Vec::new();
-        let mut current: Option<String> = None;
-        for line in text.lines() {
-            if line == "{" {
-                current = Some(String::new());
-            }
-            if let Some(doc) = current.as_mut() {
-                doc.push_str(line);
-                doc.push('\n');
-            }
-            if line == "}" {
-                out.push(serde_json::from_str(&current.take().unwrap()).unwrap());
-            }
-        }
-        out
     }
 }

@@ -23,6 +23,7 @@ use super::client::CliError;
 use super::text::clean;
 use super::{Ctx, exit};
 use crate::api::NextResponse;
+use crate::domain::prompt::SUBMIT_HEADING;
 use crate::domain::{State, SubmissionVerdict};
 
 /// How long `quest_submit` lets the server wait for a verdict before it answers PENDING.
@@ -58,17 +59,84 @@ fn submit_arguments() -> Arc<JsonObject> {
     }))
 }
 
-/// A tool answer: text for the agent (terminal controls removed) and, when
-/// given, the same answer as structured content.
-fn answer(text: &str, structured: Option<Value>) -> CallToolResult {
+/// `quest_next`'s answer: one object whose `status` says which of the four it is.
+fn next_output() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "enum": ["assigned", "wait", "finished", "paused"]},
+            "prompt": {"type": "string", "description": "assigned: what to do, and how to submit."},
+            "quest": {"type": "object", "description": "assigned: the quest's id, key, input, tries and last facts."},
+            "lease": {"type": "object", "description": "assigned: the lease's id and expiry."},
+            "tries_left": {"type": "integer", "minimum": 0},
+            "result_example": {"description": "assigned: the result's shape."},
+            "retry_after_seconds": {"type": "integer", "minimum": 0, "description": "wait: call quest_next again after this."},
+            "message": {"type": "string", "description": "paused: why, for the operator."}
+        },
+        "required": ["status"]
+    }))
+}
+
+/// `quest_submit`'s answer.
+fn submit_output() -> Arc<JsonObject> {
+    let count = json!({"type": "integer", "minimum": 0});
+    schema(json!({
+        "type": "object",
+        "properties": {
+            "verdict": {"type": "string", "enum": ["PASS", "FAIL", "REVIEW", "PENDING"]},
+            "state": {"type": "string", "enum": ["TODO", "PASS", "REVIEW", "DONE"]},
+            "tries": count, "max_tries": count, "tries_left": count, "remaining": count,
+            "facts": {"type": "array", "items": {"type": "object", "properties": {
+                "check": {"type": "string"}, "field": {"type": "string"}, "expected": {"type": "string"},
+                "actual": {"type": "string"}, "hint": {"type": "string"}}}},
+            "unchanged": {"type": "boolean", "description": "true: the verdict already recorded for this very result; nothing was checked again and no try was used."},
+            "submission_id": {"type": "string"}
+        },
+        "required": ["verdict", "state", "tries", "max_tries", "remaining", "facts", "unchanged"]
+    }))
+}
+
+/// The counts `quest_status` answers, in the order its text says them.
+const STATUS_COUNTS: [&str; 9] = [
+    "total",
+    "remaining",
+    "open",
+    "leased",
+    "checking",
+    "verifying",
+    "pass",
+    "review",
+    "done",
+];
+
+fn status_output() -> Arc<JsonObject> {
+    let properties: JsonObject = STATUS_COUNTS
+        .iter()
+        .map(|name| (name.to_string(), json!({"type": "integer", "minimum": 0})))
+        .chain([("session".to_owned(), json!({"type": "string"}))])
+        .collect();
+    schema(json!({"type": "object", "properties": properties, "required": STATUS_COUNTS}))
+}
+
+fn release_output() -> Arc<JsonObject> {
+    schema(json!({
+        "type": "object",
+        "properties": {"released": {"type": "string", "description": "The key of the quest given back."}},
+        "required": ["released"]
+    }))
+}
+
+/// A tool answer: text for the agent (terminal controls removed) and the same
+/// answer as structured content, valid against the tool's output schema.
+fn answer(text: &str, structured: Value) -> CallToolResult {
     let mut result = CallToolResult::success(vec![ContentBlock::text(clean(text))]);
-    result.structured_content = structured;
+    result.structured_content = Some(structured);
     result
 }
 
-/// A refusal as a tool error, in the CLI's words.
+/// A refusal as a tool error, worded for a tool-calling agent; no structured content.
 fn refusal(e: &CliError) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(clean(&e.line()))])
+    CallToolResult::error(vec![ContentBlock::text(clean(&e.message(Surface::Mcp)))])
 }
 
 fn structured(value: &impl serde::Serialize) -> Value {
@@ -87,25 +155,31 @@ impl QuestTools {
 
     #[tool(
         description = "Lease your next quest and get its prompt (task, input, example, last facts, tries left), or `wait` (with seconds) or `finished`. While you hold a quest it returns that quest and renews its lease.",
-        input_schema = no_arguments()
+        input_schema = no_arguments(),
+        output_schema = next_output()
     )]
     async fn quest_next(&self) -> Result<CallToolResult, ErrorData> {
         Ok(match agent::lease(&self.ctx).await {
             Ok(next) => next_answer(&next),
+            Err(CliError::Refused { code, message, .. }) if code == "agent_paused" => answer(
+                &format!("paused: {message}. Stop here and tell the operator."),
+                json!({"status": "paused", "message": message}),
+            ),
             Err(e) => refusal(&e),
         })
     }
 
     #[tool(
         description = "Submit the result for your quest as a JSON object. Returns the verdict with every fact and hint, tries left and quests remaining. On FAIL fix each fact and submit again.",
-        input_schema = submit_arguments()
+        input_schema = submit_arguments(),
+        output_schema = submit_output()
     )]
     async fn quest_submit(&self, arguments: JsonObject) -> Result<CallToolResult, ErrorData> {
         let result = match arguments.get("result") {
             Some(Value::Object(result)) if !result.is_empty() => result.clone(),
             _ => {
                 return Ok(refusal(&CliError::Usage(
-                    "quest: give the result as a non-empty JSON object: {\"result\": {...}}".into(),
+                    "give the result as a non-empty JSON object: {\"result\": {...}}".into(),
                 )));
             }
         };
@@ -125,28 +199,23 @@ impl QuestTools {
     }
 
     #[tool(
-        description = "The session's counts: total, remaining, open, leased, checking, pass, review, done.",
-        input_schema = no_arguments()
+        description = "The session's counts: total, remaining, open, leased, checking, verifying, pass, review, done.",
+        input_schema = no_arguments(),
+        output_schema = status_output()
     )]
     async fn quest_status(&self) -> Result<CallToolResult, ErrorData> {
         Ok(match agent::session(&self.ctx).await {
             Ok(session) => {
-                let s = &session.status;
-                let text = format!(
-                    "Session {}: {} quests, {} remaining ({} open, {} leased, {} checking, {} verifying); \
-                     {} pass, {} review, {} done.",
-                    session.name,
-                    s.total,
-                    s.remaining,
-                    s.open,
-                    s.leased,
-                    s.checking,
-                    s.verifying,
-                    s.pass,
-                    s.review,
-                    s.done
-                );
-                answer(&text, Some(structured(s)))
+                let all = structured(&session.status);
+                let mut counts = serde_json::Map::new();
+                let mut said = Vec::new();
+                for name in STATUS_COUNTS {
+                    said.push(format!("{} {name}", all[name]));
+                    counts.insert(name.to_owned(), all[name].clone());
+                }
+                counts.insert("session".to_owned(), json!(session.name));
+                let text = format!("Session {}: {}.", session.name, said.join(", "));
+                answer(&text, Value::Object(counts))
             }
             Err(e) => refusal(&e),
         })
@@ -154,17 +223,20 @@ impl QuestTools {
 
     #[tool(
         description = "Give your current quest back without using a try, so another agent can take it.",
-        input_schema = no_arguments()
+        input_schema = no_arguments(),
+        output_schema = release_output()
     )]
     async fn quest_release(&self) -> Result<CallToolResult, ErrorData> {
         Ok(match agent::release(&self.ctx).await {
-            Ok(held) => answer(
-                &format!(
-                    "Released {}; another agent can take it. Call quest_next for a quest.",
-                    held.key.unwrap_or_default()
-                ),
-                None,
-            ),
+            Ok(held) => {
+                let key = held.key.unwrap_or_default();
+                answer(
+                    &format!(
+                        "Released {key}; another agent can take it. Call quest_next for a quest."
+                    ),
+                    json!({"released": key}),
+                )
+            }
             Err(e) => refusal(&e),
         })
     }
@@ -187,14 +259,13 @@ fn next_answer(next: &NextResponse) -> CallToolResult {
             prompt,
             submit,
         } => {
-            let text = format!(
-                "{prompt}\nWith the MCP tools, call quest_submit with {{\"result\": {}}}.",
-                submit.result_example
-            );
-            // The prompt is in the text; the structured part carries the ids and the input.
             let tries_left = quest.max_tries.saturating_sub(quest.tries);
-            let data = json!({"status": "assigned", "quest": quest, "lease": lease, "tries_left": tries_left});
-            answer(&text, Some(data))
+            let prompt = tool_prompt(prompt, tries_left, quest.max_tries, &submit.result_example);
+            let data = json!({
+                "status": "assigned", "prompt": prompt, "quest": quest, "lease": lease,
+                "tries_left": tries_left, "result_example": submit.result_example
+            });
+            answer(&prompt, data)
         }
         NextResponse::Wait {
             retry_after_seconds,
@@ -203,13 +274,25 @@ fn next_answer(next: &NextResponse) -> CallToolResult {
                 "wait: nothing is open right now; other agents hold the remaining quests. \
                  Call quest_next again in {retry_after_seconds} s."
             ),
-            Some(structured(next)),
+            structured(next),
         ),
         NextResponse::Finished => answer(
             "finished: every quest of the session is decided. Stop here.",
-            Some(structured(next)),
+            structured(next),
         ),
     }
+}
+
+/// The server's prompt with its last section, which teaches the CLI and raw
+/// HTTP, replaced by the one way a tool-calling agent submits.
+fn tool_prompt(prompt: &str, tries_left: u32, max_tries: u32, example: &Value) -> String {
+    let body = prompt
+        .find(SUBMIT_HEADING)
+        .map_or(prompt, |at| &prompt[..at]);
+    format!(
+        "{body}{SUBMIT_HEADING}Tries left: {tries_left} of {max_tries}. Call quest_submit with \
+         {{\"result\": {example}}}, each value from your own work.\n"
+    )
 }
 
 fn submit_answer(s: &crate::api::SubmitResponse) -> CallToolResult {
@@ -224,11 +307,15 @@ fn submit_answer(s: &crate::api::SubmitResponse) -> CallToolResult {
             Surface::Mcp.wait()
         ));
     } else {
-        text.push_str(&format!("\n{} quests remain in this session.", s.remaining));
+        text.push('\n');
+        text.push_str(&super::text::remain(s.remaining));
     }
-    let mut data = structured(s);
-    data["tries_left"] = json!(left);
-    answer(&text, Some(data))
+    let data = json!({
+        "verdict": s.verdict, "state": s.state, "tries": s.tries, "max_tries": s.max_tries,
+        "tries_left": left, "remaining": s.remaining, "facts": s.facts, "unchanged": s.replayed,
+        "submission_id": s.submission_id
+    });
+    answer(&text, data)
 }
 
 /// Runs the MCP server on stdin/stdout until the client goes away.

@@ -14,6 +14,7 @@ pub mod mcp;
 mod operator;
 pub mod recheck;
 pub mod review;
+mod session;
 pub mod state;
 pub mod text;
 
@@ -25,10 +26,10 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use self::agent::Surface;
-use self::client::{CliError, Client, print_json};
+use self::client::{CliError, print_json};
 pub use self::operator::{bar, status_table};
 use self::operator::{export, scan, status, token};
-use self::state::StateFile;
+pub use self::session::{Ctx, SessionArg};
 use self::text::say;
 use crate::api::{CreateTokenRequest, CreatedToken, NextResponse, Session, Status, Token};
 use crate::domain::{Role, State, SubmissionVerdict};
@@ -80,9 +81,11 @@ pub struct ClientArgs {
     /// mcp, guard) never do.
     #[arg(long, env = "QUEST_TOKEN", hide_env_values = true, global = true)]
     pub token: Option<String>,
-    /// Session id. Defaults to the most recent session.
+    /// Session id. Agent verbs (next, submit, wait, heartbeat, release, mcp,
+    /// guard) otherwise use the session of this agent's last lease, and refuse
+    /// when there is none; operator verbs use the most recent session.
     #[arg(long, env = "QUEST_SESSION", global = true)]
-    pub session: Option<SessionId>,
+    pub session: Option<SessionArg>,
     /// This agent's name, so that many agents can share one token.
     #[arg(long, env = "QUEST_AGENT", global = true)]
     pub agent: Option<String>,
@@ -273,95 +276,6 @@ impl clap::ValueEnum for Role {
     }
 }
 
-/// A verb's context: the client, the agent's state file and the arguments.
-pub struct Ctx {
-    pub args: ClientArgs,
-    pub client: Client,
-    pub state: StateFile,
-}
-
-impl Ctx {
-    /// Resolves the token and the state file from the arguments. `agent_verb`
-    /// names an agent verb, which needs a token of its own: the server's admin
-    /// token file is there for the operator, and an agent harness started in
-    /// the server's directory must not act as admin (and approve its own work).
-    pub fn new(args: ClientArgs, agent_verb: Option<&'static str>) -> Result<Ctx, CliError> {
-        let url = url::Url::parse(&args.url)
-            .ok()
-            .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-            .ok_or_else(|| {
-                CliError::Usage(format!(
-                    "QUEST_URL / --url `{}` is not a server URL; write it like http://127.0.0.1:8080",
-                    args.url
-                ))
-            })?;
-        let given = args.token.clone().filter(|t| !t.trim().is_empty());
-        let token = match (given, agent_verb) {
-            (Some(token), _) => Some(token),
-            (None, Some(verb)) => return Err(CliError::NoAgentToken { verb }),
-            // The local admin token only ever goes to a server on this machine.
-            (None, None) => is_loopback(&url).then(local_admin_token).flatten(),
-        };
-        let client = Client::new(&args.url, token.clone());
-        let dir = args
-            .state_dir
-            .clone()
-            .unwrap_or_else(crate::config::client_state_dir);
-        // One state file per server, token and agent name: agents never share a lease.
-        let identity = format!(
-            "{}\n{}",
-            token
-                .as_deref()
-                .map(crate::domain::token_hash)
-                .unwrap_or_default(),
-            args.agent.as_deref().unwrap_or("")
-        );
-        let state = StateFile::new(&dir, client.base(), &identity);
-        Ok(Ctx {
-            args,
-            client,
-            state,
-        })
-    }
-
-    /// The session to work on: `--session`, else the most recent (said on stderr).
-    pub async fn session(&self) -> Result<SessionId, CliError> {
-        if let Some(id) = self.args.session {
-            return Ok(id);
-        }
-        let sessions: Vec<Session> = self.client.get("/v1/sessions").await?;
-        let newest = sessions.first().ok_or_else(|| {
-            CliError::Usage(
-                "the server has no session yet: create one with `quest scan FILE`".into(),
-            )
-        })?;
-        text::say_err!(
-            "quest: using session {} ({}), the most recent; set QUEST_SESSION to choose",
-            newest.name,
-            newest.id
-        );
-        Ok(newest.id)
-    }
-}
-
-/// Whether the URL names this machine.
-fn is_loopback(url: &url::Url) -> bool {
-    match url.host() {
-        Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-        None => false,
-    }
-}
-
-/// The admin token a local server wrote, for a newcomer on the server's machine.
-fn local_admin_token() -> Option<String> {
-    std::fs::read_to_string(crate::config::client_data_dir().join("admin.token"))
-        .ok()
-        .map(|t| t.trim().to_owned())
-        .filter(|t| !t.is_empty())
-}
-
 /// Runs a client verb and returns its exit status.
 pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
     let ctx = match Ctx::new(args, verb.agent_name()) {
@@ -524,7 +438,7 @@ async fn submit(ctx: &Ctx, args: SubmitArgs) -> Result<u8, CliError> {
                 answer.submission_id
             );
         } else {
-            println!("{} quests remain in this session.", answer.remaining);
+            println!("{}", text::remain(answer.remaining));
         }
     }
     agent::settled(ctx, answer.verdict)?;
@@ -642,19 +556,6 @@ mod tests {
             args(&[], None),
         ] {
             assert!(matches!(result_of(&bad), Err(CliError::Usage(_))));
-        }
-    }
-
-    #[test]
-    fn only_this_machine_gets_the_local_admin_token() {
-        for (url, local) in [
-            ("http://127.0.0.1:8080", true),
-            ("http://localhost:8080", true),
-            ("http://[::1]:8080", true),
-            ("https://quest.example.org", false),
-            ("http://10.0.0.5:8080", false),
-        ] {
-            assert_eq!(is_loopback(&url::Url::parse(url).unwrap()), local, "{url}");
         }
     }
 

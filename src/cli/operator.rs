@@ -29,13 +29,19 @@ pub fn bar(s: &Status, width: usize) -> String {
     )
 }
 
+/// `quest status`: every session, or the one `QUEST_SESSION` names.
 pub(super) async fn status(ctx: &Ctx, args: StatusArgs) -> Result<u8, CliError> {
+    // Clearing the screen is for a terminal; a pipe gets one table after another.
+    let clear = args.watch && std::io::IsTerminal::is_terminal(&std::io::stdout());
     loop {
-        let sessions: Vec<Session> = ctx.client.get("/v1/sessions").await?;
+        let sessions: Vec<Session> = match ctx.given_session() {
+            Some(id) => vec![ctx.client.get(&format!("/v1/sessions/{id}")).await?],
+            None => ctx.client.get("/v1/sessions").await?,
+        };
         if ctx.args.json {
             print_json(&sessions);
         } else {
-            if args.watch {
+            if clear {
                 print!("\x1b[2J\x1b[H");
             }
             say!("{}", status_table(&sessions));

@@ -24,6 +24,15 @@ macro_rules! say_err {
 }
 pub(crate) use say_err;
 
+/// "1 quest remains in this session." / "3 quests remain in this session."
+pub fn remain(n: u64) -> String {
+    if n == 1 {
+        "1 quest remains in this session.".to_owned()
+    } else {
+        format!("{n} quests remain in this session.")
+    }
+}
+
 /// Whether `c` reorders text: the bidi embeddings, overrides and isolates.
 fn is_bidi_control(c: char) -> bool {
     matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{061C}')
@@ -110,6 +119,13 @@ pub fn json_safe(json: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_quest_remains_and_others_remain() {
+        assert_eq!(remain(1), "1 quest remains in this session.");
+        assert_eq!(remain(0), "0 quests remain in this session.");
+        assert_eq!(remain(35), "35 quests remain in this session.");
+    }
 
     #[test]
     fn escape_sequences_and_controls_are_removed_and_layout_stays() {

@@ -24,7 +24,52 @@ pub struct PromptParts<'a> {
     pub repeated_failure: bool,
     pub submit_url: &'a str,
     pub lease_id: &'a str,
+    /// The result's declared fields, stated when no example shows them.
+    pub shape: &'a [FieldShape],
 }
+
+/// One declared field of a result and what its value is ("string",
+/// "integer", "any JSON value"), for a prompt that has no example to show.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldShape {
+    pub name: String,
+    pub kind: String,
+}
+
+impl FieldShape {
+    /// A field whose value may be any JSON value (a command gate's `result_fields`).
+    pub fn any(name: &str) -> FieldShape {
+        FieldShape {
+            name: name.to_owned(),
+            kind: "any JSON value".to_owned(),
+        }
+    }
+
+    /// Whether the value is text (the CLI then takes it as `--field name=...`).
+    fn is_text(&self) -> bool {
+        self.kind == "string" || self.kind.starts_with("string ")
+    }
+}
+
+/// The shape as a result to fill in, a placeholder per field (`"<email:
+/// string>"`): nothing in it is a value an agent could copy and pass with.
+pub fn shape_example(shape: &[FieldShape]) -> Value {
+    Value::Object(
+        shape
+            .iter()
+            .map(|f| {
+                (
+                    f.name.clone(),
+                    Value::String(format!("<{}: {}>", f.name, f.kind)),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The heading of the prompt's last section, where it says how to submit.
+/// Surfaces that submit another way (MCP's `quest_submit`) replace the section from here.
+pub const SUBMIT_HEADING: &str = "\n# Submit\n";
 
 /// A task template that cannot be compiled or rendered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -77,8 +122,9 @@ pub fn task_for(
     render_task(template, key, input).unwrap_or_else(|_| template.to_owned())
 }
 
-/// The exact `quest submit` command for a result shaped like `example`.
-pub fn submit_command(example: Option<&Value>) -> String {
+/// The exact `quest submit` command for a result shaped like `example`, or
+/// else like `shape`.
+pub fn submit_command(example: Option<&Value>, shape: &[FieldShape]) -> String {
     match example.and_then(Value::as_object) {
         Some(fields) if !fields.is_empty() && fields.values().all(|v| v.is_string()) => {
             let mut command = "quest submit".to_owned();
@@ -89,6 +135,17 @@ pub fn submit_command(example: Option<&Value>) -> String {
         }
         Some(fields) if !fields.is_empty() => {
             format!("quest submit --data '{}'", Value::Object(fields.clone()))
+        }
+        _ if !shape.is_empty() => {
+            let mut command = "quest submit".to_owned();
+            for f in shape {
+                let name = &f.name;
+                let _ = match f.is_text() {
+                    true => write!(command, " --field {name}=<{name}>"),
+                    false => write!(command, " --field {name}:=<{name} as JSON>"),
+                };
+            }
+            command
         }
         _ => "quest submit --data '{...}'".to_owned(),
     }
@@ -113,6 +170,13 @@ pub fn render(p: &PromptParts<'_>) -> String {
             let _ = writeln!(out, "result: {}", example.result);
         }
     }
+    if p.examples.is_empty() && !p.shape.is_empty() {
+        out.push_str("\n# The result\nA JSON object with these fields; every value comes from your own work:\n");
+        for f in p.shape {
+            let _ = writeln!(out, "- `{}`: {}", f.name, f.kind);
+        }
+        let _ = writeln!(out, "shape: {}", shape_example(p.shape));
+    }
     if !p.last_facts.is_empty() {
         out.push_str("\n# Your last submission failed these checks; fix each one\n");
         for f in p.last_facts {
@@ -135,10 +199,10 @@ pub fn render(p: &PromptParts<'_>) -> String {
         );
     }
     let left = p.max_tries.saturating_sub(p.tries);
-    let command = submit_command(p.examples.first().map(|e| &e.result));
+    let command = submit_command(p.examples.first().map(|e| &e.result), p.shape);
     let _ = write!(
         out,
-        "\n# Submit\nTries left: {left} of {}. Submit with:\n  {command}\n\
+        "{SUBMIT_HEADING}Tries left: {left} of {}. Submit with:\n  {command}\n\
          (over HTTP: POST {} with {{\"lease_id\": \"{}\", \"result\": {{...}}}})\n",
         p.max_tries, p.submit_url, p.lease_id
     );
@@ -171,6 +235,7 @@ mod tests {
             repeated_failure: repeated,
             submit_url: "/v1/quests/q1/submit",
             lease_id: "l1",
+            shape: &[],
         }
     }
 
@@ -236,15 +301,64 @@ mod tests {
     }
 
     #[test]
-    fn the_submit_command_follows_the_example() {
+    fn the_submit_command_follows_the_example_else_the_shape() {
         assert_eq!(
-            submit_command(Some(&json!({"site": "s", "email": "e"}))),
+            submit_command(Some(&json!({"site": "s", "email": "e"})), &[]),
             "quest submit --field site=<site> --field email=<email>"
         );
         assert_eq!(
-            submit_command(Some(&json!({"n": 1}))),
+            submit_command(Some(&json!({"n": 1})), &[]),
             "quest submit --data '{\"n\":1}'"
         );
-        assert_eq!(submit_command(None), "quest submit --data '{...}'");
+        assert_eq!(submit_command(None, &[]), "quest submit --data '{...}'");
+        let shape = [
+            FieldShape {
+                name: "email".into(),
+                kind: "string".into(),
+            },
+            FieldShape::any("rows"),
+        ];
+        assert_eq!(
+            submit_command(None, &shape),
+            "quest submit --field email=<email> --field rows:=<rows as JSON>"
+        );
+    }
+
+    #[test]
+    fn without_an_example_the_prompt_states_the_shape_and_invents_no_value() {
+        let input = json!({"company": "Acme"});
+        let shape = [
+            FieldShape {
+                name: "email".into(),
+                kind: "string".into(),
+            },
+            FieldShape {
+                name: "employees".into(),
+                kind: "integer".into(),
+            },
+        ];
+        let mut p = parts(&[], &[], false, &input);
+        p.shape = &shape;
+        let text = render(&p);
+        for needle in [
+            "- `email`: string",
+            "- `employees`: integer",
+            r#""email":"<email: string>""#,
+            "--field employees:=<employees as JSON>",
+        ] {
+            assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+        }
+        assert_eq!(
+            shape_example(&shape),
+            json!({"email": "<email: string>", "employees": "<employees: integer>"})
+        );
+        // With an example the example shows the shape, and no second one is drawn.
+        let examples = [Example {
+            input: Value::Null,
+            result: json!({"email": "a@foo.test", "employees": 3}),
+        }];
+        let mut p = parts(&examples, &[], false, &input);
+        p.shape = &shape;
+        assert!(!render(&p).contains("# The result"));
     }
 }

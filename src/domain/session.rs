@@ -21,6 +21,9 @@ pub struct SessionConfig {
     /// The XLSX sheet to read; defaults to the first.
     #[serde(default)]
     pub sheet: Option<String>,
+    /// Accept a table whose key column repeats a key (refused by default).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_duplicate_keys: bool,
     /// The gate that decides every submission.
     pub gate: GateConfig,
     /// FAILs after which a quest ends in DONE.

@@ -36,6 +36,7 @@ use serde_json::{Map, Value};
 
 use self::fetch::PageCache;
 use crate::config::CommandGateConfig;
+use crate::domain::prompt::FieldShape;
 use crate::domain::session::{Example, GateConfig};
 use crate::domain::verify::Question;
 use crate::domain::{Fact, Verdict, text};
@@ -149,11 +150,13 @@ impl SessionView {
     }
 }
 
-/// A gate's default task text and example, used where a session's prompt leaves them out.
+/// A gate's default task text and example, used where a session's prompt
+/// leaves them out, and the result's shape, stated when no example shows it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GatePrompt {
     pub task: String,
     pub example: Option<Example>,
+    pub shape: Vec<FieldShape>,
 }
 
 /// A deterministic checker with a stable name and version.
@@ -164,6 +167,11 @@ pub trait Gate: Send + Sync {
         GatePrompt {
             task: "Produce the result for the input below as a JSON object.".into(),
             example: None,
+            shape: self
+                .declared_fields()
+                .iter()
+                .map(|f| FieldShape::any(f))
+                .collect(),
         }
     }
 

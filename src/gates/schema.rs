@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
+use crate::domain::prompt::FieldShape;
 use crate::domain::session::Example;
 use crate::domain::table::cell_as_text;
 use crate::domain::verify::{Question, injection_question};
@@ -128,26 +129,48 @@ impl Rule {
     }
 }
 
-/// A skeleton of a schema's declared properties, with a placeholder per type.
-fn skeleton_of(schema: &Value) -> Option<Value> {
-    let properties = schema.get("properties")?.as_object()?;
-    let skeleton = properties
+/// The schema's declared top-level properties with what each value is:
+/// its `type` (several joined by "or"), its `enum`, its `format`.
+fn shape_of(schema: &Value) -> Vec<FieldShape> {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    properties
         .iter()
         .map(|(name, property)| {
-            let placeholder = match property.get("type").and_then(Value::as_str) {
-                Some("integer") | Some("number") => Value::from(0),
-                Some("boolean") => Value::Bool(true),
-                Some("array") => Value::Array(Vec::new()),
-                Some("object") => Value::Object(Map::new()),
-                _ => match property.get("enum").and_then(|e| e.get(0)) {
-                    Some(first) => first.clone(),
-                    None => Value::String(format!("<{name}>")),
-                },
+            let types = match property.get("type") {
+                Some(Value::String(t)) => t.clone(),
+                Some(Value::Array(ts)) => ts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+                _ => String::new(),
             };
-            (name.clone(), placeholder)
+            let kind = match (
+                property.get("enum").and_then(Value::as_array),
+                property.get("format"),
+            ) {
+                (Some(values), _) => format!(
+                    "one of {}",
+                    values
+                        .iter()
+                        .map(Value::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                (None, Some(Value::String(format))) if !types.is_empty() => {
+                    format!("{types} ({format})")
+                }
+                (None, _) if !types.is_empty() => types,
+                (None, _) => "any JSON value".to_owned(),
+            };
+            FieldShape {
+                name: name.clone(),
+                kind,
+            }
         })
-        .collect();
-    Some(Value::Object(skeleton))
+        .collect()
 }
 
 /// Keeps only what `schema` declares: at every object with `properties`, the
@@ -198,12 +221,9 @@ impl Gate for SchemaGate {
 
     fn default_prompt(&self) -> GatePrompt {
         let schema = serde_json::to_string_pretty(&self.schema).unwrap_or_default();
-        let shape = skeleton_of(&self.schema)
-            .map(|s| format!("\nIts shape, with a placeholder for each value: {s}"))
-            .unwrap_or_default();
         GatePrompt {
             task: format!(
-                "Produce the result for the input below as one JSON object that satisfies this JSON Schema:\n{schema}{shape}"
+                "Produce the result for the input below as one JSON object that satisfies this JSON Schema:\n{schema}"
             ),
             // Only the schema's own `examples` are correct results; a made-up one could contradict the schema.
             example: self
@@ -214,6 +234,7 @@ impl Gate for SchemaGate {
                     input: Value::Null,
                     result: result.clone(),
                 }),
+            shape: shape_of(&self.schema),
         }
     }
 
@@ -394,12 +415,18 @@ mod tests {
     fn the_default_prompt_shows_the_schema_its_shape_and_only_real_examples() {
         let prompt = contact_gate().default_prompt();
         assert!(prompt.task.contains("\"required\""), "{}", prompt.task);
-        assert!(
-            prompt
-                .task
-                .contains(r#"{"email":"<email>","confidence":"high"}"#),
-            "{}",
-            prompt.task
+        let shape: Vec<(&str, &str)> = prompt
+            .shape
+            .iter()
+            .map(|f| (f.name.as_str(), f.kind.as_str()))
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("email", "string"),
+                ("confidence", r#"one of "high", "low""#)
+            ],
+            "each declared field with its type, no invented value"
         );
         assert!(
             prompt.example.is_none(),

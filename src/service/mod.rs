@@ -394,10 +394,12 @@ impl Service {
                 )
             },
         );
-        let examples = if config.prompt.examples.is_empty() {
-            defaults.and_then(|d| d.example).into_iter().collect()
-        } else {
-            config.prompt.examples.clone()
+        let (examples, shape) = match defaults {
+            Some(d) if config.prompt.examples.is_empty() => {
+                (d.example.into_iter().collect(), d.shape)
+            }
+            Some(d) => (config.prompt.examples.clone(), d.shape),
+            None => (config.prompt.examples.clone(), Vec::new()),
         };
         let text = prompt::render(&PromptParts {
             task: &task,
@@ -410,10 +412,12 @@ impl Service {
             repeated_failure: quest.repeated_failure,
             submit_url: &format!("/v1/quests/{}/submit", quest.id),
             lease_id: &lease.id.to_string(),
+            shape: &shape,
         });
+        // Without an example, the shape with a placeholder per field: never an invented value.
         let example = examples
             .first()
-            .map_or_else(|| Value::Object(Map::new()), |e| e.result.clone());
+            .map_or_else(|| prompt::shape_example(&shape), |e| e.result.clone());
         (text, example)
     }
 

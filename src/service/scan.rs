@@ -2,6 +2,36 @@
 
 use super::*;
 
+/// The most repeats a `duplicate_keys` refusal names.
+const REPEATS_NAMED: usize = 20;
+
+/// 422 `duplicate_keys` when a key repeats: two quests of one name cannot be
+/// told apart by the people and agents who read them.
+fn refuse_repeated_keys(column: &str, keys: &[String]) -> Result<(), ServiceError> {
+    let pairs = table::repeated_keys(keys);
+    if pairs.is_empty() {
+        return Ok(());
+    }
+    let named: Vec<String> = pairs
+        .iter()
+        .take(REPEATS_NAMED)
+        .map(|(a, b)| format!("{a} and {b}"))
+        .collect();
+    let more = match pairs.len().saturating_sub(REPEATS_NAMED) {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    Err(invalid(
+        "duplicate_keys",
+        format!(
+            "the key column `{column}` repeats a key in data rows {}{more} (1-based, whitespace around a key \
+             ignored): make each key unique, pick another column as config.key_column, or set \
+             config.allow_duplicate_keys to true",
+            named.join(", ")
+        ),
+    ))
+}
+
 impl Service {
     /// Creates a session from a table, all or nothing.
     pub async fn scan(
@@ -42,6 +72,9 @@ impl Service {
             .clone()
             .unwrap_or_else(|| table.columns[0].clone());
         let keys = table.keys(&key_column)?;
+        if !config.allow_duplicate_keys {
+            refuse_repeated_keys(&key_column, &keys)?;
+        }
         if let Some(missing) = gate
             .input_columns()
             .into_iter()

@@ -345,18 +345,29 @@ async fn operators_scan_watch_review_export_and_manage_tokens() {
     exits(&created, 0);
     let secret = created.stdout.trim().to_owned();
     assert!(secret.starts_with("qst_"));
-    let bot = Shell::new(&app, &secret, None, "b");
+    // An agent verb never guesses its session: the most recent one may be
+    // someone else's. It asks for QUEST_SESSION, which the scan printed.
+    let unbound = Shell::new(&app, &secret, None, "b");
+    let refused = unbound.run(&["next"]).await;
+    exits(&refused, 64);
+    assert!(
+        refused.stderr.contains("QUEST_SESSION"),
+        "{}",
+        refused.stderr
+    );
+    let firms = scan
+        .stdout
+        .split("QUEST_SESSION=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("the scan prints the session for the agents")
+        .to_owned();
+    let bot = Shell::new(&app, &secret, Some(&firms), "b");
     for result in [
         r#"{"email": "a@acme.test", "confidence": "low"}"#,
         r#"{"email": "b@beta.test", "confidence": "low"}"#,
     ] {
-        let next = bot.run(&["next"]).await;
-        exits(&next, 0);
-        assert!(
-            next.stderr.contains("most recent"),
-            "the default session is said on stderr: {}",
-            next.stderr
-        );
+        exits(&bot.run(&["next"]).await, 0);
         exits(&bot.run(&["submit", "--data", result]).await, 2);
     }
 
@@ -440,9 +451,17 @@ async fn operators_scan_watch_review_export_and_manage_tokens() {
     let prompt = admin.run(&["agent-prompt"]).await;
     exits(&prompt, 0);
     assert!(
-        prompt.stdout.contains("quest next") && prompt.stdout.contains("QUEST_SESSION="),
-        "{}",
+        prompt.stdout.contains("quest next")
+            && prompt.stdout.contains(&format!("QUEST_SESSION={firms} ")),
+        "the instruction names the session: {}",
         prompt.stdout
+    );
+    assert!(
+        prompt
+            .stderr
+            .contains(&format!("using session firms ({firms}), the most recent")),
+        "an operator verb says which session it took: {}",
+        prompt.stderr
     );
 }
 

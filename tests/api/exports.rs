@@ -98,6 +98,11 @@ async fn an_agent_cannot_widen_break_or_poison_the_export() {
     );
     assert_eq!(text(&rows[2][1]), "'-2+3");
     assert_eq!(
+        rows[1][4],
+        calamine::Data::Float(0.0),
+        "quest_tries (FAILs before the PASS) is a number a spreadsheet can sum, not text"
+    );
+    assert_eq!(
         text(&rows[2][5]),
         format!("'{FORMULA_EMAIL}"),
         "so is an agent's"

@@ -274,26 +274,37 @@ async fn a_subagent_that_never_took_a_quest_is_let_go_and_one_holding_a_quest_is
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn print_config_installs_the_guard_and_the_server_for_claude_and_codex() {
+async fn print_config_binds_the_guard_and_the_server_to_the_session_for_claude_and_codex() {
     let app = spawn_app().await;
-    let bot = AgentEnv::new(&app, "unused", &uuid::Uuid::nil().to_string(), "bot-1");
+    let session = uuid::Uuid::now_v7().to_string();
+    let bot = AgentEnv::new(&app, "unused", &session, "bot-1");
     let (code, claude) = bot.cli(&["guard", "--print-config", "claude"]).await;
     assert_eq!(code, 0);
-    for needle in [
-        "\"Stop\"",
-        "\"SubagentStop\"",
-        "\"quest guard\"",
-        "\"mcpServers\"",
-        "\"mcp\"",
-    ] {
-        assert!(claude.contains(needle), "{claude}");
+    // One file, saved as it is: .claude/settings.json.
+    let settings: Value = serde_json::from_str(&claude).expect("the Claude Code settings are JSON");
+    let guard = format!("quest guard --session {session}");
+    for event in ["Stop", "SubagentStop"] {
+        assert_eq!(
+            settings["hooks"][event][0]["hooks"][0]["command"],
+            guard.as_str(),
+            "{claude}"
+        );
     }
+    assert_eq!(
+        settings["env"]["QUEST_SESSION"],
+        session.as_str(),
+        "{claude}"
+    );
+    assert_eq!(settings["env"]["QUEST_URL"], app.base.as_str(), "{claude}");
     let (code, codex) = bot.cli(&["guard", "--print-config", "codex"]).await;
     assert_eq!(code, 0);
     let parsed: toml::Table = toml::from_str(&codex).expect("the Codex config is TOML");
-    assert_eq!(
-        parsed["hooks"]["Stop"][0]["hooks"][0]["command"].as_str(),
-        Some("quest guard")
+    let command = parsed["hooks"]["Stop"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap();
+    assert!(
+        command.starts_with("quest guard") && command.ends_with(&session),
+        "{codex}"
     );
     assert_eq!(
         parsed["mcp_servers"]["quest"]["command"].as_str(),
@@ -429,4 +440,64 @@ async fn the_agent_lease_read_renews_nothing_and_answers_for_the_callers_own_age
         (Some(1), Some(0)),
         "{status}"
     );
+}
+
+/// An agent that finished its session is not sent into one an operator
+/// scanned afterwards: with no session configured (QUEST_SESSION empty, which
+/// is unset), the guard, the tools and the CLI stay on the session of the
+/// agent's last lease; an agent that never held one is refused, naming
+/// QUEST_SESSION, and its guard fails open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn harnesses_stay_bound_to_the_agents_own_session_when_none_is_configured() {
+    let app = spawn_app().await;
+    let token = app.token("agent", "bots").await;
+    let mine = app.scan(contact_config(3), companies(1)).await;
+    let bot = AgentEnv::new(&app, &token, &mine, "bot-1");
+    assert_eq!(bot.cli(&["next"]).await.0, 0);
+    let (code, out) = bot
+        .cli(&["submit", "--field", "email=info@company0000.test"])
+        .await;
+    assert_eq!(code, 0, "{out}");
+    let later = app.scan(contact_config(3), companies(4)).await;
+
+    let unset = AgentEnv {
+        session: String::new(),
+        ..bot.clone()
+    };
+    let allowed = guard(&unset, &[], &stop_hook("h1")).await.allowed();
+    assert!(allowed.contains("the session is finished"), "{allowed}");
+    let mcp = unset.mcp().await;
+    let next = data(&mcp.call("quest_next", None).await);
+    assert_eq!(next["status"], "finished", "{next}");
+    mcp.client.cancel().await.unwrap();
+    assert_eq!(unset.cli(&["next"]).await.0, 11, "the CLI stays on it too");
+    assert_eq!(
+        app.status(&later).await["leased"],
+        0,
+        "nothing of the later session was leased"
+    );
+
+    let stranger = AgentEnv::new(&app, &token, "", "stranger");
+    let refused = stranger
+        .command(&["next"])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(64));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("QUEST_SESSION"), "{said}");
+    let allowed = guard(&stranger, &["--fail-closed"], &stop_hook("h2"))
+        .await
+        .allowed();
+    assert!(allowed.contains("QUEST_SESSION"), "{allowed}");
+    let mcp = stranger.mcp().await;
+    let refused = mcp.call("quest_next", None).await;
+    assert_eq!(refused.is_error, Some(true));
+    assert!(
+        crate::mcp::text(&refused).contains("QUEST_SESSION in its environment"),
+        "{}",
+        crate::mcp::text(&refused)
+    );
+    assert_eq!(app.status(&later).await["leased"], 0);
 }

@@ -8,6 +8,7 @@ mod calibration_store;
 mod cli;
 mod cli_loop;
 mod cli_text;
+mod cli_traps;
 mod cluster;
 mod coalescing;
 mod command_gate;

@@ -14,9 +14,11 @@ use tempfile::TempDir;
 
 use crate::helpers::*;
 
-/// An agent's harness: `quest mcp` as a child process and a client session with it.
+/// An agent's harness: `quest mcp` as a child process and a client session
+/// with it, and each tool's output schema as `tools/list` gave it.
 pub struct Harness {
     pub client: RunningService<RoleClient, ()>,
+    outputs: std::collections::HashMap<String, Value>,
 }
 
 /// The environment an agent runs in: server, token, session, name and state dir.
@@ -75,21 +77,56 @@ impl AgentEnv {
             .spawn()
             .expect("quest mcp starts");
         let client = ().serve(transport).await.expect("the MCP handshake completes");
-        Harness { client }
+        let listed = client.list_tools(None).await.expect("tools/list answers");
+        let outputs = listed
+            .tools
+            .iter()
+            .map(|t| {
+                let schema = t
+                    .output_schema
+                    .as_ref()
+                    .map(|s| Value::Object((**s).clone()));
+                (t.name.to_string(), schema.unwrap_or(Value::Null))
+            })
+            .collect();
+        Harness { client, outputs }
     }
 }
 
 impl Harness {
-    /// Calls a tool; a protocol error fails the test (refusals must be tool errors).
+    /// Calls a tool; a protocol error fails the test (refusals must be tool
+    /// errors). Every answer is held to MCP: a success carries structured
+    /// content valid against the tool's output schema, an error carries none.
     pub async fn call(&self, tool: &'static str, arguments: Option<Value>) -> CallToolResult {
         let mut params = CallToolRequestParams::new(tool);
         if let Some(Value::Object(arguments)) = arguments {
             params = params.with_arguments(arguments);
         }
-        self.client
-            .call_tool(params)
-            .await
-            .unwrap_or_else(|e| panic!("{tool} must answer as a tool, not fail the protocol: {e}"))
+        let result =
+            self.client.call_tool(params).await.unwrap_or_else(|e| {
+                panic!("{tool} must answer as a tool, not fail the protocol: {e}")
+            });
+        match (result.is_error, &result.structured_content) {
+            (Some(true), None) => {}
+            (Some(true), Some(data)) => panic!("{tool}: an error with structured content {data}"),
+            (_, None) => panic!(
+                "{tool}: a success without structured content: {}",
+                text(&result)
+            ),
+            (_, Some(data)) => {
+                let schema = &self.outputs[tool];
+                let validator = jsonschema::validator_for(schema).unwrap_or_else(|e| {
+                    panic!("{tool}'s output schema {schema} is no JSON Schema: {e}")
+                });
+                let errors: Vec<String> =
+                    validator.iter_errors(data).map(|e| e.to_string()).collect();
+                assert!(
+                    errors.is_empty(),
+                    "{tool}: {data} breaks its output schema: {errors:?}"
+                );
+            }
+        }
+        result
     }
 }
 
@@ -129,6 +166,11 @@ async fn tools_list_has_exactly_the_four_tools_with_their_schemas_in_under_1500_
         .client
         .peer_info()
         .expect("the server introduced itself");
+    let instructions = info.instructions.as_deref().unwrap_or_default();
+    assert!(
+        instructions.contains("quest_next") && instructions.contains("quest_submit"),
+        "the instructions say what the loop is: {instructions}"
+    );
     assert_eq!(
         info.server_info.as_ref().map(|i| i.name.as_str()),
         Some("quest")
@@ -150,6 +192,14 @@ async fn tools_list_has_exactly_the_four_tools_with_their_schemas_in_under_1500_
     for tool in &listed.tools {
         let schema = Value::Object((*tool.input_schema).clone());
         assert_eq!(schema["type"], "object", "{}: {schema}", tool.name);
+        // MCP requires an object at the root of an output schema.
+        let output = tool
+            .output_schema
+            .as_ref()
+            .map(|s| Value::Object((**s).clone()))
+            .unwrap_or_else(|| panic!("{} has no output schema", tool.name));
+        assert_eq!(output["type"], "object", "{}: {output}", tool.name);
+        assert!(output["required"].is_array(), "{}: {output}", tool.name);
         let described = tool.description.as_deref().unwrap_or_default();
         assert!(!described.is_empty(), "{} has a description", tool.name);
         if tool.name == "quest_submit" {
@@ -181,7 +231,11 @@ async fn an_agent_works_a_whole_session_through_the_tools_and_the_cli_shares_its
     // Nothing held yet: releasing is a tool error that says what to do.
     let release = mcp.call("quest_release", None).await;
     assert_eq!(release.is_error, Some(true));
-    assert!(text(&release).contains("quest next"), "{}", text(&release));
+    assert_eq!(
+        text(&release),
+        "no quest is leased by this agent: call quest_next first",
+        "worded for a tool-calling agent"
+    );
 
     let next = mcp.call("quest_next", None).await;
     let assigned = data(&next);
@@ -190,9 +244,16 @@ async fn an_agent_works_a_whole_session_through_the_tools_and_the_cli_shares_its
     assert_eq!(assigned["tries_left"], 3);
     let prompt = text(&next);
     assert!(
-        prompt.contains("Find the contact email") && prompt.contains("quest_submit"),
+        prompt.contains("Find the contact email") && prompt.contains("Call quest_submit with"),
         "{prompt}"
     );
+    assert_eq!(assigned["prompt"].as_str(), Some(prompt.as_str()));
+    for shell_or_http in ["quest submit", "quest next", "POST /v1", "lease_id"] {
+        assert!(
+            !prompt.contains(shell_or_http),
+            "the tool's prompt teaches only the tools, not {shell_or_http:?}: {prompt}"
+        );
+    }
 
     // Asking again while holding it returns the same quest, its lease renewed.
     let again = data(&mcp.call("quest_next", None).await);
@@ -262,6 +323,23 @@ async fn an_agent_works_a_whole_session_through_the_tools_and_the_cli_shares_its
         (&json!(3), &json!(0), &json!(2), &json!(1)),
         "{status}"
     );
+    let server = app.status(&session).await;
+    for count in [
+        "total",
+        "remaining",
+        "open",
+        "leased",
+        "checking",
+        "verifying",
+        "pass",
+        "review",
+        "done",
+    ] {
+        assert_eq!(
+            status[count], server[count],
+            "{count}: {status} against {server}"
+        );
+    }
     let finished = mcp.call("quest_next", None).await;
     assert_eq!(data(&finished)["status"], "finished");
     assert!(
@@ -314,7 +392,7 @@ async fn refused_calls_come_back_as_tool_errors_and_the_server_keeps_answering()
         assert_eq!(refused.is_error, Some(true), "{tool}: {}", text(&refused));
         let line = text(&refused);
         assert!(
-            line.starts_with("quest: ")
+            !line.starts_with("quest:")
                 && line.contains("QUEST_TOKEN")
                 && line.ends_with("[unauthorized]"),
             "{tool}: {line}"
@@ -331,7 +409,11 @@ async fn refused_calls_come_back_as_tool_errors_and_the_server_keeps_answering()
     ] {
         let refused = good.call("quest_submit", Some(arguments.clone())).await;
         assert_eq!(refused.is_error, Some(true), "{arguments}");
-        assert!(text(&refused).contains("JSON object"), "{}", text(&refused));
+        assert_eq!(
+            text(&refused),
+            "give the result as a non-empty JSON object: {\"result\": {...}}",
+            "one message, no doubled prefix"
+        );
     }
     let no_lease = good
         .call(
@@ -341,7 +423,7 @@ async fn refused_calls_come_back_as_tool_errors_and_the_server_keeps_answering()
         .await;
     assert_eq!(no_lease.is_error, Some(true));
     assert!(
-        text(&no_lease).contains("run `quest next` first"),
+        text(&no_lease).contains("call quest_next first"),
         "{}",
         text(&no_lease)
     );
@@ -353,5 +435,48 @@ async fn refused_calls_come_back_as_tool_errors_and_the_server_keeps_answering()
         app.status(&session).await["leased"],
         1,
         "the refusals changed nothing"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_token_gets_the_paused_answer_not_an_error() {
+    let app = spawn_app().await;
+    let token = app.token("agent", "bots").await;
+    let session = app.scan(crate::containment::pausing(1), companies(3)).await;
+    crate::containment::burn(&app, &token, &session, "other").await;
+    let mcp = AgentEnv::new(&app, &token, &session, "mcp-1").mcp().await;
+
+    let paused = mcp.call("quest_next", None).await;
+    let answer = data(&paused);
+    assert_eq!(answer["status"], "paused", "{answer}");
+    assert!(
+        text(&paused).contains("Stop here and tell the operator"),
+        "{}",
+        text(&paused)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_without_examples_hands_out_its_shape_with_placeholders() {
+    let app = spawn_app().await;
+    let token = app.token("agent", "bots").await;
+    // The README's own example: instructions, no examples.
+    let mut config = contact_config(3);
+    config["prompt"] = json!({"instructions": "Find the contact email of {{ company }}."});
+    let session = app.scan(config, companies(1)).await;
+    let mcp = AgentEnv::new(&app, &token, &session, "mcp-1").mcp().await;
+
+    let next = mcp.call("quest_next", None).await;
+    let answer = data(&next);
+    assert_eq!(
+        answer["result_example"],
+        json!({"email": "<email: string>", "confidence": r#"<confidence: one of "high", "low">"#}),
+        "{answer}"
+    );
+    let prompt = text(&next);
+    assert!(prompt.contains("- `email`: string"), "{prompt}");
+    assert!(
+        prompt.contains(r#"Call quest_submit with {"result": {"email":"<email: string>""#),
+        "{prompt}"
     );
 }

@@ -436,10 +436,39 @@ impl Table {
     }
 }
 
+/// The rows whose key repeats an earlier row's, equal after trimming the
+/// whitespace around them: pairs of 1-based data row numbers (the earlier
+/// row, the repeating one), in the order the repeats appear.
+pub fn repeated_keys(keys: &[String]) -> Vec<(usize, usize)> {
+    let mut first: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut pairs = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        match first.entry(key.trim()) {
+            std::collections::hash_map::Entry::Occupied(seen) => pairs.push((*seen.get(), i + 1)),
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(i + 1);
+            }
+        }
+    }
+    pairs
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn repeated_keys_pair_each_repeat_with_its_first_row_after_trimming() {
+        let keys: Vec<String> = ["Acme", "Beta", " Acme ", "Gamma", "Beta", "Acme"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(repeated_keys(&keys), [(1, 3), (2, 5), (1, 6)]);
+        assert!(
+            repeated_keys(&["a".into(), "A".into()]).is_empty(),
+            "case matters"
+        );
+    }
 
     /// Options with the default limits, a sheet, and a clock that never runs out.
     pub(crate) fn read(

@@ -54,6 +54,7 @@ use self::source::*;
 use super::dns::Resolver;
 use super::fetch::{AddressPolicy, FetchError, Fetcher, Page, PageCache, is_unwell};
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
+use crate::domain::prompt::FieldShape;
 use crate::domain::session::Example;
 use crate::domain::verify::{Question, injection_question};
 use crate::domain::{Fact, Verdict};
@@ -244,6 +245,16 @@ impl Gate for EmailGate {
                     "source": "https://acme.co.kr/contact"
                 }),
             }),
+            shape: [
+                ("site", "string (the company's homepage URL)"),
+                ("email", "string (the address as the page shows it)"),
+                ("source", "string (the URL of the page showing it)"),
+            ]
+            .map(|(name, kind)| FieldShape {
+                name: name.into(),
+                kind: kind.into(),
+            })
+            .to_vec(),
         }
     }
 
