@@ -75,7 +75,7 @@ pub struct App {
     router: axum::Router,
     limits: http::ConnectionLimits,
     shutdown: CancellationToken,
-    admin_token: String,
+    admin_token: Option<String>,
     store: Arc<dyn Store>,
 }
 
@@ -125,6 +125,10 @@ impl App {
     ) -> anyhow::Result<App> {
         let operator = config.operator()?;
         private_dir(&config.data_dir)?;
+        // Bound first: a replica that cannot listen changes no token.
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.bind))?;
         let (events, _) = broadcast::channel(4096);
         let database = config
             .database(&operator.database)
@@ -137,10 +141,8 @@ impl App {
             events.clone(),
         )
         .await?;
-        let admin_token = admin_token(&config)?;
-        store
-            .ensure_token(BOOTSTRAP_ADMIN, Role::Admin, &token_hash(&admin_token))
-            .await?;
+        let shared = matches!(database, crate::config::Database::Postgres(_));
+        let admin_token = admin_token(&config, store.as_ref(), shared).await?;
 
         let shutdown = CancellationToken::new();
         let command_verifiers = operator
@@ -268,9 +270,6 @@ impl App {
             service,
             metrics: metrics_handle(),
         });
-        let listener = TcpListener::bind(config.bind)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.bind))?;
         Ok(App {
             listener,
             router,
@@ -293,9 +292,9 @@ impl App {
         self.store.clone()
     }
 
-    /// The admin bearer token.
-    pub fn admin_token(&self) -> &str {
-        &self.admin_token
+    /// The admin bearer token, unless another replica's is the live one.
+    pub fn admin_token(&self) -> Option<&str> {
+        self.admin_token.as_deref()
     }
 
     /// Serves until `signal` completes, then finishes in-flight requests and stops the workers.
@@ -380,28 +379,60 @@ fn email_world(config: &EmailSettings, clock: Arc<dyn Clock>) -> anyhow::Result<
     })
 }
 
-/// The admin token: from the config, else from `<data-dir>/admin.token`, else a
-/// new one written there (mode 0600).
-fn admin_token(config: &Config) -> anyhow::Result<String> {
+/// What a replica says when another one's admin token is the live one.
+const ANOTHER_ADMIN_TOKEN: &str =
+    "an admin token exists; use the one of the replica that made it, or set QUEST_ADMIN_TOKEN";
+
+/// The admin token, made the bootstrap admin's. A configured one replaces
+/// whatever was live (rotation). Otherwise `<data-dir>/admin.token`, else a
+/// new one written there (mode 0600). On a `shared` database (PostgreSQL,
+/// where several replicas meet) neither of those replaces a live admin token
+/// another replica made: the replica then writes nothing, says so and has no
+/// admin token of its own (`None`).
+async fn admin_token(
+    config: &Config,
+    store: &dyn Store,
+    shared: bool,
+) -> anyhow::Result<Option<String>> {
+    let ensure = |token: &str, replace: bool| {
+        let hash = token_hash(token);
+        async move {
+            store
+                .ensure_token(BOOTSTRAP_ADMIN, Role::Admin, &hash, replace)
+                .await
+        }
+    };
     if let Some(token) = config
         .admin_token
         .as_deref()
         .map(str::trim)
         .filter(|t| !t.is_empty())
     {
-        return Ok(token.to_owned());
+        ensure(token, true).await?;
+        return Ok(Some(token.to_owned()));
     }
     let path = config.admin_token_path();
     if path.exists() {
         let token = std::fs::read_to_string(&path)
             .with_context(|| format!("cannot read {}", path.display()))?;
+        let token = token.trim().to_owned();
+        if !ensure(&token, !shared).await? {
+            tracing::warn!(path = %path.display(), "the admin token in this file is not the live one: {ANOTHER_ADMIN_TOKEN}");
+            return Ok(None);
+        }
         tracing::info!(path = %path.display(), "admin token read from file");
-        return Ok(token.trim().to_owned());
+        return Ok(Some(token));
     }
+    // Written before it is made live, and taken back if another replica's is.
     let token = new_secret();
     write_private(&path, &token)?;
+    if !ensure(&token, !shared).await? {
+        let _ = std::fs::remove_file(&path);
+        tracing::info!("{ANOTHER_ADMIN_TOKEN}");
+        return Ok(None);
+    }
     tracing::info!(path = %path.display(), "generated an admin token; it is in this file");
-    Ok(token)
+    Ok(Some(token))
 }
 
 fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {

@@ -304,7 +304,15 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<TokenRow, StoreError>;
     /// Makes `hash` the one live token named `name` (the bootstrap admin): a token
     /// with this hash is revived, other live tokens of that name are revoked.
-    async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError>;
+    /// With `replace` false a live token of that name with another hash stays
+    /// the one, nothing is written, and the answer is false.
+    async fn ensure_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+        replace: bool,
+    ) -> Result<bool, StoreError>;
     async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError>;
     async fn revoke_token(&self, id: TokenId) -> Result<TokenRow, StoreError>;
     /// The live (not revoked) token with this hash, compared in constant time.

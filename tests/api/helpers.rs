@@ -177,7 +177,10 @@ async fn spawn_app_clocked(
         .await
         .expect("the app builds");
     let base = format!("http://{}", app.local_addr());
-    let admin = app.admin_token().to_owned();
+    let admin = app
+        .admin_token()
+        .expect("the configured admin token")
+        .to_owned();
     let store = app.store();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(app.run(async {

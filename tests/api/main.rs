@@ -48,6 +48,7 @@ mod ratchet_rules;
 mod recheck;
 mod recheck_reasons;
 mod replicas;
+mod replicas_admin;
 mod replicas_verifiers;
 mod restart;
 mod revocation;

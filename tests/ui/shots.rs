@@ -208,7 +208,10 @@ async fn serve() -> Server {
         .await
         .expect("the app builds");
     let base = format!("http://{}", app.local_addr());
-    let admin = app.admin_token().to_owned();
+    let admin = app
+        .admin_token()
+        .expect("the configured admin token")
+        .to_owned();
     tokio::spawn(app.run(std::future::pending()));
     Server {
         base,

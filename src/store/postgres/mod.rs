@@ -469,9 +469,16 @@ impl Store for PgStore {
         .await
     }
 
-    async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
-        self.write((name.to_owned(), role, hash.to_owned()), |tx, (n, r, h)| {
-            Box::pin(tokens::ensure_token(tx, n, r, h))
+    async fn ensure_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+        replace: bool,
+    ) -> Result<bool, StoreError> {
+        let args = (name.to_owned(), role, hash.to_owned(), replace);
+        self.write(args, |tx, (n, r, h, replace)| {
+            Box::pin(tokens::ensure_token(tx, n, r, h, replace))
         })
         .await
     }

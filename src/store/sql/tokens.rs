@@ -50,16 +50,33 @@ pub async fn create_token(
     })
 }
 
-/// Makes `hash` the one live token named `name` (the bootstrap admin).
+/// Makes `hash` the one live token named `name` (the bootstrap admin) and
+/// answers true. With `replace` false, a live token of that name with
+/// another hash wins instead: nothing is written and the answer is false.
 pub async fn ensure_token(
     tx: &mut Tx,
     name: String,
     role: Role,
     hash: String,
-) -> Result<(), StoreError> {
+    replace: bool,
+) -> Result<bool, StoreError> {
     // Replicas starting together ensure the same token: they take turns, so
     // the second finds the first's row instead of colliding with it.
     tx.take_turns(Turn::Token(&name)).await?;
+    if !replace {
+        let other = tx
+            .row(
+                sqlx::query(
+                    "SELECT 1 FROM tokens WHERE name = $1 AND hash <> $2 AND revoked_at IS NULL LIMIT 1",
+                )
+                .bind(name.clone())
+                .bind(hash.clone()),
+            )
+            .await?;
+        if other.is_some() {
+            return Ok(false);
+        }
+    }
     // The configured secret is the only live token of this name: a rotated
     // secret retires the old one, and a revoked bootstrap token comes back.
     tx.exec(
@@ -84,7 +101,7 @@ pub async fn ensure_token(
         .bind(at(tx.now)),
     )
     .await?;
-    Ok(())
+    Ok(true)
 }
 
 /// Revokes a token (again is a no-op).

@@ -479,10 +479,18 @@ impl Store for SqliteStore {
         .await)
     }
 
-    async fn ensure_token(&self, name: &str, role: Role, hash: &str) -> Result<(), StoreError> {
+    async fn ensure_token(
+        &self,
+        name: &str,
+        role: Role,
+        hash: &str,
+        replace: bool,
+    ) -> Result<bool, StoreError> {
         let (name, hash) = (name.to_owned(), hash.to_owned());
-        single!(self, |ctx| tokens::ensure_token(ctx, name, role, hash)
-            .await)
+        single!(self, |ctx| tokens::ensure_token(
+            ctx, name, role, hash, replace
+        )
+        .await)
     }
 
     async fn list_tokens(&self) -> Result<Vec<TokenRow>, StoreError> {
