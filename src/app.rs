@@ -266,10 +266,13 @@ impl App {
             .with_exports(exports)
             .with_rechecker(rechecker),
         );
-        let router = http::router(AppState {
-            service,
-            metrics: metrics_handle(),
-        });
+        let router = http::router(
+            AppState {
+                service,
+                metrics: metrics_handle(),
+            },
+            Duration::from_millis(config.slow_ms),
+        );
         Ok(App {
             listener,
             router,
@@ -303,7 +306,8 @@ impl App {
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let shutdown = self.shutdown.clone();
-        tracing::info!(address = %self.local_addr(), "quest is listening");
+        let at = self.local_addr();
+        tracing::info!(address = %at, "quest is listening: the console at http://{at}/ui, the API docs at http://{at}/docs");
         // On the signal, stop the workers and end waits and event streams at once,
         // then give open requests a bounded time to finish.
         let stop = shutdown.clone();

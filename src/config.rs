@@ -70,6 +70,10 @@ pub struct Config {
     #[arg(long, env = "QUEST_EXPORT_IDLE_SECONDS", default_value_t = 30,
           value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub export_idle_seconds: u64,
+    /// A request slower than this (beyond its own wait, e.g. a submit's `wait`)
+    /// is logged at INFO; others at DEBUG, server errors at WARN.
+    #[arg(long, env = "QUEST_SLOW_MS", default_value_t = 1000)]
+    pub slow_ms: u64,
     /// Longest a client may take to send a request's headers, and longest a
     /// kept-alive connection may stay idle between requests.
     #[arg(long, env = "QUEST_HEADER_READ_TIMEOUT_SECONDS", default_value_t = 10,
@@ -187,6 +191,7 @@ impl Config {
             sweep_seconds: 5,
             max_exports: 4,
             export_idle_seconds: 30,
+            slow_ms: 1000,
             header_read_timeout_seconds: 10,
             max_connections: 1024,
             log_format: "text".into(),
@@ -296,6 +301,7 @@ impl std::fmt::Debug for Config {
             .field("sweep_seconds", &self.sweep_seconds)
             .field("max_exports", &self.max_exports)
             .field("export_idle_seconds", &self.export_idle_seconds)
+            .field("slow_ms", &self.slow_ms)
             .field(
                 "header_read_timeout_seconds",
                 &self.header_read_timeout_seconds,

@@ -149,9 +149,22 @@ async fn run(client: ClientArgs, command: Command) -> ExitCode {
     }
 }
 
+/// What the server logs unless `QUEST_LOG` says otherwise: INFO, with
+/// PostgreSQL's notices (a migration's "already exists, skipping") at WARN.
+const DEFAULT_LOG: &str = "info,sqlx::postgres::notice=warn";
+
 fn init_tracing(format: &str) {
-    let filter = EnvFilter::try_from_env("QUEST_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // An empty QUEST_LOG is unset, like every other QUEST_ variable.
+    let filter = std::env::var("QUEST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| EnvFilter::new(DEFAULT_LOG));
+    // Colour codes are for a terminal; a file or a pipe gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(ansi);
     if format == "json" {
         builder.json().init();
     } else {

@@ -323,6 +323,7 @@ pub async fn serve(ctx: Ctx) -> Result<u8, CliError> {
     // Stdout belongs to the protocol: anything logged goes to stderr.
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
         .try_init();
     let running = QuestTools::new(ctx)

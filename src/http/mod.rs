@@ -2,6 +2,7 @@
 //! extractors. One file per resource; handlers extract, call one use case and
 //! map the result. No SQL and no gate logic here.
 
+mod access_log;
 mod agents;
 mod document;
 pub mod error;
@@ -211,25 +212,46 @@ fn split() -> (Router<AppState>, utoipa::openapi::OpenApi) {
 }
 
 /// The full router: the API, its document at `/openapi.json`, docs at `/docs`,
-/// and the web console under `/ui`.
-pub fn router(state: AppState) -> Router {
+/// and the web console under `/ui`. A request slower than `slow` (beyond its
+/// own wait) is logged at INFO; see [`access_log`].
+pub fn router(state: AppState, slow: Duration) -> Router {
     let (api, doc) = split();
     let request_id = HeaderName::from_static("x-request-id");
     api.merge(SwaggerUi::new("/docs").url("/openapi.json", doc))
         .merge(ui::router())
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such route; the API is described at /docs") })
+        .fallback(|| async {
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such route; the API is described at /docs",
+            )
+        })
         .method_not_allowed_fallback(|| async {
-            ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", "this route does not take that method; see /docs")
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                "this route does not take that method; see /docs",
+            )
         })
         .with_state(state)
         .layer(CompressionLayer::new())
+        .layer(axum::middleware::from_fn(move |request, next| {
+            access_log::log(slow, request, next)
+        }))
+        // The span carries the request id into every line a request logs; its own line is access_log's.
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(|req: &Request<_>| {
-                    let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
-                    tracing::info_span!("request", method = %req.method(), uri = %req.uri(), request_id = %id)
+                    let id = req
+                        .headers()
+                        .get("x-request-id")
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or("-");
+                    tracing::info_span!("request", request_id = %id)
                 })
-                .on_response(tower_http::trace::DefaultOnResponse::new().level(tracing::Level::INFO)),
+                .on_request(())
+                .on_response(())
+                .on_failure(()),
         )
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))

@@ -39,6 +39,7 @@ mod inputs;
 mod lease_cap;
 mod leases;
 mod lifecycle;
+mod logs;
 mod mcp;
 mod openapi;
 mod operations;
