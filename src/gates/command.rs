@@ -281,6 +281,18 @@ fn status_and_stderr(out: &ProcessOutput) -> String {
     }
 }
 
+/// The parameters of a `command` gate.
+// Only the OpenAPI document reads this struct: `pick` reads the parameters
+// itself, to say what is wrong in its own words.
+#[derive(serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CommandGateConfig)]
+#[expect(dead_code, reason = "documents the parameters; never constructed")]
+pub(crate) struct Params {
+    /// The name of a gate the server's configuration file declares (`[gates.NAME]`).
+    name: String,
+}
+
 /// The factory: a session's `{"name": ...}` picks a declared gate.
 pub fn pick(
     declared: &HashMap<String, Arc<CommandGate>>,

@@ -33,21 +33,32 @@ struct Rule {
     hint: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// A rule over one value of the result: where it is and the pattern it is matched against.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct RuleParams {
+#[schema(as = GateRule)]
+pub(crate) struct RuleParams {
+    /// A JSON pointer into the result, e.g. `/email`.
     pointer: String,
+    /// A regular expression matched against the value's text.
     pattern: String,
+    /// What the agent is told when the rule matches.
     #[serde(default)]
     hint: Option<String>,
 }
 
-#[derive(Deserialize)]
+/// The parameters of the `schema` gate.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Params {
+#[schema(as = SchemaGateConfig)]
+pub(crate) struct Params {
+    /// The JSON Schema every result must satisfy.
+    #[schema(value_type = Object)]
     schema: Value,
+    /// Values that FAIL when they match, with a hint.
     #[serde(default)]
     deny: Vec<RuleParams>,
+    /// Values that send the quest to a person when they match.
     #[serde(default)]
     review_when: Vec<RuleParams>,
 }

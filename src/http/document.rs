@@ -9,7 +9,11 @@
 //! - an event stream is a string, with the schema of each event's data in
 //!   `x-event-schema` (a per-event schema is OpenAPI 3.2's `itemSchema`);
 //! - the answers of `next` are named components (`NextAssigned`, `NextWait`,
-//!   `NextFinished`) told apart by their `status`.
+//!   `NextFinished`) told apart by their `status`;
+//! - a session's gate is one of the gate kinds' configs (`SchemaGateConfig`,
+//!   `EmailGateConfig`, `CommandGateConfig`) told apart by its `kind`;
+//! - the JSON parts of a multipart body (the scan's `config`) say so in its
+//!   `encoding`.
 //!
 //! Done on the document's JSON: utoipa's derive has no words for these.
 
@@ -24,6 +28,16 @@ const NEXT_ANSWERS: [(&str, &str); 3] = [
     ("wait", "NextWait"),
     ("finished", "NextFinished"),
 ];
+
+/// The gate kinds and the component of each one's parameters.
+const GATE_KINDS: [(&str, &str); 3] = [
+    ("schema", "SchemaGateConfig"),
+    ("email", "EmailGateConfig"),
+    ("command", "CommandGateConfig"),
+];
+
+/// The parts of a multipart form that are JSON: (form component, part).
+const JSON_PARTS: [(&str, &str); 1] = [("ScanForm", "config")];
 
 /// Applies every touch to `doc`.
 pub fn conform(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
@@ -40,6 +54,7 @@ pub fn conform(doc: utoipa::openapi::OpenApi) -> utoipa::openapi::OpenApi {
         .and_then(Value::as_object_mut)
     {
         name_next_answers(schemas);
+        type_gates(schemas);
     }
     serde_json::from_value(value).expect("the touched document is still a document")
 }
@@ -98,6 +113,20 @@ fn conform_content(holder: &mut Value) {
                 "x-event-schema": {"$ref": format!("#/components/schemas/{EVENT_SCHEMA}")},
             });
             continue;
+        }
+        if media == "multipart/form-data" {
+            let form = entry
+                .pointer("/schema/$ref")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned();
+            for (_, part) in JSON_PARTS
+                .iter()
+                .filter(|(f, _)| form.ends_with(&format!("/{f}")))
+            {
+                entry["encoding"][*part] =
+                    json!({"contentType": "application/json", "headers": {}});
+            }
         }
         let Some(schema) = entry.get_mut("schema") else {
             continue;
@@ -159,6 +188,38 @@ fn name_next_answers(schemas: &mut Map<String, Value>) {
     }
 }
 
+/// Makes `GateConfig` the union of the gate kinds' configs, each with its
+/// `kind` as a constant, and `kind` the discriminator.
+fn type_gates(schemas: &mut Map<String, Value>) {
+    let mut mapping = Map::new();
+    let mut variants = Vec::new();
+    for (kind, name) in GATE_KINDS {
+        let Some(params) = schemas.get_mut(name).and_then(Value::as_object_mut) else {
+            continue;
+        };
+        params
+            .entry("properties")
+            .or_insert_with(|| json!({}))
+            .as_object_mut()
+            .map(|p| p.insert("kind".into(), json!({"type": "string", "enum": [kind]})));
+        let required = params.entry("required").or_insert_with(|| json!([]));
+        if let Some(required) = required.as_array_mut() {
+            required.insert(0, json!("kind"));
+        }
+        let reference = format!("#/components/schemas/{name}");
+        variants.push(json!({"$ref": reference}));
+        mapping.insert(kind.into(), reference.into());
+    }
+    if let Some(gate) = schemas.get_mut("GateConfig") {
+        let description = gate["description"].clone();
+        *gate = json!({
+            "description": description,
+            "oneOf": variants,
+            "discriminator": {"propertyName": "kind", "mapping": mapping},
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +259,53 @@ mod tests {
         assert_eq!(
             schemas["NextResponse"]["discriminator"]["mapping"]["finished"],
             "#/components/schemas/NextFinished"
+        );
+    }
+
+    #[test]
+    fn the_gate_is_one_of_the_kinds_configs_told_apart_by_kind() {
+        let doc = super::super::openapi();
+        let schemas = serde_json::to_value(&doc).unwrap()["components"]["schemas"].clone();
+        let gate = &schemas["GateConfig"];
+        assert_eq!(gate["discriminator"]["propertyName"], "kind");
+        for (kind, name) in GATE_KINDS {
+            let reference = format!("#/components/schemas/{name}");
+            assert_eq!(gate["discriminator"]["mapping"][kind], reference.as_str());
+            assert!(
+                gate["oneOf"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!({"$ref": reference}))
+            );
+            assert_eq!(
+                schemas[name]["properties"]["kind"]["enum"],
+                json!([kind]),
+                "{name}"
+            );
+            assert_eq!(schemas[name]["required"][0], "kind", "{name}");
+            assert_eq!(
+                schemas[name]["additionalProperties"], false,
+                "{name}: as strict as the gate"
+            );
+        }
+        assert_eq!(
+            schemas["SchemaGateConfig"]["properties"]["deny"]["items"]["$ref"],
+            "#/components/schemas/GateRule"
+        );
+    }
+
+    #[test]
+    fn the_scans_config_part_is_a_json_session_config() {
+        let doc = serde_json::to_value(super::super::openapi()).unwrap();
+        let form =
+            &doc["paths"]["/v1/sessions"]["post"]["requestBody"]["content"]["multipart/form-data"];
+        assert_eq!(
+            form["encoding"]["config"]["contentType"],
+            "application/json"
+        );
+        assert_eq!(
+            doc["components"]["schemas"]["ScanForm"]["properties"]["config"]["$ref"],
+            "#/components/schemas/SessionConfig"
         );
     }
 }

@@ -58,7 +58,12 @@ pub struct AppState {
         description = "Takes the word \"done\" away from AI agents: agents lease quests, a deterministic gate decides.",
         license(name = "MIT", identifier = "MIT"),
     ),
-    components(schemas(crate::domain::QuestEvent)),
+    components(schemas(
+        crate::domain::QuestEvent,
+        crate::gates::schema::Params,
+        crate::gates::email::Params,
+        crate::gates::command::Params,
+    )),
     modifiers(&BearerAuth),
     security(("bearer" = [])),
     tags(

@@ -34,8 +34,8 @@ pub struct ScanForm {
     /// The table: .csv, .tsv, .xlsx, .jsonl or .txt.
     #[schema(format = Binary, content_media_type = "application/octet-stream")]
     file: String,
-    /// The session config as JSON text.
-    config: String,
+    /// The session config: a JSON part.
+    config: SessionConfig,
 }
 
 /// A JSON scan as the server reads it: the items become JSONL text while the

@@ -88,13 +88,18 @@ impl EmailWorld {
     }
 }
 
-#[derive(Deserialize)]
+/// The parameters of the `email` gate.
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Params {
+#[schema(as = EmailGateConfig)]
+pub(crate) struct Params {
+    /// More free-mail provider domains: an address there goes to REVIEW.
     #[serde(default)]
     freemail: Vec<String>,
+    /// More placeholder or junk domains and addresses: they FAIL.
     #[serde(default)]
     blacklist: Vec<String>,
+    /// The input column that holds the company's site or domain.
     #[serde(default)]
     site_column: Option<String>,
 }
