@@ -20,5 +20,5 @@ pub async fn get_agent_lease(
     Query(query): Query<AgentLeaseQuery>,
 ) -> Result<Json<AgentLease>, ApiError> {
     let agent = caller.agent(query.agent.as_deref());
-    Ok(Json(state.service.agent_lease(id, &agent).await?))
+    Ok(Json(state.service.get_agent_lease(id, &agent).await?))
 }

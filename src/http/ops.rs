@@ -56,7 +56,7 @@ pub async fn create_backup(
     State(state): State<AppState>,
     _caller: Caller<Administer>,
 ) -> Result<Response, ApiError> {
-    let backup = state.service.backup().await?;
+    let backup = state.service.create_backup().await?;
     let file = tokio::fs::File::open(&backup.path).await.map_err(|e| {
         tracing::error!(error = %e, "cannot read the backup just made");
         ApiError::new(

@@ -18,7 +18,7 @@ pub async fn list_pauses(
     _caller: Caller<Read>,
     Path(id): Path<SessionId>,
 ) -> Result<Json<Vec<Pause>>, ApiError> {
-    Ok(Json(state.service.pauses(id).await?))
+    Ok(Json(state.service.list_pauses(id).await?))
 }
 
 /// Resumes a token paused in a session: its `next` leases again there, and
@@ -36,7 +36,7 @@ pub async fn resume_token(
     Ok(Json(
         state
             .service
-            .resume_pause(id, token_id, &caller.name)
+            .resume_token(id, token_id, &caller.name)
             .await?,
     ))
 }

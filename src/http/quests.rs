@@ -40,7 +40,7 @@ pub async fn lease_next(
     OptionalJson(request): OptionalJson<NextRequest>,
 ) -> Result<axum::response::Response, ApiError> {
     let agent = caller.agent(request.agent.as_deref());
-    match state.service.next(id, &agent).await {
+    match state.service.lease_next_quest(id, &agent).await {
         Ok(next) => Ok(Json(next).into_response()),
         Err(ServiceError::Store(StoreError::Refused(Refusal::AgentPaused(pause)))) => {
             let body = NextPaused {
@@ -95,7 +95,7 @@ pub async fn submit_result(
     }
     let response = state
         .service
-        .submit(
+        .submit_result(
             caller.token_id,
             id,
             body.lease_id,
@@ -126,7 +126,7 @@ pub async fn heartbeat(
     Ok(Json(
         state
             .service
-            .heartbeat(caller.token_id, id, body.lease_id)
+            .heartbeat_lease(caller.token_id, id, body.lease_id)
             .await?,
     ))
 }
@@ -144,7 +144,7 @@ pub async fn release(
 ) -> Result<StatusCode, ApiError> {
     state
         .service
-        .release(caller.token_id, id, body.lease_id)
+        .release_lease(caller.token_id, id, body.lease_id)
         .await?;
     Ok(StatusCode::NO_CONTENT)
 }
@@ -158,7 +158,7 @@ pub async fn get_quest(
     _caller: Caller<Read>,
     Path(id): Path<QuestId>,
 ) -> Result<Json<Quest>, ApiError> {
-    Ok(Json(state.service.quest(id).await?))
+    Ok(Json(state.service.get_quest(id).await?))
 }
 
 /// One submission and its verdict (poll it after a 202).
@@ -170,5 +170,5 @@ pub async fn get_submission(
     __caller: Caller<Read>,
     Path(id): Path<SubmissionId>,
 ) -> Result<Json<SubmissionDetail>, ApiError> {
-    Ok(Json(state.service.submission(id).await?))
+    Ok(Json(state.service.get_submission(id).await?))
 }

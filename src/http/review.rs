@@ -23,7 +23,7 @@ pub async fn list_review_queue(
     Ok(Json(
         state
             .service
-            .review_queue(
+            .list_review_queue(
                 query.session,
                 query.check.as_deref(),
                 query.limit.unwrap_or(100),
@@ -98,5 +98,5 @@ pub async fn list_verifiers(
     _caller: Caller<Read>,
     Query(query): Query<VerifiersQuery>,
 ) -> Result<Json<Verifiers>, ApiError> {
-    Ok(Json(state.service.verifiers(query.session).await?))
+    Ok(Json(state.service.list_verifiers(query.session).await?))
 }

@@ -135,7 +135,7 @@ pub async fn create_session(
 ) -> Result<(StatusCode, Json<Session>), ApiError> {
     let session = state
         .service
-        .scan(&caller.name, body.config, body.upload)
+        .create_session(&caller.name, body.config, body.upload)
         .await?;
     Ok((StatusCode::CREATED, Json(session)))
 }
@@ -196,7 +196,7 @@ pub async fn get_status(
     _caller: Caller<Read>,
     Path(id): Path<SessionId>,
 ) -> Result<Json<Status>, ApiError> {
-    Ok(Json(state.service.status(id).await?))
+    Ok(Json(state.service.get_session_status(id).await?))
 }
 
 /// The uploaded file, byte for byte, streamed from the database piece by piece.
@@ -214,7 +214,7 @@ pub async fn get_source(
     _caller: Caller<Read>,
     Path(id): Path<SessionId>,
 ) -> Result<Response, ApiError> {
-    let source = state.service.source(id).await?;
+    let source = state.service.get_session_source(id).await?;
     let mut response = attachment(
         &source.media_type,
         &source.name,
@@ -321,7 +321,10 @@ pub async fn export_session(
     })?;
     let (media_type, ext) = format.media_type();
     let name = format!("session-{id}.{ext}");
-    let export = state.service.export(id, format, caller.token_id).await?;
+    let export = state
+        .service
+        .export_session(id, format, caller.token_id)
+        .await?;
     let body = export_body(export);
     Ok(attachment(media_type, &name, body))
 }

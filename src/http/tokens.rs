@@ -39,7 +39,7 @@ pub async fn list_tokens(
     State(state): State<AppState>,
     _caller: Caller<Administer>,
 ) -> Result<Json<Vec<Token>>, ApiError> {
-    Ok(Json(state.service.tokens().await?))
+    Ok(Json(state.service.list_tokens().await?))
 }
 
 /// Revokes a token; requests with it are refused from now on.

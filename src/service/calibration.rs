@@ -8,7 +8,10 @@ const DISAGREEMENTS: u32 = 100;
 
 impl Service {
     /// The verifiers' calibration: of one session (404 when unknown), or of the whole server.
-    pub async fn verifiers(&self, session: Option<SessionId>) -> Result<Verifiers, ServiceError> {
+    pub async fn list_verifiers(
+        &self,
+        session: Option<SessionId>,
+    ) -> Result<Verifiers, ServiceError> {
         self.verifiers_listing(session, DISAGREEMENTS).await
     }
 

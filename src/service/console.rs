@@ -233,7 +233,7 @@ impl Service {
         let failing = self.store.failing_checks(id, FAILING_CHECKS).await?;
         let quests = self.store.quest_page(id, query).await?;
         let verifiers = match session.config.verify {
-            Some(_) => Some(self.verifiers(Some(id)).await?),
+            Some(_) => Some(self.list_verifiers(Some(id)).await?),
             None => None,
         };
         Ok(SessionOverview {

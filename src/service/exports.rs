@@ -10,7 +10,7 @@ impl Service {
     /// An export of a session in `format` for `token`, when an export slot
     /// is free for it. Its columns are the session's, the quest's, and the
     /// gate's declared fields.
-    pub async fn export(
+    pub async fn export_session(
         &self,
         id: SessionId,
         format: ExportFormat,
@@ -72,7 +72,7 @@ impl Service {
     }
 
     /// The uploaded file of a session, read one stored piece at a time.
-    pub async fn source(&self, id: SessionId) -> Result<Source, ServiceError> {
+    pub async fn get_session_source(&self, id: SessionId) -> Result<Source, ServiceError> {
         let info = self.store.source_info(id).await?;
         let (store, pieces) = (self.store.clone(), info.pieces);
         let body = futures_util::stream::try_unfold(0u64, move |seq| {

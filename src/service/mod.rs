@@ -206,7 +206,7 @@ impl Service {
     }
 
     /// A consistent copy of the database, made while the server serves.
-    pub async fn backup(&self) -> Result<crate::store::Backup, ServiceError> {
+    pub async fn create_backup(&self) -> Result<crate::store::Backup, ServiceError> {
         Ok(self.store.backup().await?)
     }
 
@@ -223,7 +223,7 @@ impl Service {
     }
 
     /// Gives a leased quest back.
-    pub async fn release(
+    pub async fn release_lease(
         &self,
         token_id: TokenId,
         quest_id: QuestId,
@@ -233,7 +233,7 @@ impl Service {
     }
 
     /// A submission with what its submitter needs next (the poll after a 202).
-    pub async fn submission(
+    pub async fn get_submission(
         &self,
         id: SubmissionId,
     ) -> Result<api::SubmissionDetail, ServiceError> {
@@ -251,7 +251,7 @@ impl Service {
     }
 
     /// Every token (never their secrets).
-    pub async fn tokens(&self) -> Result<Vec<api::Token>, ServiceError> {
+    pub async fn list_tokens(&self) -> Result<Vec<api::Token>, ServiceError> {
         Ok(self
             .store
             .list_tokens()
@@ -323,13 +323,13 @@ impl Service {
     }
 
     /// The progress of a session.
-    pub async fn status(&self, id: SessionId) -> Result<Status, ServiceError> {
+    pub async fn get_session_status(&self, id: SessionId) -> Result<Status, ServiceError> {
         let status = self.store.session_status(id).await?;
         self.full_status(id, &status).await
     }
 
     /// Leases the agent's next quest and renders its prompt.
-    pub async fn next(
+    pub async fn lease_next_quest(
         &self,
         session_id: SessionId,
         agent: &AgentId,
@@ -427,7 +427,7 @@ impl Service {
     /// runs here and its verdict is recorded with the submission; any other
     /// gate runs on the gate runner after a PENDING record, and the answer
     /// waits up to `wait` for its verdict.
-    pub async fn submit(
+    pub async fn submit_result(
         &self,
         token_id: TokenId,
         quest_id: QuestId,
@@ -541,7 +541,7 @@ impl Service {
     }
 
     /// Extends a lease.
-    pub async fn heartbeat(
+    pub async fn heartbeat_lease(
         &self,
         token_id: TokenId,
         quest_id: QuestId,
@@ -555,7 +555,7 @@ impl Service {
     }
 
     /// A quest with its full history.
-    pub async fn quest(&self, id: QuestId) -> Result<api::Quest, ServiceError> {
+    pub async fn get_quest(&self, id: QuestId) -> Result<api::Quest, ServiceError> {
         let quest = self.store.get_quest(id).await?;
         self.with_history(quest).await
     }
@@ -600,7 +600,7 @@ fn submit_response(view: SubmissionView) -> SubmitResponse {
 
 impl Service {
     /// The live lease an agent holds in a session, read without renewing or sweeping anything.
-    pub async fn agent_lease(
+    pub async fn get_agent_lease(
         &self,
         session_id: SessionId,
         agent: &AgentId,

@@ -7,7 +7,10 @@ use crate::domain::pause::in_scope;
 
 impl Service {
     /// A session's pauses, newest first.
-    pub async fn pauses(&self, session_id: SessionId) -> Result<Vec<api::Pause>, ServiceError> {
+    pub async fn list_pauses(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Vec<api::Pause>, ServiceError> {
         self.session(session_id).await?;
         Ok(self
             .store
@@ -19,7 +22,7 @@ impl Service {
     }
 
     /// Resumes a token paused in a session, by the token named `by`.
-    pub async fn resume_pause(
+    pub async fn resume_token(
         &self,
         session_id: SessionId,
         token_id: TokenId,

@@ -7,7 +7,7 @@ use crate::domain::work::ReviewerId;
 impl Service {
     /// Quests in REVIEW, oldest first, with their history and L2 answers,
     /// optionally only those a given check raised a doubt about.
-    pub async fn review_queue(
+    pub async fn list_review_queue(
         &self,
         session: Option<SessionId>,
         check: Option<&str>,
@@ -73,7 +73,7 @@ impl Service {
         self.store
             .decide_review(quest_id, reviewer, decision, note)
             .await?;
-        self.quest(quest_id).await
+        self.get_quest(quest_id).await
     }
 }
 

@@ -34,7 +34,7 @@ fn refuse_repeated_keys(column: &str, keys: &[String]) -> Result<(), ServiceErro
 
 impl Service {
     /// Creates a session from a table, all or nothing.
-    pub async fn scan(
+    pub async fn create_session(
         &self,
         created_by: &str,
         config: Value,

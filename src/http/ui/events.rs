@@ -114,7 +114,7 @@ async fn pump(
             }
             _ = sleep_until(flush_at) => {
                 for id in dirty.drain() {
-                    let Ok(status) = service.status(id).await else { continue };
+                    let Ok(status) = service.get_session_status(id).await else { continue };
                     let Ok(event) = Event::default().event("status").json_data(&status) else { continue };
                     if tx.send(event).await.is_err() {
                         return;

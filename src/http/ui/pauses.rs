@@ -91,7 +91,7 @@ pub async fn resume(
 ) -> Result<Response, PageError> {
     match state
         .service
-        .resume_pause(id, token_id, &form.me.name)
+        .resume_token(id, token_id, &form.me.name)
         .await
     {
         // Resumed meanwhile (a second click, another admin): the page says by whom.

@@ -170,13 +170,13 @@ pub async fn page(
                 Err(ServiceError::Store(StoreError::Refused(Refusal::ReviewClaimed {
                     ..
                 }))) => {
-                    held_by = service.quest(row.id).await?.review_claimed_by;
+                    held_by = service.get_quest(row.id).await?.review_claimed_by;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
         quest = Some(QuestView::new(
-            service.quest(row.id).await?,
+            service.get_quest(row.id).await?,
             service.now(),
             me.token,
         ));
@@ -191,7 +191,7 @@ pub async fn page(
             .find(|&id| Some(id) != id_at(pick))
     });
     let last = match q.last {
-        Some(id) => service.quest(id).await.ok().map(|l| LastDecision {
+        Some(id) => service.get_quest(id).await.ok().map(|l| LastDecision {
             id,
             key: l.key,
             state: l.state,

@@ -312,7 +312,10 @@ pub async fn export(
         ))
     })?;
     let (media_type, ext) = format.media_type();
-    let export = state.service.export(id, format, signed.me.token_id).await?;
+    let export = state
+        .service
+        .export_session(id, format, signed.me.token_id)
+        .await?;
     let body = crate::http::sessions::export_body(export);
     Ok(crate::http::sessions::attachment(
         media_type,
