@@ -125,10 +125,6 @@ impl App {
     ) -> anyhow::Result<App> {
         let operator = config.operator()?;
         private_dir(&config.data_dir)?;
-        // Bound first: a replica that cannot listen changes no token.
-        let listener = TcpListener::bind(config.bind)
-            .await
-            .with_context(|| format!("cannot listen on {}", config.bind))?;
         let (events, _) = broadcast::channel(4096);
         let database = config
             .database(&operator.database)
@@ -141,6 +137,10 @@ impl App {
             events.clone(),
         )
         .await?;
+        // Bound before the token: a replica that cannot listen changes none.
+        let listener = TcpListener::bind(config.bind)
+            .await
+            .with_context(|| format!("cannot listen on {}", config.bind))?;
         let shared = matches!(database, crate::config::Database::Postgres(_));
         let admin_token = admin_token(&config, store.as_ref(), shared).await?;
 
@@ -306,8 +306,17 @@ impl App {
         signal: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let shutdown = self.shutdown.clone();
-        let at = self.local_addr();
-        tracing::info!(address = %at, "quest is listening: the console at http://{at}/ui, the API docs at http://{at}/docs");
+        let address = self.local_addr();
+        // An unspecified address (0.0.0.0, ::) is reached through this machine's loopback.
+        let mut at = address;
+        if at.ip().is_unspecified() {
+            at.set_ip(if at.is_ipv4() {
+                std::net::Ipv4Addr::LOCALHOST.into()
+            } else {
+                std::net::Ipv6Addr::LOCALHOST.into()
+            });
+        }
+        tracing::info!(%address, "quest is listening: the console at http://{at}/ui, the API docs at http://{at}/docs");
         // On the signal, stop the workers and end waits and event streams at once,
         // then give open requests a bounded time to finish.
         let stop = shutdown.clone();

@@ -36,7 +36,7 @@ impl From<pause::Pause> for Pause {
     fn from(p: pause::Pause) -> Self {
         Pause {
             resume: format!(
-                "an admin: `quest agent resume --token {} --session {}`, \
+                "an admin: `quest agent resume {} --session {}`, \
                  POST /v1/sessions/{}/tokens/{}/resume, or the session's page in the console",
                 p.token_id, p.session_id, p.session_id, p.token_id
             ),

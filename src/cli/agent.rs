@@ -4,7 +4,7 @@
 //! and there is one implementation of leasing and submitting. Nothing here
 //! prints; [`verdict_text`] words an answer for whichever surface shows it.
 
-use crate::domain::ids::{LeaseId, QuestId, SubmissionId};
+use crate::domain::ids::{LeaseId, QuestId, SessionId, SubmissionId};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -79,7 +79,8 @@ pub async fn lease(ctx: &Ctx) -> Result<NextResponse, CliError> {
     let (_, mut answer): (_, NextResponse) = ctx
         .client
         .post(&format!("/v1/sessions/{session}/next"), &request)
-        .await?;
+        .await
+        .map_err(|e| forgotten_session(ctx, session, e))?;
     if let NextResponse::Assigned { quest, lease, .. } = &mut answer {
         let mut held = ctx.state.load();
         if held.lease_id == Some(lease.id) && held.quest_id == Some(quest.id) {
@@ -118,8 +119,18 @@ async fn renew(ctx: &Ctx, quest: QuestId, lease: LeaseId) -> Result<Lease, CliEr
     Ok(renewed)
 }
 
-/// The quest and lease this agent remembers holding.
-pub fn held_lease(held: &Held) -> Result<(QuestId, LeaseId), CliError> {
+/// The quest and lease this agent remembers holding, when they belong to the
+/// session it is told to work on (`QUEST_SESSION`), if it is told one.
+pub fn held_lease(ctx: &Ctx, held: &Held) -> Result<(QuestId, LeaseId), CliError> {
+    if let (Some(given), Some(own)) = (ctx.given_session(), held.session_id)
+        && given != own
+        && held.quest_id.is_some()
+    {
+        return Err(CliError::Usage(format!(
+            "this agent holds a quest of session {own}, not of session {given} (QUEST_SESSION): submit or \
+             release it with QUEST_SESSION={own} first"
+        )));
+    }
     match (held.quest_id, held.lease_id) {
         (Some(quest), Some(lease)) => Ok((quest, lease)),
         _ => Err(CliError::NoLease),
@@ -155,7 +166,7 @@ pub async fn submit(
             sent
         }
         _ => {
-            let (quest_id, lease_id) = held_lease(&held)?;
+            let (quest_id, lease_id) = held_lease(ctx, &held)?;
             Sent {
                 key: format!("quest-cli-{}", uuid::Uuid::new_v4()),
                 result_hash,
@@ -250,7 +261,7 @@ pub async fn follow(
 /// Extends the remembered lease.
 pub async fn heartbeat(ctx: &Ctx) -> Result<(Held, Lease), CliError> {
     let held = ctx.state.load();
-    let (quest, lease) = held_lease(&held)?;
+    let (quest, lease) = held_lease(ctx, &held)?;
     let renewed = renew(ctx, quest, lease).await?;
     Ok((held, renewed))
 }
@@ -258,7 +269,7 @@ pub async fn heartbeat(ctx: &Ctx) -> Result<(Held, Lease), CliError> {
 /// Gives the remembered quest back, without a try; returns what was held.
 pub async fn release(ctx: &Ctx) -> Result<Held, CliError> {
     let mut held = ctx.state.load();
-    let (quest, lease) = held_lease(&held)?;
+    let (quest, lease) = held_lease(ctx, &held)?;
     let (_, ()): (_, ()) = ctx
         .client
         .post(
@@ -277,7 +288,30 @@ pub async fn release(ctx: &Ctx) -> Result<Held, CliError> {
 /// The session this agent works on, with its counts.
 pub async fn session(ctx: &Ctx) -> Result<Session, CliError> {
     let id = ctx.agent_session()?;
-    ctx.client.get(&format!("/v1/sessions/{id}")).await
+    ctx.client
+        .get(&format!("/v1/sessions/{id}"))
+        .await
+        .map_err(|e| forgotten_session(ctx, id, e))
+}
+
+/// A 404 for the session this agent remembers from its last lease (none was
+/// given): the server does not know it, so the agent needs to be told one.
+fn forgotten_session(ctx: &Ctx, session: SessionId, e: CliError) -> CliError {
+    match e {
+        CliError::Refused { status, code, .. }
+            if status == reqwest::StatusCode::NOT_FOUND && ctx.given_session().is_none() =>
+        {
+            CliError::Refused {
+                status,
+                code,
+                message: format!(
+                    "the server does not know session {session}, the one of this agent's last lease (another \
+                     server or a new data dir); set QUEST_SESSION to the id of the session the operator gave you"
+                ),
+            }
+        }
+        other => other,
+    }
 }
 
 /// A 404 for the quest this agent remembers: the server does not know it (a new
@@ -338,7 +372,10 @@ pub fn verdict_text(
         }
         (SubmissionVerdict::Fail, _) => {
             let left = tries_left
-                .map(|n| format!(" {n} tries left."))
+                .map(|n| match n {
+                    1 => " 1 try left.".to_owned(),
+                    n => format!(" {n} tries left."),
+                })
                 .unwrap_or_default();
             let again = match surface {
                 Surface::Cli => format!("{submit} again"),

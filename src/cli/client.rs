@@ -102,12 +102,17 @@ impl CliError {
                 code,
                 message,
             } => {
+                let mcp = surface == Surface::Mcp;
                 let advice = match (status.as_u16(), code.as_str()) {
+                    (401, _) if mcp => " (the QUEST_TOKEN of this MCP server is missing or not a valid token: \
+                                         ask the operator for an agent token)"
+                        .to_owned(),
                     (401, _) => " (set QUEST_TOKEN or --token to a valid token; an admin creates one with \
                                  `quest token create`)"
                         .to_owned(),
                     (409, "agent_paused") => " (paused: stop and tell the operator)".to_owned(),
                     (403, "out_of_scope") => String::new(),
+                    (403, _) if mcp => " (ask the operator for a token with that role)".to_owned(),
                     (403, _) => {
                         " (ask an admin for a token with that role: `quest token create --role ROLE`)"
                             .to_owned()
@@ -120,6 +125,10 @@ impl CliError {
                 format!("{message}{advice} [{code}]")
             }
             CliError::NoLease => format!("no quest is leased by this agent: {next} first"),
+            CliError::Unreachable { url } if surface == Surface::Mcp => format!(
+                "the quest server at {url} does not answer; call the tool again in a while (1 s, doubling up \
+                 to 60 s), and tell the operator if it stays down"
+            ),
             CliError::NoSession if surface == Surface::Mcp => {
                 "no session is set for this MCP server: set QUEST_SESSION in its environment (or run \
                  `quest mcp --session ID`) to the id of the session the operator gave you"

@@ -48,7 +48,7 @@ pub struct GuardArgs {
 /// Harnesses whose configuration `--print-config` knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Harness {
-    /// Claude Code: `.claude/settings.json` hooks and `.mcp.json`.
+    /// Claude Code: one `.claude/settings.json` (the session and both hooks).
     Claude,
     /// Codex CLI: `config.toml` MCP server and hooks.
     Codex,
@@ -250,7 +250,7 @@ pub async fn run(ctx: &Ctx, args: GuardArgs) -> Result<u8, CliError> {
     };
     let seen = match tokio::time::timeout(limit, look(ctx, hook.event)).await {
         Ok(Ok(seen)) => seen,
-        Ok(Err(e)) => return Ok(failed(ctx, &args, &hook.session, &e.line())),
+        Ok(Err(e)) => return Ok(failed(ctx, &args, &hook.session, &e.message(Surface::Cli))),
         Err(_) => {
             let why = format!(
                 "the quest server at {} did not answer within {} s",

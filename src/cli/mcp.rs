@@ -24,6 +24,7 @@ use super::text::clean;
 use super::{Ctx, exit};
 use crate::api::NextResponse;
 use crate::domain::prompt::SUBMIT_HEADING;
+use crate::domain::replay::UNCHANGED;
 use crate::domain::{State, SubmissionVerdict};
 
 /// How long `quest_submit` lets the server wait for a verdict before it answers PENDING.
@@ -89,10 +90,11 @@ fn submit_output() -> Arc<JsonObject> {
             "facts": {"type": "array", "items": {"type": "object", "properties": {
                 "check": {"type": "string"}, "field": {"type": "string"}, "expected": {"type": "string"},
                 "actual": {"type": "string"}, "hint": {"type": "string"}}}},
-            "unchanged": {"type": "boolean", "description": "true: the verdict already recorded for this very result; nothing was checked again and no try was used."},
+            "unchanged": {"type": "boolean", "description": "true: this result is identical to the last FAIL, which failed again and used a try; change it according to the facts."},
+            "replayed": {"type": "boolean", "description": "true: the verdict already recorded for this very submit (a retry); nothing was checked again and no try was used."},
             "submission_id": {"type": "string"}
         },
-        "required": ["verdict", "state", "tries", "max_tries", "remaining", "facts", "unchanged"]
+        "required": ["verdict", "state", "tries", "max_tries", "remaining", "facts", "unchanged", "replayed"]
     }))
 }
 
@@ -162,7 +164,7 @@ impl QuestTools {
         Ok(match agent::lease(&self.ctx).await {
             Ok(next) => next_answer(&next),
             Err(CliError::Refused { code, message, .. }) if code == "agent_paused" => answer(
-                &format!("paused: {message}. Stop here and tell the operator."),
+                &format!("paused: {message}"),
                 json!({"status": "paused", "message": message}),
             ),
             Err(e) => refusal(&e),
@@ -312,7 +314,8 @@ fn submit_answer(s: &crate::api::SubmitResponse) -> CallToolResult {
     }
     let data = json!({
         "verdict": s.verdict, "state": s.state, "tries": s.tries, "max_tries": s.max_tries,
-        "tries_left": left, "remaining": s.remaining, "facts": s.facts, "unchanged": s.replayed,
+        "tries_left": left, "remaining": s.remaining, "facts": s.facts,
+        "unchanged": s.facts.iter().any(|f| f.check == UNCHANGED), "replayed": s.replayed,
         "submission_id": s.submission_id
     });
     answer(&text, data)

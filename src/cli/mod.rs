@@ -148,7 +148,8 @@ impl Verb {
             Verb::Heartbeat => Some("heartbeat"),
             Verb::Release => Some("release"),
             Verb::Mcp => Some("mcp"),
-            // Printing the harness configuration talks to no server.
+            // Printing the harness configuration needs no agent's token (it asks
+            // the server only for the most recent session, when none is given).
             Verb::Guard(a) if a.print_config.is_none() => Some("guard"),
             _ => None,
         }

@@ -83,7 +83,7 @@ impl fmt::Display for Pause {
                 f,
                 "this token is paused in this session: its last {} quests here all ended DONE \
                  (out of tries or lapsed); stop and tell the operator. An admin resumes it with \
-                 `quest agent resume --token {}` or on the session's page in the console",
+                 `quest agent resume {}` or on the session's page in the console",
                 self.figures["consecutive_done"], self.token_id
             ),
         }

@@ -34,6 +34,8 @@ pub struct PromptParts<'a> {
 pub struct FieldShape {
     pub name: String,
     pub kind: String,
+    /// Its value is text (the CLI then takes it as `--field name=...`).
+    pub text: bool,
 }
 
 impl FieldShape {
@@ -42,12 +44,17 @@ impl FieldShape {
         FieldShape {
             name: name.to_owned(),
             kind: "any JSON value".to_owned(),
+            text: false,
         }
     }
 
-    /// Whether the value is text (the CLI then takes it as `--field name=...`).
-    fn is_text(&self) -> bool {
-        self.kind == "string" || self.kind.starts_with("string ")
+    /// A field whose value is text of this `kind` ("string (a URL)").
+    pub fn text(name: &str, kind: &str) -> FieldShape {
+        FieldShape {
+            name: name.to_owned(),
+            kind: kind.to_owned(),
+            text: true,
+        }
     }
 }
 
@@ -140,7 +147,7 @@ pub fn submit_command(example: Option<&Value>, shape: &[FieldShape]) -> String {
             let mut command = "quest submit".to_owned();
             for f in shape {
                 let name = &f.name;
-                let _ = match f.is_text() {
+                let _ = match f.text {
                     true => write!(command, " --field {name}=<{name}>"),
                     false => write!(command, " --field {name}:=<{name} as JSON>"),
                 };
@@ -311,13 +318,7 @@ mod tests {
             "quest submit --data '{\"n\":1}'"
         );
         assert_eq!(submit_command(None, &[]), "quest submit --data '{...}'");
-        let shape = [
-            FieldShape {
-                name: "email".into(),
-                kind: "string".into(),
-            },
-            FieldShape::any("rows"),
-        ];
+        let shape = [FieldShape::text("email", "string"), FieldShape::any("rows")];
         assert_eq!(
             submit_command(None, &shape),
             "quest submit --field email=<email> --field rows:=<rows as JSON>"
@@ -328,13 +329,11 @@ mod tests {
     fn without_an_example_the_prompt_states_the_shape_and_invents_no_value() {
         let input = json!({"company": "Acme"});
         let shape = [
-            FieldShape {
-                name: "email".into(),
-                kind: "string".into(),
-            },
+            FieldShape::text("email", "string"),
             FieldShape {
                 name: "employees".into(),
                 kind: "integer".into(),
+                text: false,
             },
         ];
         let mut p = parts(&[], &[], false, &input);

@@ -158,10 +158,12 @@ fn shape_of(schema: &Value) -> Vec<FieldShape> {
                     .join(" or "),
                 _ => String::new(),
             };
-            let kind = match (
-                property.get("enum").and_then(Value::as_array),
-                property.get("format"),
-            ) {
+            let values = property.get("enum").and_then(Value::as_array);
+            let text = match values {
+                Some(values) => values.iter().all(Value::is_string),
+                None => types == "string",
+            };
+            let kind = match (values, property.get("format")) {
                 (Some(values), _) => format!(
                     "one of {}",
                     values
@@ -179,6 +181,7 @@ fn shape_of(schema: &Value) -> Vec<FieldShape> {
             FieldShape {
                 name: name.clone(),
                 kind,
+                text,
             }
         })
         .collect()
@@ -438,6 +441,10 @@ mod tests {
                 ("confidence", r#"one of "high", "low""#)
             ],
             "each declared field with its type, no invented value"
+        );
+        assert!(
+            prompt.shape.iter().all(|f| f.text),
+            "both take text: a string, an enum of strings"
         );
         assert!(
             prompt.example.is_none(),

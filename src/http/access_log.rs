@@ -11,6 +11,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Level;
 
+use crate::service::MAX_WAIT_SECONDS;
+
 /// How long a submit waits for its gate unless `?wait=` says otherwise.
 const SUBMIT_WAIT: Duration = Duration::from_secs(30);
 
@@ -18,15 +20,19 @@ const SUBMIT_WAIT: Duration = Duration::from_secs(30);
 pub fn level(status: StatusCode, took: Duration, patience: Duration, slow: Duration) -> Level {
     if status.is_server_error() {
         Level::WARN
-    } else if took > patience + slow {
+    } else if took > patience.saturating_add(slow) {
         Level::INFO
     } else {
         Level::DEBUG
     }
 }
 
-/// How long the request may wait by its own terms: `?wait=N`, a submit's default.
+/// How long the request may wait by its own terms: a submit's `?wait=N`
+/// (at most what a submit may ask for), else its default. Nothing else waits.
 fn own_wait(uri: &Uri) -> Duration {
+    if !uri.path().ends_with("/submit") {
+        return Duration::ZERO;
+    }
     let asked = uri
         .query()
         .into_iter()
@@ -35,11 +41,9 @@ fn own_wait(uri: &Uri) -> Duration {
             pair.strip_prefix("wait=")
                 .and_then(|n| n.parse::<u64>().ok())
         });
-    match asked {
-        Some(seconds) => Duration::from_secs(seconds),
-        None if uri.path().ends_with("/submit") => SUBMIT_WAIT,
-        None => Duration::ZERO,
-    }
+    asked.map_or(SUBMIT_WAIT, |seconds| {
+        Duration::from_secs(seconds.min(MAX_WAIT_SECONDS.into()))
+    })
 }
 
 /// The middleware: times the request and logs its line at [`level`].
@@ -54,7 +58,7 @@ pub async fn log(slow: Duration, request: Request, next: Next) -> Response {
         .get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
     let patience = if stream {
-        Duration::MAX / 2
+        Duration::MAX
     } else {
         own_wait(&uri)
     };
@@ -101,10 +105,18 @@ mod tests {
     #[test]
     fn a_request_waits_what_it_asked_for_and_a_submit_its_default() {
         let wait = |uri: &str| own_wait(&uri.parse().unwrap());
-        assert_eq!(wait("/v1/submissions/x?wait=20"), Duration::from_secs(20));
+        assert_eq!(wait("/v1/quests/q/submit?wait=20"), Duration::from_secs(20));
         assert_eq!(wait("/v1/quests/q/submit"), SUBMIT_WAIT);
         assert_eq!(wait("/v1/quests/q/submit?wait=0"), Duration::ZERO);
-        assert_eq!(wait("/v1/sessions"), Duration::ZERO);
-        assert_eq!(wait("/v1/sessions?x=1&wait=nope"), Duration::ZERO);
+        assert_eq!(wait("/v1/quests/q/submit?x=1&wait=nope"), SUBMIT_WAIT);
+        // Only a submit waits: a `wait` elsewhere cannot hide a slow request.
+        assert_eq!(wait("/v1/sessions?wait=300"), Duration::ZERO);
+        // A wait past the limit (or past what a Duration holds) is the limit.
+        let huge = wait("/v1/quests/q/submit?wait=18446744073709551615");
+        assert_eq!(huge, Duration::from_secs(MAX_WAIT_SECONDS.into()));
+        assert_eq!(
+            level(StatusCode::OK, Duration::MAX, Duration::MAX, SLOW),
+            Level::DEBUG
+        );
     }
 }

@@ -529,3 +529,34 @@ echo "{{\"verdict\": \"PASS\", \"evidence\": [{{\"uid\": $(id -u), \"read\": \"$
         "as root, it could"
     );
 }
+
+#[tokio::test]
+async fn a_command_gate_without_examples_states_its_result_fields_as_any_json_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let extra = "result_fields = [\"test\", \"notes\"]";
+    let app = spawn_app_with(&gate_toml(
+        &dir,
+        "echo '{\"verdict\": \"PASS\"}'",
+        10_000,
+        extra,
+    ))
+    .await;
+    let agent = app.token("agent", "bot").await;
+    // Instructions and no examples: nothing shows the result's shape but the prompt's own words.
+    let session = app.scan(command_config(), companies(1)).await;
+    let next = app.next(&agent, &session, "a").await;
+    assert_eq!(
+        next["submit"]["result_example"],
+        json!({"test": "<test: any JSON value>", "notes": "<notes: any JSON value>"}),
+        "{next}"
+    );
+    let prompt = next["prompt"].as_str().unwrap();
+    for needle in [
+        "Write a test for the function.",
+        "- `test`: any JSON value",
+        "- `notes`: any JSON value",
+        "quest submit --field test:=<test as JSON> --field notes:=<notes as JSON>",
+    ] {
+        assert!(prompt.contains(needle), "missing {needle:?} in\n{prompt}");
+    }
+}

@@ -70,6 +70,26 @@ async fn the_default_log_is_plain_names_the_console_and_keeps_only_failures_and_
     let slow = [("QUEST_LOG", ""), ("QUEST_SLOW_MS", "0")];
     let mut server = Server::start_with_env(dir.path(), None, &slow).await;
     assert_eq!(get(&server.base, "/healthz").await, 200);
+    // An event stream is never slow, however long it stays open.
+    let (status, session) = call(
+        &client,
+        &server.base,
+        "/v1/sessions",
+        json!({"config": contact_config(3), "items": companies(1)}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status, 201, "{session}");
+    let id = session["id"].as_str().unwrap();
+    let stream = client
+        .get(format!("{}/v1/sessions/{id}/events", server.base))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    drop(stream);
     server.kill().await;
     let log = std::fs::read_to_string(dir.path().join("server.log")).unwrap();
     assert!(
@@ -77,5 +97,9 @@ async fn the_default_log_is_plain_names_the_console_and_keeps_only_failures_and_
             && l.contains("slow request")
             && l.contains("uri=/healthz")),
         "past QUEST_SLOW_MS a request is INFO: {log}"
+    );
+    assert!(
+        !log.lines().any(|l| l.contains("/events")),
+        "the event stream is not logged as slow: {log}"
     );
 }

@@ -199,7 +199,50 @@ async fn tools_list_has_exactly_the_four_tools_with_their_schemas_in_under_1500_
             .map(|s| Value::Object((**s).clone()))
             .unwrap_or_else(|| panic!("{} has no output schema", tool.name));
         assert_eq!(output["type"], "object", "{}: {output}", tool.name);
-        assert!(output["required"].is_array(), "{}: {output}", tool.name);
+        let required: Vec<&str> = output["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r.as_str().unwrap())
+            .collect();
+        let expected: &[&str] = match tool.name.as_ref() {
+            "quest_next" => &["status"],
+            "quest_submit" => &[
+                "verdict",
+                "state",
+                "tries",
+                "max_tries",
+                "remaining",
+                "facts",
+                "unchanged",
+                "replayed",
+            ],
+            "quest_status" => &[
+                "total",
+                "remaining",
+                "open",
+                "leased",
+                "checking",
+                "verifying",
+                "pass",
+                "review",
+                "done",
+            ],
+            _ => &["released"],
+        };
+        assert_eq!(required, expected, "{}: {output}", tool.name);
+        if tool.name == "quest_next" {
+            assert_eq!(
+                output["properties"]["status"]["enum"],
+                json!(["assigned", "wait", "finished", "paused"])
+            );
+            for optional in ["quest", "prompt", "retry_after_seconds"] {
+                assert!(
+                    output["properties"][optional].is_object(),
+                    "{optional}: {output}"
+                );
+            }
+        }
         let described = tool.description.as_deref().unwrap_or_default();
         assert!(!described.is_empty(), "{} has a description", tool.name);
         if tool.name == "quest_submit" {
@@ -282,6 +325,22 @@ async fn an_agent_works_a_whole_session_through_the_tools_and_the_cli_shares_its
         "{said}"
     );
 
+    assert_eq!(verdict["unchanged"], false, "{verdict}");
+    // The very same result again: a new try that fails unchanged, not a replay.
+    let again = data(
+        &mcp.call("quest_submit", Some(json!({"result": {"email": "nope"}})))
+            .await,
+    );
+    assert_eq!(
+        (
+            &again["verdict"],
+            &again["unchanged"],
+            &again["replayed"],
+            &again["tries_left"]
+        ),
+        (&json!("FAIL"), &json!(true), &json!(false), &json!(1)),
+        "{again}"
+    );
     let pass = data(
         &mcp.call(
             "quest_submit",
@@ -450,7 +509,8 @@ async fn a_paused_token_gets_the_paused_answer_not_an_error() {
     let answer = data(&paused);
     assert_eq!(answer["status"], "paused", "{answer}");
     assert!(
-        text(&paused).contains("Stop here and tell the operator"),
+        text(&paused).starts_with("paused: ")
+            && text(&paused).contains("stop and tell the operator"),
         "{}",
         text(&paused)
     );

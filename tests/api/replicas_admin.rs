@@ -52,12 +52,18 @@ async fn a_second_replica_without_a_shared_admin_token_leaves_the_first_ones_val
     tokio::spawn(first.run(std::future::pending()));
     assert_eq!(tokens_answer(&base, &token).await, StatusCode::OK);
 
-    // A replica that cannot bind (the first one's port) fails before any token.
+    // A replica that cannot bind (the first one's port) fails before any
+    // token, even one it was given, which would otherwise replace the first's.
     let mut taken = replica(&db, three.path());
     taken.bind = base.trim_start_matches("http://").parse().unwrap();
+    taken.admin_token = Some("never-made-live".into());
     assert!(App::build(taken).await.is_err(), "the port is taken");
     assert!(!three.path().join("admin.token").exists());
     assert_eq!(tokens_answer(&base, &token).await, StatusCode::OK);
+    assert_eq!(
+        tokens_answer(&base, "never-made-live").await,
+        StatusCode::UNAUTHORIZED
+    );
 
     // A second replica on its own data dir: no token of its own, the first's stays.
     let second = App::build(replica(&db, two.path())).await.unwrap();

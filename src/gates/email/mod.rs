@@ -55,7 +55,6 @@ use super::dns::Resolver;
 use super::fetch::{AddressPolicy, FetchError, Fetcher, Page, PageCache, is_unwell};
 use super::{Gate, GateConfigError, GateOutcome, GatePrompt, SessionView};
 use crate::domain::prompt::FieldShape;
-use crate::domain::session::Example;
 use crate::domain::verify::{Question, injection_question};
 use crate::domain::{Fact, Verdict};
 
@@ -242,23 +241,14 @@ impl Gate for EmailGate {
                    an address: copy one you have seen. Prefer a general address (info@, contact@, sales@) \
                    on the company's own domain."
                 .into(),
-            example: Some(Example {
-                input: Value::Null,
-                result: serde_json::json!({
-                    "site": "https://acme.co.kr",
-                    "email": "info@acme.co.kr",
-                    "source": "https://acme.co.kr/contact"
-                }),
-            }),
+            // No made-up result: an agent copies one. The shape says what each field is.
+            example: None,
             shape: [
                 ("site", "string (the company's homepage URL)"),
                 ("email", "string (the address as the page shows it)"),
                 ("source", "string (the URL of the page showing it)"),
             ]
-            .map(|(name, kind)| FieldShape {
-                name: name.into(),
-                kind: kind.into(),
-            })
+            .map(|(name, kind)| FieldShape::text(name, kind))
             .to_vec(),
         }
     }
