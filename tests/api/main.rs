@@ -41,6 +41,7 @@ mod leases;
 mod lifecycle;
 mod logs;
 mod mcp;
+mod mcp_python;
 mod openapi;
 mod operations;
 mod postgres;
