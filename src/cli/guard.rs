@@ -230,14 +230,6 @@ pub async fn run(ctx: &Ctx, args: GuardArgs) -> Result<u8, CliError> {
         say_err!("{note}");
         return Ok(exit::OK);
     }
-    // A guard that does not know its agent's session cannot hold it to one.
-    if let Err(e) = ctx.agent_session() {
-        say_err!(
-            "quest guard: {}; the stop is allowed",
-            e.message(Surface::Cli)
-        );
-        return Ok(exit::OK);
-    }
     let limit = Duration::from_secs(args.timeout);
     let hook = match tokio::time::timeout(limit, read_stdin()).await {
         Ok(Ok(bytes)) => parse_hook(&bytes),
@@ -248,6 +240,15 @@ pub async fn run(ctx: &Ctx, args: GuardArgs) -> Result<u8, CliError> {
         Ok(hook) => hook,
         Err(why) => return Ok(failed(ctx, &args, "", &why)),
     };
+    // A guard that does not know its agent's session cannot hold it to one
+    // (read after stdin, so that the harness never writes into a closed pipe).
+    if let Err(e) = ctx.agent_session() {
+        say_err!(
+            "quest guard: {}; the stop is allowed",
+            e.message(Surface::Cli)
+        );
+        return Ok(exit::OK);
+    }
     let seen = match tokio::time::timeout(limit, look(ctx, hook.event)).await {
         Ok(Ok(seen)) => seen,
         Ok(Err(e)) => return Ok(failed(ctx, &args, &hook.session, &e.message(Surface::Cli))),
