@@ -85,8 +85,15 @@ pub struct Status {
     pub agents_active: u64,
     /// Quests finished per minute over the last five minutes.
     pub rate_per_minute: f64,
-    /// Time to finish at the current rate; null when nothing finished lately.
+    /// Time for the agents to finish at the current rate; null when nothing finished lately.
     pub eta_seconds: Option<u64>,
+    /// Review decisions per hour, at the reviewers' pace over the last fifteen minutes.
+    #[serde(default)]
+    pub review_rate_per_hour: f64,
+    /// Time for the reviewers to decide the quests in REVIEW at that pace;
+    /// null when none wait or nobody decided lately.
+    #[serde(default)]
+    pub review_eta_seconds: Option<u64>,
     /// Figures of each AI verifier (L2) that answered in this session, by name.
     #[serde(default)]
     pub verifiers: Vec<VerifierStatus>,
@@ -129,6 +136,8 @@ impl Status {
         let remaining = s.counts.remaining();
         let eta_seconds = (s.rate_per_minute > 0.0)
             .then(|| (remaining as f64 / s.rate_per_minute * 60.0).ceil() as u64);
+        let review_eta_seconds = (s.reviews_per_hour > 0.0 && review > 0)
+            .then(|| (review as f64 / s.reviews_per_hour * 3600.0).ceil() as u64);
         Status {
             session_id,
             total,
@@ -144,6 +153,8 @@ impl Status {
             agents_active: s.agents_active,
             rate_per_minute: s.rate_per_minute,
             eta_seconds,
+            review_rate_per_hour: s.reviews_per_hour,
+            review_eta_seconds,
             verifiers: s.verifiers.iter().map(VerifierStatus::from).collect(),
             agreement: s.agreement.iter().map(VerifierAgreement::from).collect(),
             stale: 0,

@@ -294,6 +294,13 @@ pub async fn session(ctx: &Ctx) -> Result<Session, CliError> {
         .map_err(|e| forgotten_session(ctx, id, e))
 }
 
+/// What the session says once `next` answered finished: finished, or how many
+/// quests wait for a person (the plain words when the counts cannot be read).
+pub async fn done_words(ctx: &Ctx) -> String {
+    let review = session(ctx).await.map_or(0, |s| s.status.review);
+    crate::domain::backlog::agents_done(review)
+}
+
 /// A 404 for the session this agent remembers from its last lease (none was
 /// given): the server does not know it, so the agent needs to be told one.
 fn forgotten_session(ctx: &Ctx, session: SessionId, e: CliError) -> CliError {

@@ -618,11 +618,12 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
         && !paused.contains(&Style::Careful.name());
     let ok = complete && undecided == 0 && false_pass.is_empty() && pauses_hold;
     println!(
-        "\nCheck: {exported} of {} quests exported, {undecided} undecided (the server counts {} remaining); \
-         {passed} PASS, every one an address really on the company's page; \
+        "\nCheck: {exported} of {} quests exported, {undecided} left with the agents (the server counts {} \
+         remaining): {}; {passed} PASS, every one an address really on the company's page; \
          {} invented addresses submitted, {} accepted; {} agents paused ({}). {}",
         everyone.len(),
         status.remaining,
+        crate::domain::backlog::agents_done(status.review),
         invented.len(),
         false_pass.len(),
         pauses.len(),

@@ -117,6 +117,8 @@ pub struct Seen {
     pub event: Event,
     pub remaining: u64,
     pub open: u64,
+    /// Quests waiting for a person.
+    pub review: u64,
     /// The agent's live lease, as the server has it.
     pub lease: Option<HeldLease>,
     /// Facts of the last FAIL of the held quest, with tries left.
@@ -175,7 +177,7 @@ fn lease_reason(lease: &HeldLease, facts: &[Fact], tries_left: Option<u32>) -> S
 pub fn decide(seen: &Seen, mark: Option<&GuardMark>, max_blocks: u32) -> (Decision, Option<u32>) {
     let reason = if seen.remaining == 0 {
         return (
-            Decision::Allow("the session is finished: every quest is decided".into()),
+            Decision::Allow(crate::domain::backlog::agents_done(seen.review)),
             None,
         );
     } else if let Some(lease) = &seen.lease {
@@ -317,6 +319,7 @@ async fn look(ctx: &Ctx, event: Event) -> Result<Seen, CliError> {
         event,
         remaining: session.status.remaining,
         open: session.status.open,
+        review: session.status.review,
         took_quest: held.lease.is_some() || remembered.session_id == Some(session.id),
         lease: held.lease,
         last_facts,
@@ -434,6 +437,7 @@ mod tests {
             event: Event::Stop,
             remaining: 3,
             open: 2,
+            review: 0,
             lease: None,
             last_facts: Vec::new(),
             tries_left: None,

@@ -162,7 +162,13 @@ impl QuestTools {
     )]
     async fn quest_next(&self) -> Result<CallToolResult, ErrorData> {
         Ok(match agent::lease(&self.ctx).await {
-            Ok(next) => next_answer(&next),
+            Ok(next) => {
+                let done = match next {
+                    NextResponse::Finished => agent::done_words(&self.ctx).await,
+                    _ => String::new(),
+                };
+                next_answer(&next, &done)
+            }
             Err(CliError::Refused { code, message, .. }) if code == "agent_paused" => answer(
                 &format!("paused: {message}"),
                 json!({"status": "paused", "message": message}),
@@ -253,7 +259,8 @@ impl ServerHandler for QuestTools {
     }
 }
 
-fn next_answer(next: &NextResponse) -> CallToolResult {
+/// `done`: what the session says once finished (see [`agent::done_words`]).
+fn next_answer(next: &NextResponse, done: &str) -> CallToolResult {
     match next {
         NextResponse::Assigned {
             quest,
@@ -278,10 +285,9 @@ fn next_answer(next: &NextResponse) -> CallToolResult {
             ),
             structured(next),
         ),
-        NextResponse::Finished => answer(
-            "finished: every quest of the session is decided. Stop here.",
-            structured(next),
-        ),
+        NextResponse::Finished => {
+            answer(&format!("finished: {done}. Stop here."), structured(next))
+        }
     }
 }
 

@@ -347,7 +347,7 @@ async fn next(ctx: &Ctx, args: NextArgs) -> Result<u8, CliError> {
         }
         NextResponse::Finished => {
             if !ctx.args.json {
-                println!("The session is finished: every quest is decided. Stop here.");
+                say!("Stop here: {}.", agent::done_words(ctx).await);
             }
             exit::FINISHED
         }
@@ -577,6 +577,8 @@ mod tests {
             agents_active: 0,
             rate_per_minute: 0.0,
             eta_seconds: None,
+            review_rate_per_hour: 0.0,
+            review_eta_seconds: None,
             verifiers: Vec::new(),
             agreement: Vec::new(),
             stale: 0,

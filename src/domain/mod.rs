@@ -39,6 +39,7 @@ macro_rules! text_enum {
     };
 }
 
+pub mod backlog;
 pub mod fair;
 pub mod ids;
 pub mod pause;

@@ -15,7 +15,7 @@ use crate::domain::pause::{Pause, in_scope};
 use crate::domain::work::ReviewerId;
 use crate::domain::{Decision, Role, token_hash};
 use crate::store::{
-    AgentStatsRow, FailingCheckRow, QuestPage, QuestQuery, QuestRow, StoreError, Throughput,
+    AgentStatsRow, FailingCheckRow, QuestPage, QuestQuery, QuestRow, StoreError, Tally, Throughput,
 };
 
 /// How long a browser session lasts after sign-in; it is never extended.
@@ -79,7 +79,10 @@ pub struct SessionOverview {
     pub session: api::Session,
     pub throughput: Throughput,
     pub agents: Vec<AgentFigures>,
+    /// The checks that FAIL most.
     pub failing: Vec<FailingCheckRow>,
+    /// The facts that send quests to a person most.
+    pub review_reasons: Vec<FailingCheckRow>,
     pub quests: QuestPage,
     /// The AI verifiers' calibration, when the session has verifiers.
     pub verifiers: Option<api::Verifiers>,
@@ -230,7 +233,14 @@ impl Service {
                 stats,
             })
             .collect();
-        let failing = self.store.failing_checks(id, FAILING_CHECKS).await?;
+        let failing = self
+            .store
+            .failing_checks(id, Tally::Fails, FAILING_CHECKS)
+            .await?;
+        let review_reasons = self
+            .store
+            .failing_checks(id, Tally::Reviews, FAILING_CHECKS)
+            .await?;
         let quests = self.store.quest_page(id, query).await?;
         let verifiers = match session.config.verify {
             Some(_) => Some(self.list_verifiers(Some(id)).await?),
@@ -241,6 +251,7 @@ impl Service {
             throughput,
             agents,
             failing,
+            review_reasons,
             quests,
             verifiers,
             pauses: self.named_pauses(id).await?,

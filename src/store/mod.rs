@@ -352,10 +352,12 @@ pub trait Store: Send + Sync + 'static {
     async fn end_browser_session(&self, hash: &str) -> Result<(), StoreError>;
     /// The running figures of every agent of a session, most recently seen first.
     async fn agent_stats(&self, session_id: SessionId) -> Result<Vec<AgentStatsRow>, StoreError>;
-    /// The checks whose facts come with most FAIL and REVIEW verdicts, at most `limit`.
+    /// The checks whose facts come with most FAIL (or REVIEW) verdicts, at
+    /// most `limit`, each with at least one.
     async fn failing_checks(
         &self,
         session_id: SessionId,
+        tally: Tally,
         limit: u32,
     ) -> Result<Vec<FailingCheckRow>, StoreError>;
     /// Quests decided per minute over the last `minutes` minutes (the current one included).

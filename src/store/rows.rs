@@ -319,6 +319,8 @@ pub struct SessionStatus {
     pub agents_active: u64,
     /// Quests that reached a terminal state per minute, over the last five minutes.
     pub rate_per_minute: f64,
+    /// Review decisions per hour, over the last fifteen minutes.
+    pub reviews_per_hour: f64,
     /// Per AI verifier, by name.
     pub verifiers: Vec<VerifierStats>,
     /// Per pair of AI verifiers, by names.
@@ -413,6 +415,24 @@ pub struct AgentStatsRow {
     /// Over its PASSes: how many submissions it made to that quest up to the PASS.
     pub tries_to_pass: u64,
     pub last_seen: DateTime<Utc>,
+}
+
+/// Which verdicts a tally of facts counts by: the checks that fail most, or
+/// the reasons quests go to a person.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tally {
+    Fails,
+    Reviews,
+}
+
+impl Tally {
+    /// The column of `console_fact_counts` it counts.
+    pub fn column(self) -> &'static str {
+        match self {
+            Tally::Fails => "fails",
+            Tally::Reviews => "reviews",
+        }
+    }
 }
 
 /// The facts of one check and field over a session's FAIL and REVIEW

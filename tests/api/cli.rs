@@ -174,7 +174,12 @@ async fn the_agent_loop_exits_with_a_status_for_every_outcome() {
 
     let finished = bot.run(&["next"]).await;
     exits(&finished, 11);
-    assert!(finished.stdout.contains("finished"));
+    // The quest that went to a person is a person's now: the agents are done.
+    assert_eq!(app.status(&session).await["review"], 1);
+    assert_eq!(
+        finished.stdout.trim(),
+        "Stop here: agents are done; 1 waits for a person."
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -123,7 +123,10 @@ async fn quest_demo_runs_to_completion_and_its_own_check_holds() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(
-        stdout.contains("0 undecided") && stdout.contains("0 accepted") && stdout.contains("OK"),
+        stdout.contains("0 left with the agents")
+            && stdout.contains("wait for a person")
+            && stdout.contains("0 accepted")
+            && stdout.contains("OK"),
         "{stdout}"
     );
     for agent in ["careful", "sloppy", "inventing", "freemail"] {

@@ -2,6 +2,7 @@
 
 mod auth;
 mod backend_choice;
+mod backlog;
 mod bad_input;
 mod calibration;
 mod calibration_store;

@@ -15,6 +15,7 @@ mod helpers;
 #[path = "../api/postgres.rs"]
 mod postgres;
 
+mod backlog;
 mod browser;
 mod browsing;
 mod calibration;

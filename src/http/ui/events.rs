@@ -115,7 +115,8 @@ async fn pump(
             _ = sleep_until(flush_at) => {
                 for id in dirty.drain() {
                     let Ok(status) = service.get_session_status(id).await else { continue };
-                    let Ok(event) = Event::default().event("status").json_data(&status) else { continue };
+                    let live = super::view::LiveStatus { live: super::view::Live::of(&status), status: &status };
+                    let Ok(event) = Event::default().event("status").json_data(&live) else { continue };
                     if tx.send(event).await.is_err() {
                         return;
                     }

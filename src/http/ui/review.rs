@@ -131,14 +131,17 @@ pub async fn page(
 ) -> Result<Html<String>, PageError> {
     let service = &state.service;
     let me = &signed.me.reviewer();
-    let list = service
+    // One more than is shown, to know whether there are more.
+    let mut list = service
         .review_list(
             signed.me.sessions.as_deref(),
             q.session,
             q.check(),
-            QUEUE_SHOWN,
+            QUEUE_SHOWN + 1,
         )
         .await?;
+    let more = list.len() as u32 > QUEUE_SHOWN;
+    list.truncate(QUEUE_SHOWN as usize);
     let now = service.now();
     let requested = q.quest.and_then(|id| list.iter().position(|r| r.id == id));
     let pick = requested
@@ -235,7 +238,7 @@ pub async fn page(
             .and_then(|i| id_at(Some(i))),
         next,
         skip_to,
-        more: list.len() as u32 >= QUEUE_SHOWN,
+        more,
         quest,
         held_by,
         queue,

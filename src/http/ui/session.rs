@@ -99,6 +99,7 @@ struct SessionPage {
     chart: Chart,
     agents: Vec<AgentView>,
     failing: Vec<FailingView>,
+    review_reasons: Vec<FailingView>,
     quests: Vec<QuestLine>,
     chips: Vec<Chip>,
     q: String,
@@ -240,21 +241,12 @@ pub async fn page(
         failing: o
             .failing
             .into_iter()
-            .map(|f| FailingView {
-                quests_url: format!(
-                    "{base}{}#quests",
-                    query(&[("check", Some(&f.check)), ("field", Some(&f.field))])
-                ),
-                check: f.check,
-                field: f.field,
-                fails: f.fails,
-                reviews: f.reviews,
-                expected: f.example.expected,
-                actual: f.example.actual,
-                hint: f.example.hint,
-                quest_id: f.quest_id,
-                quest_key: f.quest_key,
-            })
+            .map(|f| failing_view(&base, f))
+            .collect(),
+        review_reasons: o
+            .review_reasons
+            .into_iter()
+            .map(|f| failing_view(&base, f))
             .collect(),
         quests: o
             .quests
@@ -322,4 +314,23 @@ pub async fn export(
         &format!("session-{id}.{ext}"),
         body,
     ))
+}
+
+/// One check of a tally, with the link to its quests.
+fn failing_view(base: &str, f: crate::store::FailingCheckRow) -> FailingView {
+    FailingView {
+        quests_url: format!(
+            "{base}{}#quests",
+            query(&[("check", Some(&f.check)), ("field", Some(&f.field))])
+        ),
+        check: f.check,
+        field: f.field,
+        fails: f.fails,
+        reviews: f.reviews,
+        expected: f.example.expected,
+        actual: f.example.actual,
+        hint: f.example.hint,
+        quest_id: f.quest_id,
+        quest_key: f.quest_key,
+    }
 }

@@ -108,8 +108,44 @@ pub struct SessionView {
     pub max_tries: u32,
     pub status: Status,
     pub segments: Vec<Segment>,
-    /// Percent of quests no longer TODO.
+    pub live: Live,
+}
+
+/// The figures of a session that the console shows and keeps live, worked
+/// out here once for the page and for its event stream (the script only
+/// writes them in).
+#[derive(Debug, Clone, Serialize)]
+pub struct Live {
+    /// Percent of quests decided (PASS or DONE; a quest in REVIEW is not).
     pub progress: u64,
+    /// The agents' ETA while they have work; then the reviewers'.
+    pub eta_seconds: Option<u64>,
+    /// Once the agents are done with quests waiting for a person, the words for it.
+    pub backlog: Option<String>,
+}
+
+impl Live {
+    pub fn of(st: &Status) -> Live {
+        let agents_done = st.remaining == 0;
+        Live {
+            progress: (st.pass + st.done) * 100 / st.total.max(1),
+            eta_seconds: if agents_done {
+                st.review_eta_seconds
+            } else {
+                st.eta_seconds
+            },
+            backlog: (agents_done && st.review > 0)
+                .then(|| crate::domain::backlog::agents_done(st.review)),
+        }
+    }
+}
+
+/// A status as the console's event stream sends it: the API's, and the live figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct LiveStatus<'a> {
+    #[serde(flatten)]
+    pub status: &'a Status,
+    pub live: Live,
 }
 
 impl From<&api::Session> for SessionView {
@@ -124,7 +160,7 @@ impl From<&api::Session> for SessionView {
             created_at: s.created_at,
             max_tries: s.config.max_tries,
             segments: segments(st),
-            progress: (st.total - st.remaining) * 100 / st.total.max(1),
+            live: Live::of(st),
             status: st.clone(),
         }
     }

@@ -547,9 +547,10 @@ impl Store for PgStore {
     async fn failing_checks(
         &self,
         session_id: SessionId,
+        tally: Tally,
         limit: u32,
     ) -> Result<Vec<FailingCheckRow>, StoreError> {
-        console::failing_checks(&self.db.pool, session_id, limit).await
+        console::failing_checks(&self.db.pool, session_id, tally, limit).await
     }
 
     async fn throughput(

@@ -13,7 +13,7 @@ use crate::domain::Fact;
 use crate::store::common::same_digest;
 use crate::store::{
     AgentStatsRow, BrowserSessionRow, FailingCheckRow, QuestPage, QuestQuery, QuestRow, StoreError,
-    Throughput,
+    Tally, Throughput,
 };
 
 /// Expired browser sessions are kept this long for the record, then deleted.
@@ -154,16 +154,19 @@ pub async fn agent_stats(
 pub async fn failing_checks(
     pool: &Pool,
     session_id: SessionId,
+    tally: Tally,
     limit: u32,
 ) -> Result<Vec<FailingCheckRow>, StoreError> {
-    let rows = sqlx::query(
+    let by = tally.column();
+    let sql = format!(
         "SELECT f.*, q.key FROM console_fact_counts f JOIN quests q ON q.id = f.quest_id
-         WHERE f.session_id = $1 ORDER BY f.fails + f.reviews DESC, f.fails DESC, f.check_name, f.field LIMIT $2",
-    )
-    .bind(session_id)
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
+         WHERE f.session_id = $1 AND f.{by} > 0 ORDER BY f.{by} DESC, f.check_name, f.field LIMIT $2"
+    );
+    let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+        .bind(session_id)
+        .bind(i64::from(limit))
+        .fetch_all(pool)
+        .await?;
     rows.iter()
         .map(|r| {
             let (check, field) = (r.text("check_name")?, r.text("field")?);

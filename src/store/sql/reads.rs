@@ -92,6 +92,17 @@ pub async fn session_status(
     .fetch_one(&mut *tx)
     .await?
     .count("n")?;
+    // The reviewers' recent pace: decisions over the last quarter of an hour.
+    let review_window_minutes = 15;
+    let reviewed = sqlx::query(
+        "SELECT COUNT(*) AS n FROM review_decisions d JOIN quests q ON q.id = d.quest_id
+         WHERE q.session_id = $1 AND d.created_at > $2",
+    )
+    .bind(id)
+    .bind(at(now - chrono::Duration::minutes(review_window_minutes)))
+    .fetch_one(&mut *tx)
+    .await?
+    .count("n")?;
     let verifiers =
         sqlx::query("SELECT * FROM l2_verifier_stats WHERE session_id = $1 ORDER BY verifier")
             .bind(id)
@@ -126,6 +137,7 @@ pub async fn session_status(
         counts,
         agents_active,
         rate_per_minute: finished as f64 / window_minutes as f64,
+        reviews_per_hour: reviewed as f64 * 60.0 / review_window_minutes as f64,
         verifiers,
         agreement,
     })

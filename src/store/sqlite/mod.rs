@@ -554,9 +554,10 @@ impl Store for SqliteStore {
     async fn failing_checks(
         &self,
         session_id: SessionId,
+        tally: Tally,
         limit: u32,
     ) -> Result<Vec<FailingCheckRow>, StoreError> {
-        console::failing_checks(&self.read, session_id, limit).await
+        console::failing_checks(&self.read, session_id, tally, limit).await
     }
 
     async fn throughput(

@@ -43,10 +43,15 @@
           x += w;
         });
       });
-      row.querySelectorAll('[data-percent]').forEach(function (el) {
-        el.textContent = String(Math.floor((status.total - status.remaining) * 100 / total));
+      // The server works out the live figures (status.live); they are only written in here.
+      var live = status.live || {};
+      row.querySelectorAll('[data-percent]').forEach(function (el) { el.textContent = String(live.progress); });
+      row.querySelectorAll('[data-eta]').forEach(function (el) { el.textContent = duration(live.eta_seconds); });
+      row.querySelectorAll('[data-backlog]').forEach(function (el) {
+        el.hidden = !live.backlog;
+        var words = el.querySelector('[data-backlog-text]');
+        if (words && live.backlog) words.textContent = live.backlog;
       });
-      row.querySelectorAll('[data-eta]').forEach(function (el) { el.textContent = duration(status.eta_seconds); });
       row.querySelectorAll('[data-rate]').forEach(function (el) { el.textContent = (Math.round(status.rate_per_minute * 10) / 10).toString(); });
     });
   }

@@ -1,0 +1,114 @@
+//! A session whose agents are done while quests wait for a person (issue 21,
+//! point 3): the dashboard and the session page do not call it decided, its
+//! ETA is the reviewers', the live stream carries the same figures, and the
+//! checks that fail most are apart from the reasons quests go to a person.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use reqwest::header;
+use serde_json::json;
+
+use crate::console::*;
+use crate::helpers::spawn_app;
+
+#[tokio::test]
+async fn agents_done_with_quests_in_review_is_not_called_decided() {
+    let app = spawn_app().await;
+    let (session, agent) = session(&app, 3).await;
+    let (_, pass) = work(
+        &app,
+        &agent,
+        &session,
+        "bot",
+        json!({"email": "a@firm.test"}),
+    )
+    .await;
+    assert_eq!(pass["state"], "PASS");
+    let waiting = reviews(&app, &agent, &session, 2).await;
+    let vera = sign_in(&app, &app.token("viewer", "vera").await).await;
+
+    let dashboard = words(&get(&app, "/ui", Some(&vera)).await.plain());
+    assert!(
+        dashboard.contains("33% decided · agents are done; 2 wait for a person"),
+        "{dashboard}"
+    );
+    let page = get(&app, &format!("/ui/sessions/{session}"), Some(&vera)).await;
+    let html = page.expect(200).to_owned();
+    let text = words(&page.plain());
+    assert!(
+        text.contains("agents are done; 2 wait for a person"),
+        "{text}"
+    );
+    assert!(!text.contains("100% decided"), "{text}");
+    // Nobody reviewed yet: the people's ETA is unknown, not "0 s".
+    assert!(html.contains("data-eta>\u{2014}<"), "{html}");
+    let failing = html
+        .split("data-failing")
+        .nth(1)
+        .unwrap()
+        .split("</section>")
+        .next()
+        .unwrap();
+    assert!(failing.contains("No check has failed yet."), "{failing}");
+    let reasons = html
+        .split("data-review-reasons")
+        .nth(1)
+        .unwrap()
+        .split("</section>")
+        .next()
+        .unwrap();
+    assert!(
+        reasons.contains("2 review"),
+        "the review reasons apart: {reasons}"
+    );
+
+    // The live stream sends the same figures, worked out by the server.
+    let response = client()
+        .get(format!("{}/ui/events?session={session}", app.base))
+        .header(header::COOKIE, format!("quest_console={}", vera.cookie))
+        .send()
+        .await
+        .unwrap();
+    let mut stream = response.bytes_stream();
+    let mut seen = String::new();
+    let mut read_until = async |needle: &str, seen: &mut String| {
+        while !seen.contains(needle) {
+            let chunk = tokio::time::timeout(Duration::from_secs(30), stream.next())
+                .await
+                .expect("the stream sends in time")
+                .expect("the stream is open")
+                .unwrap();
+            seen.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    };
+    read_until("event: ready", &mut seen).await;
+    seen.clear();
+    app.post(
+        &format!("/v1/review/{}", waiting[0]),
+        &app.admin,
+        json!({"decision": "approve", "note": ""}),
+    )
+    .await
+    .expect(200);
+    read_until(r#""review":1"#, &mut seen).await;
+    assert!(
+        seen.contains(r#""live":{"progress":66,"eta_seconds":900,"backlog":"agents are done; 1 waits for a person"}"#),
+        "{seen}"
+    );
+}
+
+/// The text of a page as a person reads it: tags dropped, spaces folded.
+fn words(html: &str) -> String {
+    let mut out = String::new();
+    let mut in_tag = false;
+    for c in html.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' => in_tag = false,
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out.split_whitespace().collect::<Vec<_>>().join(" ")
+}
