@@ -158,31 +158,7 @@ mod tests {
     #[test]
     fn the_input_cache_stays_bounded_and_drops_decided_quests() {
         let cache = Inputs::new(2);
-        let quest = |id| QuestRow {
-            id,
-            session_id: SessionId::new(),
-            row_index: 0,
-            key: "k".into(),
-            input: serde_json::json!({}),
-            state: State::Todo,
-            phase: None,
-            tries: 0,
-            lapses: 0,
-            leases: 0,
-            lease_id: None,
-            last_facts: vec![],
-            result: None,
-            submission_id: None,
-            receipt: None,
-            decided_by: None,
-            review_claimed_by: None,
-            review_claim_expires_at: None,
-            repeated_failure: false,
-            updated_at: chrono::Utc::now(),
-            recheck_mark: None,
-            rechecked_at: None,
-            recheck_facts: vec![],
-        };
+        let quest = |id| QuestRow::example(id, State::Todo);
         let ids = [QuestId::new(), QuestId::new(), QuestId::new()];
         for id in ids {
             cache.remember(&quest(id));

@@ -41,6 +41,22 @@ pub struct BrowserSession {
     /// The per-session CSRF token.
     pub csrf: String,
     pub expires_at: chrono::DateTime<chrono::Utc>,
+    /// The digest of its cookie, which names it in the store (its review skips).
+    pub hash: String,
+}
+
+impl BrowserSession {
+    fn of(row: crate::store::BrowserSessionRow, hash: String) -> BrowserSession {
+        BrowserSession {
+            token_id: row.token.id,
+            name: row.token.name,
+            role: row.token.role,
+            sessions: row.token.sessions,
+            csrf: row.csrf,
+            expires_at: row.expires_at,
+            hash,
+        }
+    }
 }
 
 /// A new browser session and the secret that goes into its cookie (shown this once).
@@ -127,14 +143,10 @@ impl Service {
             return Ok(None);
         };
         let cookie = random_hex(32);
+        let hash = token_hash(&cookie);
         let row = match self
             .store
-            .create_browser_session(
-                &token_hash(&cookie),
-                token.id,
-                &random_hex(16),
-                BROWSER_SESSION_SECONDS,
-            )
+            .create_browser_session(&hash, token.id, &random_hex(16), BROWSER_SESSION_SECONDS)
             .await
         {
             Ok(row) => row,
@@ -144,14 +156,7 @@ impl Service {
         };
         Ok(Some(SignedIn {
             cookie,
-            session: BrowserSession {
-                token_id: row.token.id,
-                name: row.token.name,
-                role: row.token.role,
-                sessions: row.token.sessions,
-                csrf: row.csrf,
-                expires_at: row.expires_at,
-            },
+            session: BrowserSession::of(row, hash),
         }))
     }
 
@@ -164,18 +169,12 @@ impl Service {
         if cookie.is_empty() || cookie.len() > 200 {
             return Ok(None);
         }
+        let hash = token_hash(cookie);
         Ok(self
             .store
-            .find_browser_session(&token_hash(cookie))
+            .find_browser_session(&hash)
             .await?
-            .map(|row| BrowserSession {
-                token_id: row.token.id,
-                name: row.token.name,
-                role: row.token.role,
-                sessions: row.token.sessions,
-                csrf: row.csrf,
-                expires_at: row.expires_at,
-            }))
+            .map(|row| BrowserSession::of(row, hash)))
     }
 
     /// The store's "now": claims and ages on the console's pages are judged by it.

@@ -40,7 +40,7 @@ pub mod console;
 mod exports;
 mod pauses;
 mod recheck;
-mod review;
+pub mod review;
 mod scan;
 mod tokens;
 

@@ -1,8 +1,62 @@
-//! The human review queue's use cases: list, claim, skip, decide.
+//! The human review queue's use cases: list, claim, skip, decide, and which
+//! quest a reviewer's page opens next ([`pick_next`]).
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
 
 use super::*;
 use crate::domain::ids::{QuestId, SessionId};
 use crate::domain::work::ReviewerId;
+use crate::store::QuestRow;
+
+/// The quests a console browser session skipped, with when.
+pub type Skips = HashMap<QuestId, DateTime<Utc>>;
+
+/// The quest a reviewer's page opens, as a position in `queue` (oldest
+/// first): the one `asked` for; else an unskipped quest the reviewer holds a
+/// live claim on; else the oldest unskipped one nobody else holds; else the
+/// one skipped longest ago; else the first (held by another, shown as such).
+pub fn pick_next(
+    queue: &[QuestRow],
+    asked: Option<QuestId>,
+    me: &ReviewerId,
+    skips: &Skips,
+    now: DateTime<Utc>,
+) -> Option<usize> {
+    let held_by = |q: &QuestRow| match (&q.review_claimed_by, q.review_claim_expires_at) {
+        (Some(by), Some(until)) if until > now => Some(by.same_token(me)),
+        _ => None,
+    };
+    let unskipped = |q: &&QuestRow| !skips.contains_key(&q.id);
+    let at = |id: QuestId| queue.iter().position(|q| q.id == id);
+    asked
+        .and_then(at)
+        .or_else(|| {
+            queue
+                .iter()
+                .filter(unskipped)
+                .find(|q| held_by(q) == Some(true))
+                .map(|q| q.id)
+                .and_then(at)
+        })
+        .or_else(|| {
+            queue
+                .iter()
+                .filter(unskipped)
+                .find(|q| held_by(q).is_none())
+                .map(|q| q.id)
+                .and_then(at)
+        })
+        .or_else(|| {
+            queue
+                .iter()
+                .filter_map(|q| skips.get(&q.id).map(|when| (when, q.id)))
+                .min()
+                .and_then(|(_, id)| at(id))
+        })
+        .or_else(|| (!queue.is_empty()).then_some(0))
+}
 
 impl Service {
     /// Quests in REVIEW, oldest first, with their history and L2 answers,
@@ -61,6 +115,33 @@ impl Service {
         Ok(self.store.release_review(quest_id, reviewer).await?)
     }
 
+    /// Skips a quest for one console browser session: the reviewer's claim
+    /// goes back (when it is still theirs) and the page offers every other
+    /// quest before this one again.
+    pub async fn skip_review(
+        &self,
+        reviewer: &ReviewerId,
+        browser_session: &str,
+        quest_id: QuestId,
+    ) -> Result<(), ServiceError> {
+        match self.store.release_review(quest_id, reviewer).await {
+            // Held by another or decided meanwhile: no claim of ours to give back.
+            Ok(()) | Err(StoreError::Refused(_) | StoreError::NotFound(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        Ok(self.store.skip_review(browser_session, quest_id).await?)
+    }
+
+    /// The quests a console browser session skipped.
+    pub async fn review_skips(&self, browser_session: &str) -> Result<Skips, ServiceError> {
+        Ok(self
+            .store
+            .review_skips(browser_session)
+            .await?
+            .into_iter()
+            .collect())
+    }
+
     /// Approves or rejects a REVIEW quest.
     pub async fn decide_review(
         &self,
@@ -104,4 +185,53 @@ pub(super) fn check_note(decision: Decision, note: &str) -> Result<(), ServiceEr
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::ids::TokenId;
+
+    #[test]
+    fn a_skip_means_skip_until_every_other_quest_was_offered() {
+        let now = Utc::now();
+        let me = ReviewerId::new(TokenId::new(), "ana".to_owned());
+        let other = ReviewerId::new(TokenId::new(), "ben".to_owned());
+        let queue: Vec<QuestRow> = (0..4)
+            .map(|_| QuestRow::example(QuestId::new(), crate::domain::State::Review))
+            .collect();
+        let id = |i: usize| queue[i].id;
+        let mut skips = Skips::new();
+        assert_eq!(
+            pick_next(&queue, None, &me, &skips, now),
+            Some(0),
+            "the oldest"
+        );
+        // s, s: the two oldest are skipped, the third comes next.
+        skips.insert(id(0), now - chrono::Duration::seconds(2));
+        skips.insert(id(1), now - chrono::Duration::seconds(1));
+        assert_eq!(pick_next(&queue, None, &me, &skips, now), Some(2));
+        // Held by another: passed over; then only skipped ones are left.
+        let mut held = queue.clone();
+        held[2].review_claimed_by = Some(other.clone());
+        held[2].review_claim_expires_at = Some(now + chrono::Duration::seconds(60));
+        held[3].review_claimed_by = Some(other);
+        held[3].review_claim_expires_at = Some(now + chrono::Duration::seconds(60));
+        assert_eq!(
+            pick_next(&held, None, &me, &skips, now),
+            Some(0),
+            "the one skipped longest ago, not the one held"
+        );
+        // A live claim of mine on an unskipped quest comes before the oldest.
+        let mut mine = queue.clone();
+        mine[3].review_claimed_by = Some(me.clone());
+        mine[3].review_claim_expires_at = Some(now + chrono::Duration::seconds(60));
+        assert_eq!(pick_next(&mine, None, &me, &skips, now), Some(3));
+        // ... but not on a skipped one, and an expired claim is nobody's.
+        mine[3].review_claim_expires_at = Some(now - chrono::Duration::seconds(1));
+        assert_eq!(pick_next(&mine, None, &me, &skips, now), Some(2));
+        // The quest asked for wins, skipped or not.
+        assert_eq!(pick_next(&queue, Some(id(1)), &me, &skips, now), Some(1));
+        assert_eq!(pick_next(&[], None, &me, &skips, now), None);
+    }
 }

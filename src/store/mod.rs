@@ -348,8 +348,14 @@ pub trait Store: Send + Sync + 'static {
         &self,
         hash: &str,
     ) -> Result<Option<BrowserSessionRow>, StoreError>;
-    /// Ends a browser session (a sign-out). Ending an ended one changes nothing.
+    /// Ends a browser session (a sign-out), and its review skips. Ending an
+    /// ended one changes nothing.
     async fn end_browser_session(&self, hash: &str) -> Result<(), StoreError>;
+    /// Remembers that the browser session `hash` skipped `quest` now (again:
+    /// the skip moves to now).
+    async fn skip_review(&self, hash: &str, quest: QuestId) -> Result<(), StoreError>;
+    /// The quests the browser session `hash` skipped, with when.
+    async fn review_skips(&self, hash: &str) -> Result<Vec<(QuestId, DateTime<Utc>)>, StoreError>;
     /// The running figures of every agent of a session, most recently seen first.
     async fn agent_stats(&self, session_id: SessionId) -> Result<Vec<AgentStatsRow>, StoreError>;
     /// The checks whose facts come with most FAIL (or REVIEW) verdicts, at

@@ -80,6 +80,38 @@ pub struct QuestRow {
     pub recheck_facts: Vec<Fact>,
 }
 
+#[cfg(test)]
+impl QuestRow {
+    /// A quest with nothing happened to it yet, in `state`, for unit tests.
+    pub fn example(id: QuestId, state: State) -> QuestRow {
+        QuestRow {
+            id,
+            session_id: SessionId::new(),
+            row_index: 0,
+            key: "k".into(),
+            input: serde_json::json!({}),
+            state,
+            phase: None,
+            tries: 0,
+            lapses: 0,
+            leases: 0,
+            lease_id: None,
+            last_facts: vec![],
+            result: None,
+            submission_id: None,
+            receipt: None,
+            decided_by: None,
+            review_claimed_by: None,
+            review_claim_expires_at: None,
+            repeated_failure: false,
+            updated_at: chrono::Utc::now(),
+            recheck_mark: None,
+            rechecked_at: None,
+            recheck_facts: vec![],
+        }
+    }
+}
+
 /// A live lease.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LeaseRow {

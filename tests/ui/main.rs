@@ -24,5 +24,6 @@ mod pages;
 mod pauses;
 mod rechecks;
 mod review_pages;
+mod review_skips;
 mod reviewer_tokens;
 mod shots;

@@ -39,6 +39,9 @@ pub struct Me {
     pub sessions: Option<Vec<crate::domain::ids::SessionId>>,
     /// The token every form of this browser session carries.
     pub csrf: String,
+    /// The browser session's name in the store (its review skips).
+    #[serde(skip)]
+    pub browser_session: String,
 }
 
 impl From<BrowserSession> for Me {
@@ -51,6 +54,7 @@ impl From<BrowserSession> for Me {
             name: s.name,
             role: s.role,
             csrf: s.csrf,
+            browser_session: s.hash,
         }
     }
 }

@@ -19,6 +19,7 @@ use crate::http::AppState;
 use crate::http::extract::Review;
 use crate::service::ServiceError;
 use crate::service::console::BULK_LIMIT;
+use crate::service::review::pick_next;
 use crate::store::{QuestRow, StoreError};
 
 /// How many quests of the queue the page lists.
@@ -30,8 +31,6 @@ pub struct ReviewQuery {
     session: Option<SessionId>,
     check: Option<String>,
     quest: Option<QuestId>,
-    /// A quest just skipped: not reopened by default.
-    skip: Option<QuestId>,
     /// A quest just decided, to confirm it.
     last: Option<QuestId>,
     error: Option<String>,
@@ -112,8 +111,6 @@ struct ReviewPage {
     more: bool,
     previous: Option<QuestId>,
     next: Option<QuestId>,
-    /// Where a skip goes: the next quest, else the first other one.
-    skip_to: Option<QuestId>,
     sessions: Vec<SessionOption>,
     session: Option<SessionId>,
     check: String,
@@ -143,21 +140,9 @@ pub async fn page(
     let more = list.len() as u32 > QUEUE_SHOWN;
     list.truncate(QUEUE_SHOWN as usize);
     let now = service.now();
-    let requested = q.quest.and_then(|id| list.iter().position(|r| r.id == id));
-    let pick = requested
-        .or_else(|| {
-            list.iter().position(|r| {
-                r.review_claimed_by
-                    .as_ref()
-                    .is_some_and(|by| by.same_token(me))
-                    && r.review_claim_expires_at > Some(now)
-            })
-        })
-        .or_else(|| {
-            list.iter()
-                .position(|r| Some(r.id) != q.skip && held_by_other(r, me, now).is_none())
-        })
-        .or_else(|| list.iter().position(|r| Some(r.id) != q.skip));
+    let skips = service.review_skips(&signed.me.browser_session).await?;
+    let requested = q.quest.filter(|id| list.iter().any(|r| r.id == *id));
+    let pick = pick_next(&list, requested, me, &skips, now);
     let notice = (q.quest.is_some() && requested.is_none()).then_some(
         "That quest is no longer in review, or not in this filter; here is the next one.",
     );
@@ -188,11 +173,6 @@ pub async fn page(
     let filter = filter_query(session_text.as_deref(), q.check(), &[]);
     let id_at = |i: Option<usize>| i.and_then(|i| list.get(i)).map(|r| r.id);
     let next = id_at(pick.map(|i| i + 1));
-    let skip_to = next.or_else(|| {
-        list.iter()
-            .map(|r| r.id)
-            .find(|&id| Some(id) != id_at(pick))
-    });
     let last = match q.last {
         Some(id) => service.get_quest(id).await.ok().map(|l| LastDecision {
             id,
@@ -237,7 +217,6 @@ pub async fn page(
             .and_then(|i| i.checked_sub(1))
             .and_then(|i| id_at(Some(i))),
         next,
-        skip_to,
         more,
         quest,
         held_by,
@@ -300,12 +279,23 @@ pub async fn decide(
     Ok(Redirect::to(&format!("/ui/review{to}")).into_response())
 }
 
-/// Gives the claim back (a skip, or moving to another quest) and opens `to`.
+/// Gives the claim back and opens `to` (moving to another quest), or, with
+/// `skip`, skips the quest for this browser session and opens what
+/// [`pick_next`] picks.
 pub async fn release(
     State(state): State<AppState>,
     PagePath(id): PagePath<QuestId>,
     form: SignedForm<Review>,
 ) -> Result<Response, PageError> {
+    if form.fields.get("skip").is_some() {
+        let me = &form.me;
+        state
+            .service
+            .skip_review(&me.reviewer(), &me.browser_session, id)
+            .await?;
+        let to = back(&form.fields, &[("quest", None)]);
+        return Ok(Redirect::to(&format!("/ui/review{to}")).into_response());
+    }
     match state.service.release_review(&form.me.reviewer(), id).await {
         // Held by another or decided meanwhile: there is no claim of ours to give back.
         Ok(()) | Err(ServiceError::Store(StoreError::Refused(_) | StoreError::NotFound(_))) => {}
@@ -316,11 +306,7 @@ pub async fn release(
         .get("to")
         .and_then(|t| t.parse::<QuestId>().ok())
         .map(|t| t.to_string());
-    let skipped = id.to_string();
-    let more = match &to {
-        Some(to) => [("quest", Some(to.as_str())), ("skip", None)],
-        None => [("quest", None), ("skip", Some(skipped.as_str()))],
-    };
+    let more = [("quest", to.as_deref())];
     Ok(Redirect::to(&format!("/ui/review{}", back(&form.fields, &more))).into_response())
 }
 

@@ -540,6 +540,17 @@ impl Store for PgStore {
         .await
     }
 
+    async fn skip_review(&self, hash: &str, quest: QuestId) -> Result<(), StoreError> {
+        self.write((hash.to_owned(), quest), |tx, (h, q)| {
+            Box::pin(console::skip_review(tx, h, q))
+        })
+        .await
+    }
+
+    async fn review_skips(&self, hash: &str) -> Result<Vec<(QuestId, DateTime<Utc>)>, StoreError> {
+        console::review_skips(&self.db.pool, hash).await
+    }
+
     async fn agent_stats(&self, session_id: SessionId) -> Result<Vec<AgentStatsRow>, StoreError> {
         console::agent_stats(&self.db.pool, session_id).await
     }

@@ -3,7 +3,7 @@
 //! triggers (SQLite migration 0006, PostgreSQL 0003), so each read costs the
 //! same however many quests a session holds.
 
-use crate::domain::ids::{SessionId, TokenId};
+use crate::domain::ids::{QuestId, SessionId, TokenId};
 use crate::domain::work::Refusal;
 use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 
@@ -56,11 +56,17 @@ pub async fn create_browser_session(
     if live.is_none() {
         return Err(Refusal::TokenRevoked.into());
     }
+    let forgotten = at(tx.now - TimeDelta::days(KEEP_EXPIRED_DAYS));
     tx.exec(
-        sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1")
-            .bind(at(tx.now - TimeDelta::days(KEEP_EXPIRED_DAYS))),
+        sqlx::query(
+            "DELETE FROM review_skips WHERE browser_session IN
+             (SELECT hash FROM console_sessions WHERE expires_at < $1)",
+        )
+        .bind(forgotten.clone()),
     )
     .await?;
+    tx.exec(sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1").bind(forgotten))
+        .await?;
     tx.exec(
         sqlx::query(
             "INSERT INTO console_sessions (hash, token_id, csrf, created_at, expires_at)
@@ -101,7 +107,37 @@ pub async fn find_browser_session(
     browser_session_row(&row).map(Some)
 }
 
+pub async fn skip_review(tx: &mut Tx, hash: String, quest: QuestId) -> Result<(), StoreError> {
+    tx.exec(
+        sqlx::query(
+            "INSERT INTO review_skips (browser_session, quest_id, skipped_at) VALUES ($1, $2, $3)
+             ON CONFLICT (browser_session, quest_id) DO UPDATE SET skipped_at = excluded.skipped_at",
+        )
+        .bind(hash)
+        .bind(quest)
+        .bind(at(tx.now)),
+    )
+    .await?;
+    Ok(())
+}
+
+pub async fn review_skips(
+    pool: &Pool,
+    hash: &str,
+) -> Result<Vec<(QuestId, DateTime<Utc>)>, StoreError> {
+    sqlx::query("SELECT quest_id, skipped_at FROM review_skips WHERE browser_session = $1")
+        .bind(hash.to_owned())
+        .fetch_all(pool)
+        .await?
+        .iter()
+        .map(|r| Ok((r.id("quest_id")?, r.at("skipped_at")?)))
+        .collect()
+}
+
 pub async fn end_browser_session(tx: &mut Tx, hash: String) -> Result<(), StoreError> {
+    // Skips live as long as their browser session.
+    tx.exec(sqlx::query("DELETE FROM review_skips WHERE browser_session = $1").bind(hash.clone()))
+        .await?;
     tx.exec(
         sqlx::query(
             "UPDATE console_sessions SET ended_at = $1, end_reason = 'signed_out'

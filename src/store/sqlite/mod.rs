@@ -547,6 +547,15 @@ impl Store for SqliteStore {
         single!(self, |ctx| console::end_browser_session(ctx, hash).await)
     }
 
+    async fn skip_review(&self, hash: &str, quest: QuestId) -> Result<(), StoreError> {
+        let hash = hash.to_owned();
+        single!(self, |ctx| console::skip_review(ctx, hash, quest).await)
+    }
+
+    async fn review_skips(&self, hash: &str) -> Result<Vec<(QuestId, DateTime<Utc>)>, StoreError> {
+        console::review_skips(&self.read, hash).await
+    }
+
     async fn agent_stats(&self, session_id: SessionId) -> Result<Vec<AgentStatsRow>, StoreError> {
         console::agent_stats(&self.read, session_id).await
     }
