@@ -62,7 +62,7 @@ pub async fn create_browser_session(
             "DELETE FROM review_skips WHERE browser_session IN
              (SELECT hash FROM console_sessions WHERE expires_at < $1)",
         )
-        .bind(forgotten.clone()),
+        .bind(forgotten),
     )
     .await?;
     tx.exec(sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1").bind(forgotten))
