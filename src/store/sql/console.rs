@@ -56,16 +56,16 @@ pub async fn create_browser_session(
     if live.is_none() {
         return Err(Refusal::TokenRevoked.into());
     }
-    let forgotten = at(tx.now - TimeDelta::days(KEEP_EXPIRED_DAYS));
+    let forgotten = tx.now - TimeDelta::days(KEEP_EXPIRED_DAYS);
     tx.exec(
         sqlx::query(
             "DELETE FROM review_skips WHERE browser_session IN
              (SELECT hash FROM console_sessions WHERE expires_at < $1)",
         )
-        .bind(forgotten),
+        .bind(at(forgotten)),
     )
     .await?;
-    tx.exec(sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1").bind(forgotten))
+    tx.exec(sqlx::query("DELETE FROM console_sessions WHERE expires_at < $1").bind(at(forgotten)))
         .await?;
     tx.exec(
         sqlx::query(
