@@ -23,6 +23,7 @@ mod console;
 mod pages;
 mod pauses;
 mod rechecks;
+mod review_layout;
 mod review_pages;
 mod review_skips;
 mod reviewer_tokens;
