@@ -25,6 +25,7 @@ mod pauses;
 mod rechecks;
 mod review_layout;
 mod review_pages;
+mod review_queue;
 mod review_skips;
 mod reviewer_tokens;
 mod shots;

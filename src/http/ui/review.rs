@@ -85,6 +85,38 @@ struct QueueItem {
     held_by: Option<String>,
     current: bool,
     url: String,
+    /// The result's values on one short line.
+    summary: String,
+    /// The first reason it is in review, and the queue filtered by it.
+    reason: Option<Reason>,
+}
+
+#[derive(Serialize)]
+struct Reason {
+    check: String,
+    field: String,
+    url: String,
+}
+
+/// How many characters of a result the queue shows.
+const SUMMARY_CHARS: usize = 80;
+
+/// A result's values on one line, cut to [`SUMMARY_CHARS`].
+fn summary(result: Option<&serde_json::Value>) -> String {
+    let line = match result {
+        Some(serde_json::Value::Object(fields)) => fields
+            .values()
+            .map(crate::domain::table::cell_as_text)
+            .collect::<Vec<_>>()
+            .join(" · "),
+        Some(other) => crate::domain::table::cell_as_text(other),
+        None => String::new(),
+    };
+    let line: String = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    match line.char_indices().nth(SUMMARY_CHARS) {
+        Some((at, _)) => format!("{}…", &line[..at]),
+        None => line,
+    }
 }
 
 #[derive(Serialize)]
@@ -210,6 +242,15 @@ pub async fn page(
                     &[("quest", Some(&r.id.to_string()))]
                 )
             ),
+            summary: summary(r.result.as_ref()),
+            reason: r.last_facts.first().map(|f| Reason {
+                url: format!(
+                    "/ui/review{}",
+                    filter_query(session_text.as_deref(), Some(&f.check), &[])
+                ),
+                check: f.check.clone(),
+                field: f.field.clone(),
+            }),
         })
         .collect();
     let page = ReviewPage {

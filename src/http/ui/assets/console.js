@@ -151,8 +151,29 @@
     });
   }
 
+  // --- The review queue: the current item in view, and a search over keys and results ---
+  function queue() {
+    var list = document.querySelector('.queue-list');
+    if (!list) return;
+    var current = list.querySelector('li.current');
+    // Within the list only: the page itself stays where it is (on a phone the queue is below).
+    if (current) {
+      var l = list.getBoundingClientRect(), c = current.getBoundingClientRect();
+      if (c.top < l.top || c.bottom > l.bottom) list.scrollTop += c.top - l.top - (l.height - c.height) / 2;
+    }
+    var search = document.querySelector('[data-queue-search]');
+    if (!search) return;
+    search.addEventListener('input', function () {
+      var words = search.value.toLowerCase().trim();
+      list.querySelectorAll('li[data-search]').forEach(function (li) {
+        li.hidden = words !== '' && li.getAttribute('data-search').indexOf(words) < 0;
+      });
+    });
+  }
+
   function start() {
     live();
+    queue();
     if (document.getElementById('keys')) review();
   }
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
