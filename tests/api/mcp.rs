@@ -14,6 +14,19 @@ use tempfile::TempDir;
 
 use crate::helpers::*;
 
+/// The nine counts `quest_status` answers, as the API's status names them.
+const STATUS_COUNTS: [&str; 9] = [
+    "total",
+    "remaining",
+    "open",
+    "leased",
+    "checking",
+    "verifying",
+    "pass",
+    "review",
+    "done",
+];
+
 /// An agent's harness: `quest mcp` as a child process and a client session
 /// with it, and each tool's output schema as `tools/list` gave it.
 pub struct Harness {
@@ -217,17 +230,7 @@ async fn tools_list_has_exactly_the_four_tools_with_their_schemas_in_under_1500_
                 "unchanged",
                 "replayed",
             ],
-            "quest_status" => &[
-                "total",
-                "remaining",
-                "open",
-                "leased",
-                "checking",
-                "verifying",
-                "pass",
-                "review",
-                "done",
-            ],
+            "quest_status" => &STATUS_COUNTS,
             _ => &["released"],
         };
         assert_eq!(required, expected, "{}: {output}", tool.name);
@@ -383,17 +386,7 @@ async fn an_agent_works_a_whole_session_through_the_tools_and_the_cli_shares_its
         "{status}"
     );
     let server = app.status(&session).await;
-    for count in [
-        "total",
-        "remaining",
-        "open",
-        "leased",
-        "checking",
-        "verifying",
-        "pass",
-        "review",
-        "done",
-    ] {
+    for count in STATUS_COUNTS {
         assert_eq!(
             status[count], server[count],
             "{count}: {status} against {server}"

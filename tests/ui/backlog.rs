@@ -3,10 +3,6 @@
 //! ETA is the reviewers', the live stream carries the same figures, and the
 //! checks that fail most are apart from the reasons quests go to a person.
 
-use std::time::Duration;
-
-use futures_util::StreamExt;
-use reqwest::header;
 use serde_json::json;
 
 use crate::console::*;
@@ -64,26 +60,9 @@ async fn agents_done_with_quests_in_review_is_not_called_decided() {
     );
 
     // The live stream sends the same figures, worked out by the server.
-    let response = client()
-        .get(format!("{}/ui/events?session={session}", app.base))
-        .header(header::COOKIE, format!("quest_console={}", vera.cookie))
-        .send()
-        .await
-        .unwrap();
-    let mut stream = response.bytes_stream();
-    let mut seen = String::new();
-    let mut read_until = async |needle: &str, seen: &mut String| {
-        while !seen.contains(needle) {
-            let chunk = tokio::time::timeout(Duration::from_secs(30), stream.next())
-                .await
-                .expect("the stream sends in time")
-                .expect("the stream is open")
-                .unwrap();
-            seen.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    };
-    read_until("event: ready", &mut seen).await;
-    seen.clear();
+    let mut events = Events::open(&app, &vera, &format!("session={session}")).await;
+    events.until("event: ready").await;
+    events.text.clear();
     app.post(
         &format!("/v1/review/{}", waiting[0]),
         &app.admin,
@@ -91,10 +70,11 @@ async fn agents_done_with_quests_in_review_is_not_called_decided() {
     )
     .await
     .expect(200);
-    read_until(r#""review":1"#, &mut seen).await;
+    events.until(r#""review":1"#).await;
     assert!(
-        seen.contains(r#""live":{"progress":66,"eta_seconds":900,"backlog":"agents are done; 1 waits for a person"}"#),
-        "{seen}"
+        events.text.contains(r#""live":{"progress":66,"eta_seconds":900,"backlog":"agents are done; 1 waits for a person"}"#),
+        "{}",
+        events.text
     );
 }
 

@@ -196,3 +196,46 @@ pub async fn reviews(app: &TestApp, agent: &str, session: &str, n: usize) -> Vec
 pub fn count(haystack: &str, needle: &str) -> usize {
     haystack.matches(needle).count()
 }
+
+/// A console event stream (`/ui/events?...`) being read as a browser's
+/// EventSource would: what came so far, and more on demand.
+pub struct Events {
+    stream: std::pin::Pin<
+        Box<dyn futures_util::Stream<Item = reqwest::Result<axum::body::Bytes>> + Send>,
+    >,
+    pub text: String,
+}
+
+impl Events {
+    /// Opens the stream of `query` for the signed-in browser `who`.
+    pub async fn open(app: &TestApp, who: &Browserless, query: &str) -> Events {
+        let response = client()
+            .get(format!("{}/ui/events?{query}", app.base))
+            .header(header::COOKIE, format!("quest_console={}", who.cookie))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "text/event-stream"
+        );
+        Events {
+            stream: Box::pin(response.bytes_stream()),
+            text: String::new(),
+        }
+    }
+
+    /// Reads until what came holds `needle` (30 s at most).
+    pub async fn until(&mut self, needle: &str) {
+        use futures_util::StreamExt;
+        while !self.text.contains(needle) {
+            let chunk =
+                tokio::time::timeout(std::time::Duration::from_secs(30), self.stream.next())
+                    .await
+                    .expect("the stream sends in time")
+                    .expect("the stream is open")
+                    .unwrap();
+            self.text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+    }
+}

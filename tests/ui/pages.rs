@@ -570,7 +570,6 @@ async fn the_session_page_shows_agents_failing_checks_throughput_and_a_paged_fil
 
 #[tokio::test]
 async fn the_event_stream_needs_a_session_and_carries_every_session_it_names() {
-    use futures_util::StreamExt;
     let app = spawn_app().await;
     let (one, agent) = session(&app, 2).await;
     let (two, _) = session(&app, 2).await;
@@ -587,36 +586,16 @@ async fn the_event_stream_needs_a_session_and_carries_every_session_it_names() {
             .status,
         StatusCode::BAD_REQUEST
     );
-    let response = client()
-        .get(format!(
-            "{}/ui/events?session={one}&session={two}",
-            app.base
-        ))
-        .header(header::COOKIE, format!("quest_console={}", vera.cookie))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(
-        response.headers()[header::CONTENT_TYPE],
-        "text/event-stream"
-    );
-    let mut stream = response.bytes_stream();
-    let mut text = String::new();
-    let mut read_until = async |needle: &str, text: &mut String| {
-        while !text.contains(needle) {
-            let chunk = tokio::time::timeout(Duration::from_secs(30), stream.next())
-                .await
-                .expect("the stream sends in time")
-                .expect("the stream is open")
-                .unwrap();
-            text.push_str(&String::from_utf8_lossy(&chunk));
-        }
-    };
-    read_until("event: ready", &mut text).await;
-    read_until(&format!(r#""session_id":"{two}""#), &mut text).await;
-    read_until(&format!(r#""session_id":"{one}""#), &mut text).await;
-    text.clear();
+    let mut events = Events::open(&app, &vera, &format!("session={one}&session={two}")).await;
+    events.until("event: ready").await;
+    events.until(&format!(r#""session_id":"{two}""#)).await;
+    events.until(&format!(r#""session_id":"{one}""#)).await;
+    events.text.clear();
     work(&app, &agent, &one, "bot", json!({"email": "a@firm.test"})).await;
-    read_until(r#""pass":1"#, &mut text).await;
-    assert!(text.contains(&format!(r#""session_id":"{one}""#)), "{text}");
+    events.until(r#""pass":1"#).await;
+    assert!(
+        events.text.contains(&format!(r#""session_id":"{one}""#)),
+        "{}",
+        events.text
+    );
 }
