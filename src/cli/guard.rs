@@ -397,7 +397,7 @@ pub fn print_config(harness: Harness, url: &str, session: SessionId) -> (String,
             let note = format!(
                 "quest: save this as .claude/settings.json (merge its keys into an existing one): the stop guard \
                  on Stop and SubagentStop, bound to session {session}. Add the four tools with \
-                 `claude mcp add quest -- quest mcp --session {session}`. {secrets} (.claude/settings.local.json \
+                 `claude mcp add quest -- quest mcp --url {url} --session {session}`. {secrets} (.claude/settings.local.json \
                  keeps them out of the repository)."
             );
             (
@@ -638,7 +638,9 @@ mod tests {
         }
         assert_eq!(settings["env"]["QUEST_SESSION"], session.to_string());
         assert!(
-            note.contains(&format!("quest mcp --session {session}")),
+            note.contains(&format!(
+                "quest mcp --url http://127.0.0.1:8080 --session {session}"
+            )),
             "{note}"
         );
         let (codex, _) = print_config(Harness::Codex, "http://127.0.0.1:8080", session);
