@@ -39,6 +39,12 @@ pub struct ErrorDetail {
     pub code: String,
     /// What happened and what to do about it.
     pub message: String,
+    /// The particulars of some refusals, for a program: `duplicate_keys`
+    /// gives `{"pairs": [[first, repeat], ...], "more": n}` (1-based data rows,
+    /// at most 20 pairs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub details: Option<Value>,
 }
 
 /// A scan sent as JSON: the session config and the rows.

@@ -23,6 +23,8 @@ pub struct ApiError {
     pub message: String,
     /// Seconds after which a retry may succeed, sent as `Retry-After`.
     pub retry_after: Option<u32>,
+    /// Particulars for a program, sent as `error.details` (boxed: most errors have none).
+    pub details: Option<Box<serde_json::Value>>,
 }
 
 impl ApiError {
@@ -33,6 +35,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            details: None,
         }
     }
 
@@ -78,6 +81,7 @@ impl IntoResponse for ApiError {
             error: ErrorDetail {
                 code: self.code.to_owned(),
                 message: self.message,
+                details: self.details.map(|d| *d),
             },
         };
         let mut response = (self.status, Json(body)).into_response();
@@ -219,7 +223,14 @@ impl From<crate::service::ServiceError> for ApiError {
             ServiceError::Table(e) => e.into(),
             ServiceError::Config(e) => e.into(),
             ServiceError::Gate(e) => e.into(),
-            ServiceError::Invalid { code, message } => ApiError::invalid(code, message),
+            ServiceError::Invalid {
+                code,
+                message,
+                details,
+            } => ApiError {
+                details: details.map(Box::new),
+                ..ApiError::invalid(code, message)
+            },
             ServiceError::Fault(cause) => ApiError::internal(cause),
             ServiceError::TooLarge { code, message } => {
                 ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, code, message)

@@ -47,6 +47,7 @@ pub async fn lease_next(
                 error: ErrorDetail {
                     code: "agent_paused".into(),
                     message: pause.to_string(),
+                    details: None,
                 },
                 pause: (*pause).into(),
             };

@@ -276,6 +276,7 @@ pub async fn stream_events(
                 code: "token_revoked".into(),
                 message: "the token of this stream was revoked; ask an admin for a valid token"
                     .into(),
+                details: None,
             },
         };
         let event = Event::default().event("revoked").json_data(body).ok()?;

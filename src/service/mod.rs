@@ -61,9 +61,14 @@ pub enum ServiceError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Gate(#[from] GateConfigError),
-    /// Well-formed but invalid input.
+    /// Well-formed but invalid input; `details` are its particulars for a
+    /// program (a `duplicate_keys` refusal's row pairs), when it has any.
     #[error("{message}")]
-    Invalid { code: &'static str, message: String },
+    Invalid {
+        code: &'static str,
+        message: String,
+        details: Option<Value>,
+    },
     /// The server failed (a writer, a panicked blocking task): a 500 whose
     /// cause is logged and never echoed.
     #[error("{0}")]
@@ -84,6 +89,7 @@ fn invalid(code: &'static str, message: impl Into<String>) -> ServiceError {
     ServiceError::Invalid {
         code,
         message: message.into(),
+        details: None,
     }
 }
 

@@ -21,15 +21,25 @@ fn refuse_repeated_keys(column: &str, keys: &[String]) -> Result<(), ServiceErro
         0 => String::new(),
         n => format!(" and {n} more"),
     };
-    Err(invalid(
-        "duplicate_keys",
-        format!(
-            "the key column `{column}` repeats a key in data rows {}{more} (1-based, whitespace around a key \
-             ignored): make each key unique, pick another column as config.key_column, or set \
-             config.allow_duplicate_keys to true",
-            named.join(", ")
-        ),
-    ))
+    let message = format!(
+        "the key column `{column}` repeats a key in data rows {}{more} (1-based, whitespace around a key \
+         ignored): make each key unique, pick another column as config.key_column, or set \
+         config.allow_duplicate_keys to true",
+        named.join(", ")
+    );
+    let shown: Vec<[usize; 2]> = pairs
+        .iter()
+        .take(REPEATS_NAMED)
+        .map(|&(a, b)| [a, b])
+        .collect();
+    Err(ServiceError::Invalid {
+        code: "duplicate_keys",
+        message,
+        details: Some(serde_json::json!({
+            "pairs": shown,
+            "more": pairs.len().saturating_sub(REPEATS_NAMED),
+        })),
+    })
 }
 
 impl Service {

@@ -265,6 +265,10 @@ async fn repeated_keys_are_refused_in_every_format_unless_the_session_allows_the
             && message.contains("and 5 more"),
         "{message}"
     );
+    let details = &refused.body["error"]["details"];
+    assert_eq!(details["pairs"].as_array().unwrap().len(), 20, "{details}");
+    assert_eq!(details["pairs"][0], json!([1, 2]));
+    assert_eq!(details["more"], 5);
     let listed = app.get("/v1/sessions", &app.admin).await.expect(200);
     assert_eq!(listed, json!([]), "a refused scan changes nothing");
 
