@@ -10,6 +10,22 @@ use crate::domain::ids::{QuestId, SessionId};
 use crate::domain::work::ReviewerId;
 use crate::store::QuestRow;
 
+/// The reviewer holding a live claim on `q`, if any.
+fn live_claim(q: &QuestRow, now: DateTime<Utc>) -> Option<&ReviewerId> {
+    match (&q.review_claimed_by, q.review_claim_expires_at) {
+        (Some(by), Some(until)) if until > now => Some(by),
+        _ => None,
+    }
+}
+
+/// The name of the reviewer holding a live claim on `q`, when it is not
+/// `me` (another token, whatever its name).
+pub fn held_by_other(q: &QuestRow, me: &ReviewerId, now: DateTime<Utc>) -> Option<String> {
+    live_claim(q, now)
+        .filter(|by| !by.same_token(me))
+        .map(|by| by.name.clone())
+}
+
 /// The quests a console browser session skipped, with when.
 pub type Skips = HashMap<QuestId, DateTime<Utc>>;
 
@@ -24,36 +40,26 @@ pub fn pick_next(
     skips: &Skips,
     now: DateTime<Utc>,
 ) -> Option<usize> {
-    let held_by = |q: &QuestRow| match (&q.review_claimed_by, q.review_claim_expires_at) {
-        (Some(by), Some(until)) if until > now => Some(by.same_token(me)),
-        _ => None,
-    };
-    let unskipped = |q: &&QuestRow| !skips.contains_key(&q.id);
-    let at = |id: QuestId| queue.iter().position(|q| q.id == id);
+    // Some(true): my live claim; Some(false): another's; None: nobody's.
+    let holder = |q: &QuestRow| live_claim(q, now).map(|by| by.same_token(me));
+    let unskipped = |q: &QuestRow| !skips.contains_key(&q.id);
     asked
-        .and_then(at)
+        .and_then(|id| queue.iter().position(|q| q.id == id))
         .or_else(|| {
             queue
                 .iter()
-                .filter(unskipped)
-                .find(|q| held_by(q) == Some(true))
-                .map(|q| q.id)
-                .and_then(at)
+                .position(|q| unskipped(q) && holder(q) == Some(true))
         })
         .or_else(|| {
             queue
                 .iter()
-                .filter(unskipped)
-                .find(|q| held_by(q).is_none())
-                .map(|q| q.id)
-                .and_then(at)
+                .position(|q| unskipped(q) && holder(q).is_none())
         })
         .or_else(|| {
-            queue
-                .iter()
-                .filter_map(|q| skips.get(&q.id).map(|when| (when, q.id)))
+            (0..queue.len())
+                .filter_map(|i| skips.get(&queue[i].id).map(|when| (when, i)))
                 .min()
-                .and_then(|(_, id)| at(id))
+                .map(|(_, i)| i)
         })
         .or_else(|| (!queue.is_empty()).then_some(0))
 }
@@ -124,12 +130,21 @@ impl Service {
         browser_session: &str,
         quest_id: QuestId,
     ) -> Result<(), ServiceError> {
-        match self.store.release_review(quest_id, reviewer).await {
-            // Held by another or decided meanwhile: no claim of ours to give back.
-            Ok(()) | Err(StoreError::Refused(_) | StoreError::NotFound(_)) => {}
-            Err(e) => return Err(e.into()),
-        }
+        self.give_back_review(reviewer, quest_id).await?;
         Ok(self.store.skip_review(browser_session, quest_id).await?)
+    }
+
+    /// Gives a reviewer's claim back when it is still theirs: a quest held by
+    /// another, decided or gone meanwhile has no claim of theirs to give back.
+    pub async fn give_back_review(
+        &self,
+        reviewer: &ReviewerId,
+        quest_id: QuestId,
+    ) -> Result<(), ServiceError> {
+        match self.store.release_review(quest_id, reviewer).await {
+            Ok(()) | Err(StoreError::Refused(_) | StoreError::NotFound(_)) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The quests a console browser session skipped.

@@ -13,14 +13,13 @@ use serde::{Deserialize, Serialize};
 use super::auth::{Fields, Signed, SignedForm};
 use super::view::{QuestView, query};
 use super::{PageError, PagePath, PageQuery, templates};
-use crate::domain::work::ReviewerId;
 use crate::domain::{Decision, State as QuestState};
 use crate::http::AppState;
 use crate::http::extract::Review;
 use crate::service::ServiceError;
 use crate::service::console::BULK_LIMIT;
-use crate::service::review::pick_next;
-use crate::store::{QuestRow, StoreError};
+use crate::service::review::{held_by_other, pick_next};
+use crate::store::StoreError;
 
 /// How many quests of the queue the page lists.
 const QUEUE_SHOWN: u32 = 200;
@@ -67,15 +66,6 @@ fn explain(code: &str) -> &'static str {
     }
 }
 
-/// The reviewer holding a live claim on `q`, when it is not `me` (another
-/// token, whatever its name).
-fn held_by_other(q: &QuestRow, me: &ReviewerId, now: DateTime<Utc>) -> Option<String> {
-    match (&q.review_claimed_by, q.review_claim_expires_at) {
-        (Some(by), Some(until)) if !by.same_token(me) && until > now => Some(by.name.clone()),
-        _ => None,
-    }
-}
-
 #[derive(Serialize)]
 struct QueueItem {
     id: QuestId,
@@ -112,11 +102,8 @@ fn summary(result: Option<&serde_json::Value>) -> String {
         Some(other) => crate::domain::table::cell_as_text(other),
         None => String::new(),
     };
-    let line: String = line.split_whitespace().collect::<Vec<_>>().join(" ");
-    match line.char_indices().nth(SUMMARY_CHARS) {
-        Some((at, _)) => format!("{}…", &line[..at]),
-        None => line,
-    }
+    let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+    crate::domain::text::cut(&line, SUMMARY_CHARS).into_owned()
 }
 
 #[derive(Serialize)]
@@ -337,11 +324,10 @@ pub async fn release(
         let to = back(&form.fields, &[("quest", None)]);
         return Ok(Redirect::to(&format!("/ui/review{to}")).into_response());
     }
-    match state.service.release_review(&form.me.reviewer(), id).await {
-        // Held by another or decided meanwhile: there is no claim of ours to give back.
-        Ok(()) | Err(ServiceError::Store(StoreError::Refused(_) | StoreError::NotFound(_))) => {}
-        Err(e) => return Err(e.into()),
-    }
+    state
+        .service
+        .give_back_review(&form.me.reviewer(), id)
+        .await?;
     let to = form
         .fields
         .get("to")
