@@ -29,7 +29,7 @@ use crate::service::{BOOTSTRAP_ADMIN, Service, new_secret};
 use crate::store::postgres::{PgStore, TimeSource, describe_open_error};
 use crate::store::{SqliteStore, Store};
 use crate::verifiers::VerifierRegistry;
-use crate::workers::{GateRunner, Rechecker, VerifierRunner, orphans, sweeper};
+use crate::workers::{GateRunner, Rechecker, VerifierRunner, held_reviews, orphans, sweeper};
 
 /// Opens the store `database` names. A PostgreSQL database that cannot be
 /// used is one line saying why (a bad URL, no answer, a refusal).
@@ -266,6 +266,14 @@ impl App {
             .with_exports(exports)
             .with_rechecker(rechecker),
         );
+        if config.workers {
+            tokio::spawn(held_reviews::run(
+                store.clone(),
+                clock.clone(),
+                service.held_posted(),
+                shutdown.clone(),
+            ));
+        }
         let router = http::router(
             AppState {
                 service,

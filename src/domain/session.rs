@@ -59,6 +59,30 @@ pub struct SessionConfig {
     /// Re-checks of the PASS quests on a schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recheck: Option<RecheckConfig>,
+    /// How people decide the quests in REVIEW.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<ReviewConfig>,
+}
+
+/// How people decide a session's quests in REVIEW.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewConfig {
+    /// How long a decision made with the review page's keys waits before it
+    /// is recorded, so that `z` can undo it: 0 to 600 seconds, 5 when left
+    /// out; 0 records it at once. The API, the CLI and the page's forms
+    /// without JavaScript always decide at once.
+    #[serde(default = "default_undo_seconds")]
+    pub undo_seconds: u32,
+}
+
+/// The undo window of a session whose config says nothing.
+pub const DEFAULT_UNDO_SECONDS: u32 = 5;
+/// The longest undo window a session may ask for.
+pub const MAX_UNDO_SECONDS: u32 = 600;
+
+fn default_undo_seconds() -> u32 {
+    DEFAULT_UNDO_SECONDS
 }
 
 /// When a session's PASS quests are re-checked against the world.
@@ -147,6 +171,13 @@ impl SessionConfig {
             .unwrap_or_else(|| self.lease_seconds.saturating_mul(10))
     }
 
+    /// How long a keyboard decision on the review page waits, undoable.
+    pub fn undo_seconds(&self) -> u32 {
+        self.review
+            .as_ref()
+            .map_or(DEFAULT_UNDO_SECONDS, |r| r.undo_seconds)
+    }
+
     /// Parses and checks a configuration value.
     pub fn parse(value: Value) -> Result<SessionConfig, ConfigError> {
         // The path names the offending field: `config.max_tries: invalid type ...`.
@@ -204,6 +235,12 @@ impl SessionConfig {
                 message,
             })?;
         }
+        if config.undo_seconds() > MAX_UNDO_SECONDS {
+            return bad(
+                "config.review.undo_seconds",
+                "must be between 0 (decide at once) and 600",
+            );
+        }
         Ok(config)
     }
 }
@@ -225,6 +262,16 @@ mod tests {
         assert_eq!(c.max_result_bytes, 256 * 1024);
         assert_eq!(c.gate.params["schema"], json!({}));
         assert_eq!(c.recheck, None);
+        assert_eq!(
+            c.undo_seconds(),
+            5,
+            "five seconds to undo a keyboard decision"
+        );
+        let c = SessionConfig::parse(
+            json!({"gate": {"kind": "schema"}, "review": {"undo_seconds": 0}}),
+        )
+        .unwrap();
+        assert_eq!(c.undo_seconds(), 0, "0 decides at once");
         let c =
             SessionConfig::parse(json!({"gate": {"kind": "schema"}, "recheck": {"every": "7d"}}))
                 .unwrap();
@@ -265,6 +312,10 @@ mod tests {
             (
                 json!({"gate": {"kind": "schema"}, "recheck": {"every": "7 days"}}),
                 "config.recheck.every",
+            ),
+            (
+                json!({"gate": {"kind": "schema"}, "review": {"undo_seconds": 601}}),
+                "config.review.undo_seconds",
             ),
         ] {
             assert_eq!(SessionConfig::parse(config).unwrap_err().field, field);

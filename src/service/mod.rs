@@ -174,6 +174,8 @@ pub struct Service {
     exports: Exports,
     /// Woken when a re-check run starts (none in tools that run no workers).
     rechecker: Option<Rechecker>,
+    /// Fires when a review decision is held, for the worker that records it.
+    held_posted: Arc<tokio::sync::Notify>,
 }
 
 impl Service {
@@ -198,6 +200,7 @@ impl Service {
             tokens: Tokens::new(Duration::from_secs(1), 1 << 14),
             exports: Exports::default(),
             rechecker: None,
+            held_posted: Arc::new(tokio::sync::Notify::new()),
         }
     }
 

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use super::*;
 use crate::domain::ids::{QuestId, SessionId};
 use crate::domain::work::ReviewerId;
-use crate::store::QuestRow;
+use crate::store::{HeldDecisionRow, QuestRow};
 
 /// The reviewer holding a live claim on `q`, if any.
 fn live_claim(q: &QuestRow, now: DateTime<Utc>) -> Option<&ReviewerId> {
@@ -170,6 +170,73 @@ impl Service {
             .decide_review(quest_id, reviewer, decision, note)
             .await?;
         self.get_quest(quest_id).await
+    }
+}
+
+/// A decision made with the review page's keys: held, or recorded at once.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Held {
+    /// Held until then; `z` may undo it meanwhile.
+    Until(DateTime<Utc>),
+    /// The session's undo window is 0: recorded at once.
+    Recorded,
+}
+
+impl Service {
+    /// Holds a decision made with the review page's keys for the session's
+    /// `review.undo_seconds` (the reviewer keeps the claim meanwhile), then
+    /// the held-decision worker records it through the ordinary decide; a
+    /// window of 0 decides at once.
+    pub async fn hold_review(
+        &self,
+        reviewer: &ReviewerId,
+        quest_id: QuestId,
+        decision: Decision,
+        note: &str,
+    ) -> Result<Held, ServiceError> {
+        check_note(decision, note)?;
+        let quest = self.store.get_quest(quest_id).await?;
+        let seconds = self.session(quest.session_id).await?.config.undo_seconds();
+        if seconds == 0 {
+            self.store
+                .decide_review(quest_id, reviewer, decision, note)
+                .await?;
+            return Ok(Held::Recorded);
+        }
+        let held = self
+            .store
+            .hold_review(quest_id, reviewer, decision, note, seconds)
+            .await?;
+        self.held_posted.notify_one();
+        Ok(Held::Until(held.effective_at))
+    }
+
+    /// Undoes a reviewer's held decision on a quest before it is due:
+    /// whether there was one (`false`: it was recorded, or never held).
+    pub async fn undo_review(
+        &self,
+        reviewer: &ReviewerId,
+        quest_id: QuestId,
+    ) -> Result<bool, ServiceError> {
+        Ok(self.store.undo_review(quest_id, reviewer.token).await?)
+    }
+
+    /// A reviewer's held decisions, newest first, and those that could not
+    /// be recorded when due (said once: they are forgotten as they are read).
+    pub async fn held_reviews(
+        &self,
+        reviewer: &ReviewerId,
+    ) -> Result<Vec<HeldDecisionRow>, ServiceError> {
+        let held = self.store.held_reviews(reviewer.token).await?;
+        if held.iter().any(|h| h.outcome.is_some()) {
+            self.store.forget_held_outcomes(reviewer.token).await?;
+        }
+        Ok(held)
+    }
+
+    /// Fires when a decision is held, for the worker that records them.
+    pub fn held_posted(&self) -> Arc<tokio::sync::Notify> {
+        self.held_posted.clone()
     }
 }
 

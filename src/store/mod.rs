@@ -272,6 +272,32 @@ pub trait Store: Send + Sync + 'static {
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError>;
+    /// Holds a reviewer's decision for `seconds` (the review page's undo
+    /// window), keeping their claim on the quest at least that long.
+    async fn hold_review(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        decision: Decision,
+        note: &str,
+        seconds: u32,
+    ) -> Result<HeldDecisionRow, StoreError>;
+    /// Deletes a reviewer's held decision on a quest that is not yet due:
+    /// whether there was one.
+    async fn undo_review(&self, quest_id: QuestId, token: TokenId) -> Result<bool, StoreError>;
+    /// Takes up to `limit` held decisions that are due, for this worker to record.
+    async fn take_due_reviews(&self, limit: u32) -> Result<Vec<HeldDecisionRow>, StoreError>;
+    /// Records a taken held decision through [`Store::decide_review`] and
+    /// deletes it, in one transaction.
+    async fn record_held_review(&self, quest_id: QuestId) -> Result<QuestRow, StoreError>;
+    /// Keeps why a held decision could not be recorded (a refusal's code).
+    async fn drop_held_review(&self, quest_id: QuestId, outcome: &str) -> Result<(), StoreError>;
+    /// A reviewer's held decisions, newest first, with those that could not be recorded.
+    async fn held_reviews(&self, token: TokenId) -> Result<Vec<HeldDecisionRow>, StoreError>;
+    /// Forgets a reviewer's held decisions that could not be recorded.
+    async fn forget_held_outcomes(&self, token: TokenId) -> Result<(), StoreError>;
+    /// When the next held decision falls due.
+    async fn next_held_review(&self) -> Result<Option<DateTime<Utc>>, StoreError>;
     /// The AI verifiers' calibration against the non-bulk review decisions,
     /// of one session or (`None`) of the whole server, with at most
     /// `disagreements` of the answers where verifier and reviewer disagreed.

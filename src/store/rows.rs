@@ -370,6 +370,19 @@ pub struct ReviewDecisionRow {
     pub created_at: DateTime<Utc>,
 }
 
+/// A reviewer's decision held for its undo window, or (with `outcome`, the
+/// refusal's code) one that could not be recorded when it fell due.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HeldDecisionRow {
+    pub quest_id: QuestId,
+    pub reviewer: ReviewerId,
+    pub decision: Decision,
+    pub note: String,
+    pub held_at: DateTime<Utc>,
+    pub effective_at: DateTime<Utc>,
+    pub outcome: Option<String>,
+}
+
 /// An API token's public part.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenRow {

@@ -430,6 +430,24 @@ impl TestApp {
         panic!("quest {quest} never left TODO: {}", self.quest(quest).await);
     }
 
+    /// Lets the review page's held decision on `quest` fall due: moves the
+    /// server's clock past the default undo window, then polls until the
+    /// worker has recorded it (the quest leaves REVIEW).
+    pub async fn fall_due(&self, quest: &str) -> Value {
+        self.clock.advance(std::time::Duration::from_secs(6));
+        for _ in 0..1500 {
+            let view = self.quest(quest).await;
+            if view["state"] != "REVIEW" {
+                return view;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!(
+            "the held decision on {quest} was never recorded: {}",
+            self.quest(quest).await
+        );
+    }
+
     /// Raw bytes of a GET.
     pub async fn bytes(&self, path: &str) -> (StatusCode, Vec<u8>) {
         let response = self

@@ -54,6 +54,7 @@ mod replicas;
 mod replicas_admin;
 mod replicas_verifiers;
 mod restart;
+mod review_undo;
 mod revocation;
 mod schemathesis;
 mod server;

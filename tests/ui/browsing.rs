@@ -77,9 +77,10 @@ async fn review_keys_move_claim_approve_with_a_and_reject_with_r_a_note_and_ente
         browser.until("the previous quest", &format!("{current} === '{}'", ids[0])).await;
 
         browser.press('a').await;
-        browser.until("the next quest to open by itself", &format!(
-            "{current} === '{}' && !!document.querySelector('[data-last-decision=\"{}\"]')", ids[1], ids[0])).await;
-        let approved = app.quest(&ids[0]).await;
+        browser.until("the next quest to open by itself, the decision held", &format!(
+            "{current} === '{}' && !!document.querySelector('[data-held=\"{}\"]')", ids[1], ids[0])).await;
+        assert_eq!(app.quest(&ids[0]).await["state"], "REVIEW", "held: not recorded before its undo window ends");
+        let approved = app.fall_due(&ids[0]).await;
         assert_eq!(approved["state"], "PASS");
         assert_eq!(approved["decided_by"], "reviewer:alice");
         assert_eq!((approved["reviews"][0]["reviewer"].as_str(), approved["reviews"][0]["decision"].as_str()), (Some("alice"), Some("approve")));
@@ -90,8 +91,9 @@ async fn review_keys_move_claim_approve_with_a_and_reject_with_r_a_note_and_ente
         assert_eq!(app.quest(&ids[1]).await["state"], "REVIEW");
         browser.type_text("the address belongs to another company").await;
         browser.press('\u{e007}').await;
-        browser.until("the empty queue", "return !document.querySelector('[data-review-current]') && !!document.querySelector('[data-last-decision]')").await;
-        let rejected = app.quest(&ids[1]).await;
+        browser.until("the empty queue, the rejection held", &format!(
+            "return !document.querySelector('[data-review-current]') && !!document.querySelector('[data-held=\"{}\"]')", ids[1])).await;
+        let rejected = app.fall_due(&ids[1]).await;
         assert_eq!(rejected["state"], "DONE");
         assert_eq!(rejected["reviews"][0]["note"], "the address belongs to another company");
         assert_eq!(rejected["reviews"][0]["reviewer"], "alice");
@@ -160,11 +162,11 @@ async fn a_second_reviewer_sees_the_first_ones_claim_and_cannot_decide_it() {
         first.press('a').await;
         first
             .until(
-                "the decision",
-                "return !!document.querySelector('[data-last-decision]')",
+                "the decision, held",
+                "return !!document.querySelector('[data-held]')",
             )
             .await;
-        assert_eq!(app.quest(&quest).await["decided_by"], "reviewer:alice");
+        assert_eq!(app.fall_due(&quest).await["decided_by"], "reviewer:alice");
     })
     .await;
 }

@@ -27,5 +27,6 @@ mod review_layout;
 mod review_pages;
 mod review_queue;
 mod review_skips;
+mod review_undo;
 mod reviewer_tokens;
 mod shots;

@@ -127,7 +127,7 @@ async fn in_the_browser_s_s_a_a_opens_a_quest_not_yet_offered_and_a_reload_keeps
                 )
                 .await;
         }
-        assert_eq!(app.quest(&ids[2]).await["state"], "PASS");
+        assert_eq!(app.fall_due(&ids[2]).await["state"], "PASS");
         assert_eq!(
             app.quest(&ids[0]).await["review_claimed_by"],
             serde_json::Value::Null

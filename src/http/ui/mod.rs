@@ -60,6 +60,7 @@ pub fn router() -> Router<AppState> {
         )
         .route("/review/{id}/decide", post(review::decide))
         .route("/review/{id}/release", post(review::release))
+        .route("/review/{id}/undo", post(review::undo))
         .route("/assets/{name}", get(assets::serve))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async {

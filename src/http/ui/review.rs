@@ -18,7 +18,7 @@ use crate::http::AppState;
 use crate::http::extract::Review;
 use crate::service::ServiceError;
 use crate::service::console::BULK_LIMIT;
-use crate::service::review::{held_by_other, pick_next};
+use crate::service::review::{Held, held_by_other, pick_next};
 use crate::store::StoreError;
 
 /// How many quests of the queue the page lists.
@@ -34,6 +34,8 @@ pub struct ReviewQuery {
     last: Option<QuestId>,
     error: Option<String>,
     decision: Option<String>,
+    /// A quest whose held decision was just undone.
+    undone: Option<QuestId>,
 }
 
 impl ReviewQuery {
@@ -62,6 +64,8 @@ fn explain(code: &str) -> &'static str {
         "invalid_note" => "The note is too long: 10 000 bytes at most.",
         "review_claimed" => "Another reviewer holds this quest now; it is theirs to decide.",
         "not_in_review" => "That quest is no longer in review: it was decided meanwhile.",
+        "undo_too_late" => "Too late to undo: that decision is recorded, or being recorded now.",
+        "token_revoked" => "Your token was revoked meanwhile.",
         _ => "That did not work; try again.",
     }
 }
@@ -121,6 +125,25 @@ struct LastDecision {
     state: QuestState,
 }
 
+/// The reviewer's most recent held decision, which `z` undoes.
+#[derive(Serialize)]
+struct Undo {
+    id: QuestId,
+    key: String,
+    decision: Decision,
+    /// Whole seconds left before it is recorded.
+    seconds_left: i64,
+}
+
+/// A held decision that could not be recorded when due.
+#[derive(Serialize)]
+struct NotRecorded {
+    id: QuestId,
+    key: String,
+    decision: Decision,
+    why: &'static str,
+}
+
 #[derive(Serialize)]
 struct ReviewPage {
     quest: Option<QuestView>,
@@ -137,6 +160,9 @@ struct ReviewPage {
     last: Option<LastDecision>,
     error: Option<&'static str>,
     notice: Option<&'static str>,
+    undo: Option<Undo>,
+    not_recorded: Vec<NotRecorded>,
+    undone: Option<String>,
 }
 
 /// The review page: the queue, and the current quest opened (and claimed).
@@ -156,9 +182,16 @@ pub async fn page(
             QUEUE_SHOWN + 1,
         )
         .await?;
+    let now = service.now();
+    // A quest whose decision I hold is decided, as far as my page goes.
+    let (waiting, dropped): (Vec<_>, Vec<_>) = service
+        .held_reviews(me)
+        .await?
+        .into_iter()
+        .partition(|h| h.outcome.is_none());
+    list.retain(|r| !waiting.iter().any(|h| h.quest_id == r.id));
     let more = list.len() as u32 > QUEUE_SHOWN;
     list.truncate(QUEUE_SHOWN as usize);
-    let now = service.now();
     let skips = service.review_skips(&signed.me.browser_session).await?;
     let requested = q.quest.filter(|id| list.iter().any(|r| r.id == *id));
     let pick = pick_next(&list, requested, me, &skips, now);
@@ -256,6 +289,31 @@ pub async fn page(
         last,
         error: q.error.as_deref().map(explain),
         notice,
+        undo: match waiting.first() {
+            Some(h) => Some(Undo {
+                id: h.quest_id,
+                key: service.get_quest(h.quest_id).await?.key,
+                decision: h.decision,
+                seconds_left: (h.effective_at - now).num_seconds().max(0) + 1,
+            }),
+            None => None,
+        },
+        not_recorded: {
+            let mut out = Vec::new();
+            for h in &dropped {
+                out.push(NotRecorded {
+                    id: h.quest_id,
+                    key: service.get_quest(h.quest_id).await?.key,
+                    decision: h.decision,
+                    why: explain(h.outcome.as_deref().unwrap_or_default()),
+                });
+            }
+            out
+        },
+        undone: match q.undone {
+            Some(id) => service.get_quest(id).await.ok().map(|u| u.key),
+            None => None,
+        },
     };
     templates::page("review.html", &signed.me, page)
 }
@@ -279,7 +337,8 @@ fn decision(fields: &Fields) -> Result<Decision, PageError> {
     }
 }
 
-/// Approves or rejects one quest, then opens the next.
+/// Approves or rejects one quest, then opens the next. A decision made with
+/// the page's keys (`held=1`) is held for the session's undo window.
 pub async fn decide(
     State(state): State<AppState>,
     PagePath(id): PagePath<QuestId>,
@@ -287,13 +346,27 @@ pub async fn decide(
 ) -> Result<Response, PageError> {
     let decision = decision(&form.fields)?;
     let note = form.fields.get("note").unwrap_or_default();
+    let me = &form.me.reviewer();
     let id_text = id.to_string();
-    let to = match state
-        .service
-        .decide_review(&form.me.reviewer(), id, decision, note)
-        .await
-    {
-        Ok(_) => back(&form.fields, &[("last", Some(&id_text))]),
+    let done = if form.fields.get("held") == Some("1") {
+        state
+            .service
+            .hold_review(me, id, decision, note)
+            .await
+            .map(|held| match held {
+                // The undo notice confirms it.
+                Held::Until(_) => None,
+                Held::Recorded => Some(id_text.as_str()),
+            })
+    } else {
+        state
+            .service
+            .decide_review(me, id, decision, note)
+            .await
+            .map(|_| Some(id_text.as_str()))
+    };
+    let to = match done {
+        Ok(last) => back(&form.fields, &[("last", last)]),
         Err(ServiceError::Invalid { code, .. }) => back(
             &form.fields,
             &[("quest", Some(&id_text)), ("error", Some(code))],
@@ -305,6 +378,24 @@ pub async fn decide(
         Err(e) => return Err(e.into()),
     };
     Ok(Redirect::to(&format!("/ui/review{to}")).into_response())
+}
+
+/// Undoes a held decision before it is recorded (`z`), and opens its quest again.
+pub async fn undo(
+    State(state): State<AppState>,
+    PagePath(id): PagePath<QuestId>,
+    form: SignedForm<Review>,
+) -> Result<Response, PageError> {
+    let id_text = id.to_string();
+    let more = if state.service.undo_review(&form.me.reviewer(), id).await? {
+        [
+            ("quest", Some(id_text.as_str())),
+            ("undone", Some(id_text.as_str())),
+        ]
+    } else {
+        [("quest", None), ("error", Some("undo_too_late"))]
+    };
+    Ok(Redirect::to(&format!("/ui/review{}", back(&form.fields, &more))).into_response())
 }
 
 /// Gives the claim back and opens `to` (moving to another quest), or, with

@@ -40,7 +40,7 @@ mod tx;
 mod verdicts;
 mod writes;
 
-use sql::{calibration, console, inputs, pause_rule, reads, rechecks, tokens, verify};
+use sql::{calibration, console, held, inputs, pause_rule, reads, rechecks, tokens, verify};
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -425,6 +425,64 @@ impl Store for PgStore {
             Box::pin(verify::decide_review(tx, q, r, d, n, true))
         })
         .await
+    }
+
+    async fn hold_review(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        decision: Decision,
+        note: &str,
+        seconds: u32,
+    ) -> Result<HeldDecisionRow, StoreError> {
+        let args = (
+            quest_id,
+            reviewer.clone(),
+            decision,
+            note.to_owned(),
+            seconds,
+        );
+        self.write(args, |tx, (q, r, d, n, s)| {
+            Box::pin(held::hold_review(tx, q, r, d, n, s))
+        })
+        .await
+    }
+
+    async fn undo_review(&self, quest_id: QuestId, token: TokenId) -> Result<bool, StoreError> {
+        self.write((quest_id, token), |tx, (q, t)| {
+            Box::pin(held::undo_review(tx, q, t))
+        })
+        .await
+    }
+
+    async fn take_due_reviews(&self, limit: u32) -> Result<Vec<HeldDecisionRow>, StoreError> {
+        self.write(limit, |tx, l| Box::pin(held::take_due_reviews(tx, l)))
+            .await
+    }
+
+    async fn record_held_review(&self, quest_id: QuestId) -> Result<QuestRow, StoreError> {
+        self.write(quest_id, |tx, q| Box::pin(held::record_held_review(tx, q)))
+            .await
+    }
+
+    async fn drop_held_review(&self, quest_id: QuestId, outcome: &str) -> Result<(), StoreError> {
+        self.write((quest_id, outcome.to_owned()), |tx, (q, o)| {
+            Box::pin(held::drop_held_review(tx, q, o))
+        })
+        .await
+    }
+
+    async fn held_reviews(&self, token: TokenId) -> Result<Vec<HeldDecisionRow>, StoreError> {
+        held::held_reviews(&self.db.pool, token).await
+    }
+
+    async fn forget_held_outcomes(&self, token: TokenId) -> Result<(), StoreError> {
+        self.write(token, |tx, t| Box::pin(held::forget_held_outcomes(tx, t)))
+            .await
+    }
+
+    async fn next_held_review(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        held::next_held_review(&self.db.pool).await
     }
 
     async fn calibration(

@@ -11,6 +11,7 @@ use super::{Tx, codec, leases, native};
 
 pub mod calibration;
 pub mod console;
+pub mod held;
 pub mod inputs;
 pub mod pause_rule;
 pub mod reads;

@@ -17,7 +17,7 @@ use crate::store::columns::RowId;
 use crate::store::common::{REVOKED, set_status, status_of};
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
 
-async fn lock_quest(tx: &mut Tx, id: QuestId) -> Result<QuestRow, StoreError> {
+pub(super) async fn lock_quest(tx: &mut Tx, id: QuestId) -> Result<QuestRow, StoreError> {
     let row = tx
         .row(sqlx::query(concat!("SELECT * FROM quests WHERE id = $1", for_update!())).bind(id))
         .await?
@@ -234,7 +234,11 @@ async fn finish_verification(
     Ok(quest)
 }
 
-fn reviewable(tx: &Tx, quest: &QuestRow, reviewer: &ReviewerId) -> Result<(), StoreError> {
+pub(super) fn reviewable(
+    tx: &Tx,
+    quest: &QuestRow,
+    reviewer: &ReviewerId,
+) -> Result<(), StoreError> {
     Ok(work::check_reviewable(
         quest.state,
         quest.review_claimed_by.as_ref(),
@@ -264,7 +268,7 @@ pub async fn claim_review(
 /// (or is unknown): a console bulk decision stops deciding at the revocation.
 /// Where replicas write, the token row is shared-locked until commit, so a
 /// revocation racing this write waits for it and then gives up what it claimed.
-async fn live_token(tx: &mut Tx, reviewer: &ReviewerId) -> Result<(), StoreError> {
+pub(super) async fn live_token(tx: &mut Tx, reviewer: &ReviewerId) -> Result<(), StoreError> {
     tx.row(
         sqlx::query(concat!(
             "SELECT 1 FROM tokens WHERE id = $1 AND revoked_at IS NULL",

@@ -30,7 +30,7 @@ mod sql;
 mod verdicts;
 mod writer;
 
-use sql::{calibration, console, inputs, pause_rule, reads, rechecks, tokens, verify};
+use sql::{calibration, console, held, inputs, pause_rule, reads, rechecks, tokens, verify};
 
 use writer::WriteCtx as Tx;
 
@@ -441,6 +441,51 @@ impl Store for SqliteStore {
             ctx, quest_id, reviewer, decision, note, true
         )
         .await)
+    }
+
+    async fn hold_review(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        decision: Decision,
+        note: &str,
+        seconds: u32,
+    ) -> Result<HeldDecisionRow, StoreError> {
+        let (reviewer, note) = (reviewer.clone(), note.to_owned());
+        single!(self, |ctx| held::hold_review(
+            ctx, quest_id, reviewer, decision, note, seconds
+        )
+        .await)
+    }
+
+    async fn undo_review(&self, quest_id: QuestId, token: TokenId) -> Result<bool, StoreError> {
+        single!(self, |ctx| held::undo_review(ctx, quest_id, token).await)
+    }
+
+    async fn take_due_reviews(&self, limit: u32) -> Result<Vec<HeldDecisionRow>, StoreError> {
+        single!(self, |ctx| held::take_due_reviews(ctx, limit).await)
+    }
+
+    async fn record_held_review(&self, quest_id: QuestId) -> Result<QuestRow, StoreError> {
+        single!(self, |ctx| held::record_held_review(ctx, quest_id).await)
+    }
+
+    async fn drop_held_review(&self, quest_id: QuestId, outcome: &str) -> Result<(), StoreError> {
+        let outcome = outcome.to_owned();
+        single!(self, |ctx| held::drop_held_review(ctx, quest_id, outcome)
+            .await)
+    }
+
+    async fn held_reviews(&self, token: TokenId) -> Result<Vec<HeldDecisionRow>, StoreError> {
+        held::held_reviews(&self.read, token).await
+    }
+
+    async fn forget_held_outcomes(&self, token: TokenId) -> Result<(), StoreError> {
+        single!(self, |ctx| held::forget_held_outcomes(ctx, token).await)
+    }
+
+    async fn next_held_review(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        held::next_held_review(&self.read).await
     }
 
     async fn calibration(

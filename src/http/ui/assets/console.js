@@ -115,11 +115,18 @@
       });
     });
 
+    // A decision made with a key is held for the session's undo window (z).
+    function held(form) {
+      var input = form && form.querySelector('input[name="held"]');
+      if (input) input.value = '1';
+    }
+
     if (note) {
       note.addEventListener('keydown', function (e) {
         if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
           e.preventDefault();
           if (note.value.trim() === '') { note.reportValidity(); return; }
+          held(rejectForm);
           rejectForm.requestSubmit();
         } else if (e.key === 'Escape') {
           e.preventDefault();
@@ -137,10 +144,15 @@
         if (keys.open) keys.close(); else keys.showModal();
         return;
       }
-      if (!current || (keys && keys.open)) return;
+      if (keys && keys.open) return;
+      if (e.key === 'z') {
+        if (press('z')) e.preventDefault();
+        return;
+      }
+      if (!current) return;
       var handled = false;
       switch (e.key) {
-        case 'a': handled = press('a'); break;
+        case 'a': held(document.querySelector('[data-form="approve"]')); handled = press('a'); break;
         case 'r': if (rejectForm) { openReject(); handled = true; } break;
         case 's': handled = press('s'); break;
         case 'j': handled = press('j'); break;
@@ -171,9 +183,24 @@
     });
   }
 
+  // --- The undo notice: counts down, and goes when the decision is recorded ---
+  function undo() {
+    var form = document.querySelector('[data-held]');
+    if (!form) return;
+    var left = parseInt(form.getAttribute('data-seconds-left'), 10) || 0;
+    var shown = form.querySelector('[data-countdown]');
+    var timer = setInterval(function () {
+      left -= 1;
+      if (left > 0) { shown.textContent = String(left); return; }
+      clearInterval(timer);
+      form.remove();
+    }, 1000);
+  }
+
   function start() {
     live();
     queue();
+    undo();
     if (document.getElementById('keys')) review();
   }
   if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', start);
