@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use crate::domain::recheck::Mark;
+use crate::domain::review::Look;
 mod calibration;
 pub use calibration::*;
 mod verifiers;
@@ -23,8 +24,10 @@ use crate::store::{
 
 mod pauses;
 mod recheck;
+mod reviewers;
 pub use pauses::{NextPaused, Pause};
 pub use recheck::{Recheck, RecheckRun};
+pub use reviewers::{ReviewerPair, ReviewerStats, Reviewers};
 
 /// The body of every refusal.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -376,6 +379,12 @@ pub struct ReviewDecision {
     pub reviewer_token_id: Option<TokenId>,
     pub decision: Decision,
     pub note: String,
+    /// `first`: one of the looks the quest needs (with one reviewer, the
+    /// only one); `adjudication`: the decision on looks that disagreed.
+    pub look: Look,
+    /// Whether this decision decided the quest (the others were looks that
+    /// left it waiting, or that disagreed).
+    pub decides: bool,
     pub created_at: DateTime<Utc>,
 }
 
@@ -386,6 +395,8 @@ impl From<ReviewDecisionRow> for ReviewDecision {
             reviewer_token_id: r.reviewer_token,
             decision: r.decision,
             note: r.note,
+            look: r.look,
+            decides: r.decides,
             created_at: r.created_at,
         }
     }
@@ -421,8 +432,14 @@ pub struct Quest {
     #[serde(default)]
     pub review_claimed_by_token: Option<TokenId>,
     pub review_claim_expires_at: Option<DateTime<Utc>>,
+    /// How many reviewers' agreeing first looks decide it in REVIEW (the
+    /// session's `review.reviewers`).
+    pub reviews_required: u32,
     pub updated_at: DateTime<Utc>,
     pub submissions: Vec<Submission>,
+    /// Its review decisions. While it is in REVIEW, the first looks of other
+    /// reviewers are left out (a reviewer judges alone), but for admin
+    /// tokens and for an adjudicator of looks that disagree.
     pub reviews: Vec<ReviewDecision>,
     /// Every AI verifier answer about this quest; each is also a fact in
     /// `last_facts`, with `check` = `l2:<verifier>`.
@@ -513,6 +530,7 @@ impl Quest {
             review_claimed_by: q.review_claimed_by.as_ref().map(|r| r.name.clone()),
             review_claimed_by_token: q.review_claimed_by.as_ref().map(|r| r.token),
             review_claim_expires_at: q.review_claim_expires_at,
+            reviews_required: q.reviews_required,
             updated_at: q.updated_at,
             submissions: submissions.into_iter().map(Submission::from).collect(),
             reviews: reviews.into_iter().map(ReviewDecision::from).collect(),
@@ -582,6 +600,11 @@ pub struct CreateTokenRequest {
     /// lists only its own sessions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sessions: Option<Vec<SessionId>>,
+    /// A reviewer token that may adjudicate: decide a quest whose reviewers
+    /// disagree (with `review.reviewers` above 1), unless it gave that quest
+    /// a look. Admin tokens adjudicate without it; other roles may not.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub adjudicate: bool,
 }
 
 /// A token's public part.
@@ -598,6 +621,9 @@ pub struct Token {
     /// The sessions it is limited to; `null`: every session.
     #[serde(default)]
     pub sessions: Option<Vec<SessionId>>,
+    /// Whether it adjudicates reviewers who disagree (admins always do).
+    #[serde(default)]
+    pub adjudicate: bool,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -610,6 +636,7 @@ impl From<TokenRow> for Token {
             role: t.role,
             max_leases: t.max_leases,
             sessions: t.sessions,
+            adjudicate: t.adjudicate,
             created_at: t.created_at,
             revoked_at: t.revoked_at,
         }

@@ -374,6 +374,7 @@ async fn token(admin: &Client, name: &str) -> Result<String, CliError> {
         role: Role::Agent,
         max_leases: None,
         sessions: None,
+        adjudicate: false,
     };
     let (_, created): (_, CreatedToken) = admin.post("/v1/tokens", &request).await?;
     Ok(created.secret)

@@ -260,6 +260,10 @@ pub enum TokenVerb {
         /// limit has a name of its own.
         #[arg(long, value_name = "ID,...", value_delimiter = ',')]
         sessions: Vec<SessionId>,
+        /// A reviewer token that may adjudicate: decide a quest whose
+        /// reviewers disagree (sessions with `review.reviewers` above 1).
+        #[arg(long)]
+        adjudicate: bool,
     },
     /// List tokens.
     List,

@@ -222,12 +222,14 @@ pub(super) async fn token(ctx: &Ctx, verb: TokenVerb) -> Result<u8, CliError> {
             name,
             max_leases,
             sessions,
+            adjudicate,
         } => {
             let request = CreateTokenRequest {
                 name,
                 role,
                 max_leases,
                 sessions: (!sessions.is_empty()).then_some(sessions),
+                adjudicate,
             };
             let (_, created): (_, CreatedToken) = ctx.client.post("/v1/tokens", &request).await?;
             if ctx.args.json {

@@ -39,6 +39,7 @@ macro_rules! text_enum {
     };
 }
 
+pub mod agreement;
 pub mod backlog;
 pub mod fair;
 pub mod ids;
@@ -47,6 +48,7 @@ pub mod prompt;
 pub mod receipt;
 pub mod recheck;
 pub mod replay;
+pub mod review;
 pub mod session;
 pub mod table;
 pub mod text;
@@ -357,8 +359,23 @@ impl Default for QuestStatus {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DecidedBy {
     Gate,
+    /// The one reviewer a quest needed.
     Reviewer(String),
+    /// Several reviewers who agreed, in the order they looked.
+    Reviewers(Vec<String>),
+    /// The adjudicator of reviewers who disagreed.
+    Adjudicator(String),
     Limit,
+}
+
+impl DecidedBy {
+    /// Whether a stored `decided_by` names people: one reviewer, several
+    /// who agreed, or an adjudicator.
+    pub fn names_people(stored: &str) -> bool {
+        ["reviewer:", "reviewers:", "adjudicator:"]
+            .iter()
+            .any(|prefix| stored.starts_with(prefix))
+    }
 }
 
 impl fmt::Display for DecidedBy {
@@ -366,6 +383,8 @@ impl fmt::Display for DecidedBy {
         match self {
             DecidedBy::Gate => f.write_str("gate"),
             DecidedBy::Reviewer(name) => write!(f, "reviewer:{name}"),
+            DecidedBy::Reviewers(names) => write!(f, "reviewers:{}", names.join(",")),
+            DecidedBy::Adjudicator(name) => write!(f, "adjudicator:{name}"),
             DecidedBy::Limit => f.write_str("limit"),
         }
     }

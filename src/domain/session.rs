@@ -74,6 +74,16 @@ pub struct ReviewConfig {
     /// without JavaScript always decide at once.
     #[serde(default = "default_undo_seconds")]
     pub undo_seconds: u32,
+    /// How many reviewers give a quest in REVIEW their first look, 1 to 10:
+    /// that many agreeing decisions from distinct tokens decide it, and any
+    /// disagreement leaves it to an adjudicator (an admin token, or a
+    /// reviewer token made with `adjudicate`). 1 when left out.
+    #[serde(default = "default_reviewers")]
+    pub reviewers: u32,
+}
+
+fn default_reviewers() -> u32 {
+    1
 }
 
 /// The undo window of a session whose config says nothing.
@@ -178,6 +188,11 @@ impl SessionConfig {
             .map_or(DEFAULT_UNDO_SECONDS, |r| r.undo_seconds)
     }
 
+    /// How many reviewers' first looks a quest in REVIEW needs.
+    pub fn reviewers(&self) -> u32 {
+        self.review.as_ref().map_or(1, |r| r.reviewers)
+    }
+
     /// Parses and checks a configuration value.
     pub fn parse(value: Value) -> Result<SessionConfig, ConfigError> {
         // The path names the offending field: `config.max_tries: invalid type ...`.
@@ -241,6 +256,9 @@ impl SessionConfig {
                 "must be between 0 (decide at once) and 600",
             );
         }
+        if !(1..=crate::domain::review::MAX_REVIEWERS).contains(&config.reviewers()) {
+            return bad("config.review.reviewers", "must be between 1 and 10");
+        }
         Ok(config)
     }
 }
@@ -272,6 +290,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(c.undo_seconds(), 0, "0 decides at once");
+        assert_eq!(c.reviewers(), 1, "one reviewer when left out");
         let c =
             SessionConfig::parse(json!({"gate": {"kind": "schema"}, "recheck": {"every": "7d"}}))
                 .unwrap();
@@ -316,6 +335,10 @@ mod tests {
             (
                 json!({"gate": {"kind": "schema"}, "review": {"undo_seconds": 601}}),
                 "config.review.undo_seconds",
+            ),
+            (
+                json!({"gate": {"kind": "schema"}, "review": {"reviewers": 0}}),
+                "config.review.reviewers",
             ),
         ] {
             assert_eq!(SessionConfig::parse(config).unwrap_err().field, field);

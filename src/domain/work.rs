@@ -101,6 +101,15 @@ pub enum Refusal {
         /// that was revoked and replaced).
         same_name: bool,
     },
+    /// A reviewer who already gave the quest a look, of the `required` it needs.
+    AlreadyLooked {
+        required: u32,
+    },
+    /// The quest's reviewers disagree: only an adjudicator who gave it no
+    /// look decides it now.
+    AdjudicationNeeded {
+        gave_look: bool,
+    },
     /// An L2 answer for a quest that is no longer verified for that job.
     NotVerifying,
     /// The token already holds as many leases as its cap allows.
@@ -146,6 +155,8 @@ impl Refusal {
             Refusal::SubmissionInProgress => "submission_in_progress",
             Refusal::NotInReview(_) => "not_in_review",
             Refusal::ReviewClaimed { .. } => "review_claimed",
+            Refusal::AlreadyLooked { .. } => "already_reviewed",
+            Refusal::AdjudicationNeeded { .. } => "adjudication_needed",
             Refusal::NotVerifying => "not_verifying",
             Refusal::LeaseCap { .. } => "lease_cap",
             Refusal::Illegal(_) | Refusal::Ratchet(_) => "illegal_transition",
@@ -207,6 +218,18 @@ impl fmt::Display for Refusal {
                 "another token named {by} (an earlier one, perhaps revoked) holds this quest's review claim \
                  until {}; claims belong to tokens, not names: pick another quest or wait for the claim to end",
                 until.to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
+            ),
+            Refusal::AlreadyLooked { required } => write!(
+                f,
+                "you already gave this quest your look; it needs {required} reviewers' looks, so it waits for another \
+                 reviewer's: pick another quest"
+            ),
+            Refusal::AdjudicationNeeded { gave_look: false } => f.write_str(
+                "this quest's reviewers disagree, so an adjudicator decides it: an admin token, or a reviewer token \
+                 made with `quest token create --adjudicate`; pick another quest",
+            ),
+            Refusal::AdjudicationNeeded { gave_look: true } => f.write_str(
+                "this quest's reviewers disagree and you are one of them, so another adjudicator decides it; pick another quest",
             ),
             Refusal::NotVerifying => f.write_str("the quest is not being verified for this job"),
             Refusal::LeaseCap { cap } => write!(
@@ -528,19 +551,12 @@ pub fn check_reviewable(
     }
 }
 
-/// What a reviewer's decision sets: the new status, whether the accepted
-/// submission's receipt becomes the quest's, and who decided.
-pub fn on_review(
-    status: QuestStatus,
-    decision: Decision,
-    reviewer: &ReviewerId,
-) -> Result<(QuestStatus, bool, DecidedBy), Refusal> {
+/// What the decision that decides a quest in REVIEW sets: the new status,
+/// and whether the accepted submission's receipt becomes the quest's (who
+/// decided is [`super::review::judge`]'s to say).
+pub fn on_review(status: QuestStatus, decision: Decision) -> Result<(QuestStatus, bool), Refusal> {
     let next = step(status, Transition::Reviewed(decision))?;
-    Ok((
-        next,
-        decision == Decision::Approve,
-        DecidedBy::Reviewer(reviewer.name.clone()),
-    ))
+    Ok((next, decision == Decision::Approve))
 }
 
 /// Which fact check a review-queue filter asks for: one check by name, or

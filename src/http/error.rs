@@ -273,6 +273,11 @@ mod tests {
                 },
                 "review_claimed",
             ),
+            (Refusal::AlreadyLooked { required: 2 }, "already_reviewed"),
+            (
+                Refusal::AdjudicationNeeded { gave_look: true },
+                "adjudication_needed",
+            ),
             (Refusal::NotVerifying, "not_verifying"),
             (Refusal::LeaseCap { cap: 2 }, "lease_cap"),
             (Refusal::Illegal("no".into()), "illegal_transition"),

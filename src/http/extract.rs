@@ -3,6 +3,7 @@
 
 use crate::domain::ids::{QuestId, SessionId, SubmissionId, TokenId};
 use crate::domain::pause::in_scope;
+use crate::domain::review::Viewer;
 use axum::extract::{FromRequest, FromRequestParts};
 use axum::extract::{MatchedPath, RawPathParams};
 use axum::http::request::Parts;
@@ -143,9 +144,20 @@ pub struct Principal {
     pub token_hash: String,
     /// The sessions the token is limited to; `None`: every session.
     pub sessions: Option<Vec<SessionId>>,
+    /// A reviewer token that adjudicates.
+    pub adjudicate: bool,
 }
 
 impl Principal {
+    /// Who asks, as the review's visibility rules see it.
+    pub fn viewer(&self) -> Viewer {
+        Viewer {
+            token: self.token_id,
+            role: self.role,
+            adjudicate: self.adjudicate,
+        }
+    }
+
     /// The identity of a reviewer: this token under its name.
     pub fn reviewer(&self) -> ReviewerId {
         ReviewerId::new(self.token_id, self.name.clone())
@@ -229,6 +241,7 @@ async fn authenticate(parts: &Parts, state: &AppState) -> Result<Principal, ApiE
             role: t.role,
             token_hash: t.hash,
             sessions: t.sessions,
+            adjudicate: t.adjudicate,
         }),
         None => Err(unauthorized(
             "the token is unknown or revoked; ask an admin for a valid one",

@@ -168,6 +168,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(review::claim_review, review::release_review))
         .routes(routes!(review::decide_review))
         .routes(routes!(review::list_verifiers))
+        .routes(routes!(review::get_session_reviewers))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(ops::healthz))

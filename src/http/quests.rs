@@ -156,10 +156,12 @@ pub async fn release(
     responses((status = 200, description = "The quest, its state and its history", body = Quest), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_quest(
     State(state): State<AppState>,
-    _caller: Caller<Read>,
+    caller: Caller<Read>,
     Path(id): Path<QuestId>,
 ) -> Result<Json<Quest>, ApiError> {
-    Ok(Json(state.service.get_quest(id).await?))
+    Ok(Json(
+        state.service.get_quest_for(&caller.viewer(), id).await?,
+    ))
 }
 
 /// One submission and its verdict (poll it after a 202).

@@ -1,13 +1,13 @@
-//! The human review queue: list, claim, decide.
+//! The human review queue: list, claim, decide; and how much the reviewers agree.
 
-use crate::domain::ids::QuestId;
+use crate::domain::ids::{QuestId, SessionId};
 use axum::extract::State;
 
 use super::AppState;
 use super::error::ApiError;
 use super::extract::*;
 use crate::api::{
-    ErrorBody, Quest, ReviewClaim, ReviewQuery, ReviewRequest, Verifiers, VerifiersQuery,
+    ErrorBody, Quest, ReviewClaim, ReviewQuery, ReviewRequest, Reviewers, Verifiers, VerifiersQuery,
 };
 
 /// REVIEW quests, oldest first, with their facts, evidence, L2 answers and history;
@@ -17,13 +17,14 @@ use crate::api::{
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn list_review_queue(
     State(state): State<AppState>,
-    _caller: Caller<Review>,
+    caller: Caller<Review>,
     Query(query): Query<ReviewQuery>,
 ) -> Result<Json<Vec<Quest>>, ApiError> {
     Ok(Json(
         state
             .service
             .list_review_queue(
+                &caller.viewer(),
                 query.session,
                 query.check.as_deref(),
                 query.limit.unwrap_or(100),
@@ -84,6 +85,21 @@ pub async fn decide_review(
             .decide_review(&caller.reviewer(), quest_id, body.decision, &body.note)
             .await?,
     ))
+}
+
+/// How much a session's reviewers agree: each reviewer's decisions, pace
+/// and how often adjudication overruled them; for each pair, the quests both
+/// looked at, their raw agreement and Cohen's kappa. Decided quests only.
+#[utoipa::path(get, path = "/v1/sessions/{id}/reviewers", tag = "review", operation_id = "get_session_reviewers",
+    params(("id" = Uuid, Path, description = "Session id")),
+    responses((status = 200, description = "The session's reviewers and their agreement", body = Reviewers), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+        (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub async fn get_session_reviewers(
+    State(state): State<AppState>,
+    _caller: Caller<Read>,
+    Path(id): Path<SessionId>,
+) -> Result<Json<Reviewers>, ApiError> {
+    Ok(Json(state.service.get_session_reviewers(id).await?))
 }
 
 /// How far each AI verifier agrees with the reviewers (Cohen's kappa over its

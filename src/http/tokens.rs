@@ -23,12 +23,7 @@ pub async fn create_token(
 ) -> Result<(StatusCode, Json<CreatedToken>), ApiError> {
     Ok((
         StatusCode::CREATED,
-        Json(
-            state
-                .service
-                .create_token(&body.name, body.role, body.max_leases, body.sessions)
-                .await?,
-        ),
+        Json(state.service.create_token(body).await?),
     ))
 }
 

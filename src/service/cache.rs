@@ -127,6 +127,7 @@ mod tests {
     fn token(hash: &str) -> TokenRow {
         TokenRow {
             sessions: None,
+            adjudicate: false,
             id: crate::domain::ids::TokenId::new(),
             name: "bot".into(),
             role: Role::Agent,

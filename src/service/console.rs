@@ -5,6 +5,7 @@
 //! anything the API would refuse.
 
 use crate::domain::ids::{QuestId, SessionId, TokenId};
+use crate::domain::review::Viewer;
 use crate::domain::work::Refusal;
 use futures_util::StreamExt;
 use rand::RngCore;
@@ -43,6 +44,8 @@ pub struct BrowserSession {
     pub expires_at: chrono::DateTime<chrono::Utc>,
     /// The digest of its cookie, which names it in the store (its review skips).
     pub hash: String,
+    /// A reviewer token that adjudicates.
+    pub adjudicate: bool,
 }
 
 impl BrowserSession {
@@ -55,6 +58,7 @@ impl BrowserSession {
             csrf: row.csrf,
             expires_at: row.expires_at,
             hash,
+            adjudicate: row.token.adjudicate,
         }
     }
 }
@@ -286,6 +290,7 @@ impl Service {
     /// outside the scope (the console refuses to name one before this).
     pub async fn review_list(
         &self,
+        viewer: &Viewer,
         scope: Option<&[SessionId]>,
         session: Option<SessionId>,
         check: Option<&str>,
@@ -302,7 +307,7 @@ impl Service {
         };
         Ok(self
             .store
-            .review_queue(sessions, check.as_ref(), limit.clamp(1, BULK_LIMIT))
+            .review_queue(sessions, check.as_ref(), limit.clamp(1, BULK_LIMIT), viewer)
             .await?)
     }
 
@@ -342,13 +347,10 @@ impl Service {
             match outcome {
                 Ok(quest) => out.decided.push((id, quest.key)),
                 Err(ServiceError::Store(StoreError::Refused(Refusal::ReviewClaimed {
+                    by,
                     ..
                 }))) => {
                     let quest = self.store.get_quest(id).await?;
-                    let by = quest
-                        .review_claimed_by
-                        .map(|by| by.name)
-                        .unwrap_or_default();
                     out.claimed.push((id, quest.key, by));
                 }
                 Err(ServiceError::Store(StoreError::NotFound(_) | StoreError::Refused(_))) => {

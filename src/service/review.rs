@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::*;
 use crate::domain::ids::{QuestId, SessionId};
+use crate::domain::review::{self, FirstLook, Look, Stage, Viewer};
 use crate::domain::work::ReviewerId;
 use crate::store::{HeldDecisionRow, QuestRow};
 
@@ -69,6 +70,7 @@ impl Service {
     /// optionally only those a given check raised a doubt about.
     pub async fn list_review_queue(
         &self,
+        viewer: &Viewer,
         session: Option<SessionId>,
         check: Option<&str>,
         limit: u32,
@@ -84,12 +86,27 @@ impl Service {
                 session.as_ref().map(std::slice::from_ref),
                 check.as_ref(),
                 limit.clamp(1, 500),
+                viewer,
             )
             .await?
         {
-            out.push(self.with_history(quest).await?);
+            let mut quest = self.with_history(quest).await?;
+            hide_looks(&mut quest, viewer);
+            out.push(quest);
         }
         Ok(out)
+    }
+
+    /// A quest as `viewer` may see it: while it is in REVIEW, other
+    /// reviewers' first looks are left out ([`hide_looks`]).
+    pub async fn get_quest_for(
+        &self,
+        viewer: &Viewer,
+        quest_id: QuestId,
+    ) -> Result<api::Quest, ServiceError> {
+        let mut quest = self.get_quest(quest_id).await?;
+        hide_looks(&mut quest, viewer);
+        Ok(quest)
     }
 
     /// Gives a reviewer a claim on a REVIEW quest.
@@ -98,17 +115,14 @@ impl Service {
         reviewer: &ReviewerId,
         quest_id: QuestId,
     ) -> Result<api::ReviewClaim, ServiceError> {
-        let quest = self
+        let expires_at = self
             .store
             .claim_review(quest_id, reviewer, REVIEW_CLAIM_SECONDS)
             .await?;
         Ok(api::ReviewClaim {
             quest_id,
-            claimed_by: quest
-                .review_claimed_by
-                .map(|by| by.name)
-                .unwrap_or_default(),
-            expires_at: quest.review_claim_expires_at.unwrap_or(quest.updated_at),
+            claimed_by: reviewer.name.clone(),
+            expires_at,
         })
     }
 
@@ -170,6 +184,24 @@ impl Service {
             .decide_review(quest_id, reviewer, decision, note)
             .await?;
         self.get_quest(quest_id).await
+    }
+}
+
+impl Service {
+    /// How much a session's reviewers agree, over its decided quests.
+    pub async fn get_session_reviewers(
+        &self,
+        id: SessionId,
+    ) -> Result<api::Reviewers, ServiceError> {
+        let session = self.session(id).await?;
+        let decided = self.store.decided_reviews(id).await?;
+        let (reviewers, pairs) = crate::domain::agreement::figures(&decided);
+        Ok(api::Reviewers {
+            session_id: id,
+            reviewers_per_quest: session.config.reviewers(),
+            reviewers: reviewers.into_iter().map(Into::into).collect(),
+            pairs: pairs.into_iter().map(Into::into).collect(),
+        })
     }
 }
 
@@ -238,6 +270,37 @@ impl Service {
     pub fn held_posted(&self) -> Arc<tokio::sync::Notify> {
         self.held_posted.clone()
     }
+}
+
+/// Leaves out of a quest in REVIEW the decisions `viewer` may not see yet
+/// (see [`review::may_see`]): a reviewer judges without the others' looks.
+pub fn hide_looks(quest: &mut api::Quest, viewer: &Viewer) {
+    let Some((stage, looks)) = standing(quest) else {
+        return;
+    };
+    let state = quest.state;
+    quest
+        .reviews
+        .retain(|r| review::may_see(viewer, state, Some(stage), r.reviewer_token_id, &looks));
+}
+
+/// Where a quest in REVIEW stands with its reviewers, from the first looks
+/// of its history; `None` for a quest out of REVIEW.
+pub fn standing(quest: &api::Quest) -> Option<(Stage, Vec<FirstLook>)> {
+    if quest.state != crate::domain::State::Review {
+        return None;
+    }
+    let looks: Vec<FirstLook> = quest
+        .reviews
+        .iter()
+        .filter(|r| r.look == Look::First)
+        .map(|r| FirstLook {
+            token: r.reviewer_token_id,
+            name: r.reviewer.clone(),
+            decision: r.decision,
+        })
+        .collect();
+    Some((Stage::of(quest.reviews_required, &looks), looks))
 }
 
 /// A review filter `check`, parsed, or the refusal of one that names no fact check.

@@ -2,17 +2,23 @@
 
 use super::*;
 use crate::domain::work;
+use crate::store::NewToken;
 
 impl Service {
     /// Creates a token and returns its secret, shown this once. `max_leases`
-    /// caps its concurrent leases (left out: the default of its role).
+    /// caps its concurrent leases (left out: the default of its role);
+    /// `adjudicate` lets a reviewer token decide between reviewers who disagree.
     pub async fn create_token(
         &self,
-        name: &str,
-        role: Role,
-        max_leases: Option<u32>,
-        sessions: Option<Vec<SessionId>>,
+        request: api::CreateTokenRequest,
     ) -> Result<api::CreatedToken, ServiceError> {
+        let api::CreateTokenRequest {
+            name,
+            role,
+            max_leases,
+            sessions,
+            adjudicate,
+        } = request;
         let name = name.trim();
         if name.is_empty() || name.len() > 200 || name.contains('/') {
             return Err(invalid(
@@ -25,6 +31,12 @@ impl Service {
         }
         let max_leases = work::lease_cap_for(role, max_leases)
             .map_err(|message| invalid("invalid_max_leases", message))?;
+        if adjudicate && role != Role::Reviewer {
+            return Err(invalid(
+                "invalid_adjudicate",
+                "`adjudicate` is for reviewer tokens: admin tokens adjudicate already, agents and viewers decide nothing",
+            ));
+        }
         let sessions = crate::domain::pause::scope_for(role, sessions)
             .map_err(|message| invalid("invalid_sessions", message))?;
         for &id in sessions.iter().flatten() {
@@ -43,13 +55,12 @@ impl Service {
         let secret = new_secret();
         let row = self
             .store
-            .create_token(
-                name,
-                role,
-                &token_hash(&secret),
+            .create_token(NewToken {
                 max_leases,
-                sessions.as_deref(),
-            )
+                sessions,
+                adjudicate,
+                ..NewToken::new(name, role, &token_hash(&secret))
+            })
             .await?;
         Ok(api::CreatedToken {
             token: row.into(),

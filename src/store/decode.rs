@@ -52,6 +52,7 @@ pub fn quest_row(r: &impl Columns) -> Result<QuestRow, StoreError> {
         decided_by: r.opt_text("decided_by")?,
         review_claimed_by: r.opt_parsed("review_claimed_by")?,
         review_claim_expires_at: r.opt_at("review_claim_expires_at")?,
+        reviews_required: r.small("reviews_required")?,
         repeated_failure: r.flag("repeated_failure")?,
         updated_at: r.at("updated_at")?,
         recheck_mark: r.opt_parsed("recheck_mark")?,
@@ -118,6 +119,7 @@ pub fn token_row(r: &impl Columns) -> Result<TokenRow, StoreError> {
         hash: r.text("hash")?,
         max_leases: r.opt_small("max_leases")?,
         sessions: scope_of(r.opt_text("sessions")?)?,
+        adjudicate: r.flag("adjudicate")?,
         created_at: r.at("created_at")?,
         revoked_at: r.opt_at("revoked_at")?,
     })

@@ -54,6 +54,7 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::domain::pause::Pause;
+use crate::domain::review::Viewer;
 use crate::domain::work::{AgentId, CheckFilter, Refusal, ReviewerId};
 use crate::domain::{Decision, Role};
 
@@ -241,14 +242,15 @@ pub trait Store: Send + Sync + 'static {
         sessions: Option<&[SessionId]>,
         check: Option<&CheckFilter>,
         limit: u32,
+        viewer: &Viewer,
     ) -> Result<Vec<QuestRow>, StoreError>;
-    /// Gives a reviewer a time-limited claim on a quest in REVIEW.
+    /// Gives a reviewer a time-limited claim on a quest in REVIEW; when it ends.
     async fn claim_review(
         &self,
         quest_id: QuestId,
         reviewer: &ReviewerId,
         seconds: u32,
-    ) -> Result<QuestRow, StoreError>;
+    ) -> Result<DateTime<Utc>, StoreError>;
     /// Gives a reviewer's claim back (a skip), so that others can take the quest at once.
     async fn release_review(
         &self,
@@ -272,6 +274,11 @@ pub trait Store: Send + Sync + 'static {
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError>;
+    /// A session's review decisions on its decided quests (for its reviewers' agreement).
+    async fn decided_reviews(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Vec<crate::domain::agreement::Decided>, StoreError>;
     /// Holds a reviewer's decision for `seconds` (the review page's undo
     /// window), keeping their claim on the quest at least that long.
     async fn hold_review(
@@ -320,14 +327,7 @@ pub trait Store: Send + Sync + 'static {
     /// Stores a token by the SHA-256 of its secret, with the most leases it
     /// may hold at once (`None`: no cap) and the sessions it is limited to
     /// (`None`: every session).
-    async fn create_token(
-        &self,
-        name: &str,
-        role: Role,
-        hash: &str,
-        max_leases: Option<u32>,
-        sessions: Option<&[SessionId]>,
-    ) -> Result<TokenRow, StoreError>;
+    async fn create_token(&self, token: NewToken) -> Result<TokenRow, StoreError>;
     /// Makes `hash` the one live token named `name` (the bootstrap admin): a token
     /// with this hash is revived, other live tokens of that name are revoked.
     /// With `replace` false a live token of that name with another hash stays

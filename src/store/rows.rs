@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::domain::recheck::{Mark, Outcome};
 use crate::domain::replay::IdempotencyKey;
+use crate::domain::review::Look;
 use crate::domain::session::SessionConfig;
 use crate::domain::table::Row;
 use crate::domain::verify::calibration::{Confusion, Standing};
@@ -69,6 +70,8 @@ pub struct QuestRow {
     /// The reviewer (token and name) holding the review claim.
     pub review_claimed_by: Option<ReviewerId>,
     pub review_claim_expires_at: Option<DateTime<Utc>>,
+    /// How many reviewers' agreeing first looks decide it in REVIEW.
+    pub reviews_required: u32,
     /// The last two FAILs carried the same facts (a doom loop the prompt names).
     pub repeated_failure: bool,
     pub updated_at: DateTime<Utc>,
@@ -103,6 +106,7 @@ impl QuestRow {
             decided_by: None,
             review_claimed_by: None,
             review_claim_expires_at: None,
+            reviews_required: 1,
             repeated_failure: false,
             updated_at: chrono::Utc::now(),
             recheck_mark: None,
@@ -367,6 +371,9 @@ pub struct ReviewDecisionRow {
     pub reviewer_token: Option<TokenId>,
     pub decision: Decision,
     pub note: String,
+    pub look: Look,
+    /// Whether it decided the quest.
+    pub decides: bool,
     pub created_at: DateTime<Utc>,
 }
 
@@ -383,6 +390,35 @@ pub struct HeldDecisionRow {
     pub outcome: Option<String>,
 }
 
+/// A token to store: its name, role and the SHA-256 of its secret, with
+/// what the role allows of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewToken {
+    pub name: String,
+    pub role: Role,
+    pub hash: String,
+    /// The most leases it may hold at once; `None`: no cap.
+    pub max_leases: Option<u32>,
+    /// The sessions it is limited to; `None`: every session.
+    pub sessions: Option<Vec<SessionId>>,
+    /// A reviewer token that may adjudicate reviewers who disagree.
+    pub adjudicate: bool,
+}
+
+impl NewToken {
+    /// A token with no cap, no scope, and no adjudication.
+    pub fn new(name: &str, role: Role, hash: &str) -> NewToken {
+        NewToken {
+            name: name.to_owned(),
+            role,
+            hash: hash.to_owned(),
+            max_leases: None,
+            sessions: None,
+            adjudicate: false,
+        }
+    }
+}
+
 /// An API token's public part.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TokenRow {
@@ -395,6 +431,8 @@ pub struct TokenRow {
     pub max_leases: Option<u32>,
     /// The sessions it is limited to (sorted); `None`: every session.
     pub sessions: Option<Vec<SessionId>>,
+    /// A reviewer token that may adjudicate reviewers who disagree.
+    pub adjudicate: bool,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }

@@ -36,9 +36,6 @@ use crate::workers::scheduler::Scheduler;
 /// Who starts the runs of a session's schedule.
 pub const SCHEDULE: &str = "schedule";
 
-/// How `decided_by` names a reviewer's decision (`reviewer:<name>`).
-const REVIEWER: &str = "reviewer:";
-
 /// How many due quests one scan hands out.
 const SCAN: u32 = 256;
 
@@ -285,7 +282,7 @@ impl Inner {
         let approved: Option<&[Fact]> = quest
             .decided_by
             .as_deref()
-            .filter(|by| by.starts_with(REVIEWER))
+            .filter(|by| crate::domain::DecidedBy::names_people(by))
             .map(|_| quest.last_facts.as_slice());
         let mut attempt = 0;
         loop {

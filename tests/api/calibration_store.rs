@@ -60,7 +60,11 @@ async fn labels_are_single_decisions_and_a_floor_records_its_switch_with_the_fig
         .await;
         let agent = TokenId::new();
         let t = store
-            .create_token("ana", Role::Reviewer, "hash-ana", None, None)
+            .create_token(quest::store::NewToken::new(
+                "ana",
+                Role::Reviewer,
+                "hash-ana",
+            ))
             .await
             .unwrap();
         let ana = ReviewerId::new(t.id, "ana");

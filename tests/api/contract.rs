@@ -403,8 +403,18 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
             )
             .await
             .unwrap();
+        let admin = quest::domain::review::Viewer {
+            token: TokenId::new(),
+            role: Role::Admin,
+            adjudicate: false,
+        };
         let queue = store
-            .review_queue(Some(&[s]), Some(&CheckFilter::parse("schema").unwrap()), 10)
+            .review_queue(
+                Some(&[s]),
+                Some(&CheckFilter::parse("schema").unwrap()),
+                10,
+                &admin,
+            )
             .await
             .unwrap();
         assert_eq!(
@@ -421,7 +431,10 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
             (Some(&[elsewhere][..]), 0),
             (Some(&[][..]), 0),
         ] {
-            let queue = store.review_queue(sessions, None, 10).await.unwrap();
+            let queue = store
+                .review_queue(sessions, None, 10, &admin)
+                .await
+                .unwrap();
             assert_eq!(queue.len(), listed, "{}: {sessions:?}", b.name);
         }
         // Reviewers of live tokens: the store refuses a claim or decision of
@@ -429,7 +442,11 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
         let mut reviewers = Vec::new();
         for name in ["ana", "bo"] {
             let t = store
-                .create_token(name, Role::Reviewer, &format!("hash-{name}"), None, None)
+                .create_token(quest::store::NewToken::new(
+                    name,
+                    Role::Reviewer,
+                    &format!("hash-{name}"),
+                ))
                 .await
                 .unwrap();
             reviewers.push(ReviewerId::new(t.id, name));
@@ -476,7 +493,7 @@ async fn tokens_are_found_by_digest_until_revoked() {
     for b in backends("tokens_are_found_by_digest_until_revoked").await {
         let store = b.store.as_ref();
         let t = store
-            .create_token("bot", Role::Agent, "digest-1", None, None)
+            .create_token(quest::store::NewToken::new("bot", Role::Agent, "digest-1"))
             .await
             .unwrap();
         assert_eq!(
@@ -486,7 +503,7 @@ async fn tokens_are_found_by_digest_until_revoked() {
         assert_eq!(
             code(
                 store
-                    .create_token("bot", Role::Viewer, "digest-2", None, None)
+                    .create_token(quest::store::NewToken::new("bot", Role::Viewer, "digest-2"))
                     .await
             ),
             "name_taken"
@@ -499,7 +516,7 @@ async fn tokens_are_found_by_digest_until_revoked() {
         );
         assert!(
             store
-                .create_token("bot", Role::Viewer, "digest-2", None, None)
+                .create_token(quest::store::NewToken::new("bot", Role::Viewer, "digest-2"))
                 .await
                 .is_ok(),
             "a revoked name is free"

@@ -22,7 +22,11 @@ use crate::helpers::contact_config;
 /// the quest and the lease.
 async fn one_leased_quest(store: &dyn Store) -> (TokenId, QuestId, LeaseId) {
     let token = store
-        .create_token("bot", quest::domain::Role::Agent, "hash", None, None)
+        .create_token(quest::store::NewToken::new(
+            "bot",
+            quest::domain::Role::Agent,
+            "hash",
+        ))
         .await
         .unwrap();
     let session = add_session(store, &["Acme"]).await;
@@ -107,7 +111,11 @@ async fn a_token_other_than_the_holders_cannot_use_the_lease() {
         let store = backend.store.as_ref();
         let (_token, quest, lease) = one_leased_quest(store).await;
         let other = store
-            .create_token("other", quest::domain::Role::Agent, "hash2", None, None)
+            .create_token(quest::store::NewToken::new(
+                "other",
+                quest::domain::Role::Agent,
+                "hash2",
+            ))
             .await
             .unwrap();
         assert_eq!(
@@ -127,7 +135,11 @@ async fn the_holders_of_a_result_value_are_the_other_quests_that_keep_it() {
     {
         let store = backend.store.as_ref();
         let token = store
-            .create_token("bot", quest::domain::Role::Agent, "hash", None, None)
+            .create_token(quest::store::NewToken::new(
+                "bot",
+                quest::domain::Role::Agent,
+                "hash",
+            ))
             .await
             .unwrap()
             .id;

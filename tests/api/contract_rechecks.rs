@@ -241,7 +241,11 @@ async fn a_quest_approved_while_a_recheck_starts_leaves_the_run_whole_on_postgre
             .unwrap();
     }
     let ana = store
-        .create_token("ana", Role::Reviewer, "hash-ana", None, None)
+        .create_token(quest::store::NewToken::new(
+            "ana",
+            Role::Reviewer,
+            "hash-ana",
+        ))
         .await
         .unwrap();
     let ana = ReviewerId::new(ana.id, "ana");

@@ -260,7 +260,10 @@ async fn on_postgres_concurrent_claims_on_two_replicas_never_pass_a_tokens_lease
     };
     let s = session(&a, 50).await;
     let token = a
-        .create_token("capped", Role::Agent, "digest-capped", Some(5), None)
+        .create_token(quest::store::NewToken {
+            max_leases: Some(5),
+            ..quest::store::NewToken::new("capped", Role::Agent, "digest-capped")
+        })
         .await
         .unwrap()
         .id;

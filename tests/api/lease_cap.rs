@@ -265,7 +265,10 @@ async fn store_with(n: usize, cap: u32) -> (tempfile::TempDir, SqliteStore, Toke
     .await
     .unwrap();
     let token = store
-        .create_token("bot", Role::Agent, "hash", Some(cap), None)
+        .create_token(quest::store::NewToken {
+            max_leases: Some(cap),
+            ..quest::store::NewToken::new("bot", Role::Agent, "hash")
+        })
         .await
         .unwrap();
     let rows = (0..n)

@@ -55,6 +55,7 @@ mod replicas_admin;
 mod replicas_verifiers;
 mod restart;
 mod review_undo;
+mod reviewers;
 mod revocation;
 mod schemathesis;
 mod server;

@@ -58,7 +58,8 @@ fn s(n: u32) -> String {
 
 /// Session 1 (no AI verifiers, `max_tries` 3) holds quests 1 open, 2 leased,
 /// 3 checking, 4 PASS, 5 REVIEW (with an approval on record), 6 DONE by
-/// lapses, 10 leased after one FAIL; session 2 (with AI verifiers) holds 7
+/// lapses, 10 leased after one FAIL, 11 REVIEW needing two reviewers (with
+/// one approval on record); session 2 (with AI verifiers) holds 7
 /// verifying, 8 leased with a decided PASS submission not yet applied, 9 PASS
 /// after its verification. Submission `n` is quest `n`'s.
 fn fixture() -> Vec<String> {
@@ -80,16 +81,18 @@ fn fixture() -> Vec<String> {
         ),
     ];
     let session_of = |n: u32| if (7..=9).contains(&n) { &s2 } else { &s1 };
-    for n in 1..=10 {
+    for n in 1..=11 {
+        let reviewers = if n == 11 { 2 } else { 1 };
         sql.push(format!(
             "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, max_tries,
-                                 updated_at)
-             VALUES ('{}', '{}', {n}, 'k{n}', '{{\"key\": \"k{n}\"}}', 'TODO', 'open', 3, now())",
+                                 reviews_required, updated_at)
+             VALUES ('{}', '{}', {n}, 'k{n}', '{{\"key\": \"k{n}\"}}', 'TODO', 'open', 3,
+                     {reviewers}, now())",
             q(n),
             session_of(n)
         ));
     }
-    for n in 2..=10 {
+    for n in 2..=11 {
         sql.push(format!(
             "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at)
              VALUES ('{}', '{}', '{}', '{TOKEN}/bot-{n}', now(), now() + interval '1 hour')",
@@ -160,6 +163,8 @@ fn fixture() -> Vec<String> {
     sql.extend(decide(4, "PASS", 1));
     sql.push(submit(5, "REVIEW", "REVIEW", 1));
     sql.extend(decide(5, "REVIEW", 1));
+    sql.push(submit(11, "REVIEW", "REVIEW", 1));
+    sql.extend(decide(11, "REVIEW", 1));
     sql.push(format!(
         "UPDATE quests SET state = 'DONE', phase = NULL, lease_id = NULL, lapses = 1,
          decided_by = 'limit' WHERE id = '{}'",
@@ -214,9 +219,12 @@ fn fixture() -> Vec<String> {
     ));
     sql.push(format!(
         "INSERT INTO review_decisions (id, quest_id, reviewer, decision, note, created_at)
-         VALUES ('{}', '{}', 'rev', 'approve', 'fine', now())",
+         VALUES ('{}', '{}', 'rev', 'approve', 'fine', now()),
+                ('{}', '{}', 'rev', 'approve', 'fine', now())",
         id(OTHER, 3),
-        q(5)
+        q(5),
+        id(OTHER, 7),
+        q(11)
     ));
     sql.push(format!(
         "INSERT INTO verifier_switches (session_id, verifier, question_index, standing, upheld,
@@ -377,6 +385,17 @@ fn cases() -> Vec<Case> {
         case(
             "a quest leaves REVIEW only by a recorded review decision",
             format!("UPDATE quests SET state = 'DONE' WHERE id = '{}'", q(5)),
+        ),
+        case(
+            "a quest leaves REVIEW only when its reviewers agree or an adjudicator decides",
+            format!("UPDATE quests SET state = 'PASS' WHERE id = '{}'", q(11)),
+        ),
+        case(
+            "a quest's number of reviewers never changes",
+            format!(
+                "UPDATE quests SET reviews_required = 2 WHERE id = '{}'",
+                q(1)
+            ),
         ),
         case(
             "a quest's lease count never decreases",

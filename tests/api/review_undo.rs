@@ -8,7 +8,7 @@
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::console::{Browserless, Page, form, get, post, reviews, session, sign_in};
+use crate::console::{Browserless, Page, form, post, review_page, reviews, session, sign_in};
 use crate::helpers::{TestApp, contact_config, spawn_app, spawn_app_in, spawn_app_tuned};
 use quest::workers::held_reviews::{self, Step};
 
@@ -25,17 +25,6 @@ async fn decide(app: &TestApp, who: &Browserless, quest: &str, held: bool) -> Pa
 async fn undo(app: &TestApp, who: &Browserless, quest: &str) -> Page {
     let path = format!("/ui/review/{quest}/undo");
     post(app, &path, Some(who), form(&[("csrf", &who.csrf)]), &[]).await
-}
-
-/// The quest the review page opens, and the page.
-async fn review_page(app: &TestApp, who: &Browserless, path: &str) -> (Option<String>, String) {
-    let body = get(app, path, Some(who)).await.expect(200).to_owned();
-    let current = body
-        .split(r#"data-review-current data-quest-id=""#)
-        .nth(1)
-        .and_then(|rest| rest.split('"').next())
-        .map(str::to_owned);
-    (current, body)
 }
 
 fn reviews_of(quest: &Value) -> usize {

@@ -25,7 +25,11 @@ async fn a_full_disk_fails_whole_batches_and_every_answer_is_true() {
         .await
         .unwrap();
         let token = store
-            .create_token("bot", quest::domain::Role::Agent, "hash", None, None)
+            .create_token(quest::store::NewToken::new(
+                "bot",
+                quest::domain::Role::Agent,
+                "hash",
+            ))
             .await
             .unwrap()
             .id;

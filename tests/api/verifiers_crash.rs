@@ -367,7 +367,11 @@ async fn a_job_queued_twice_or_run_again_after_its_answer_is_asked_once() {
         .unwrap(),
     );
     let token = store
-        .create_token("bot", quest::domain::Role::Agent, "hash", None, None)
+        .create_token(quest::store::NewToken::new(
+            "bot",
+            quest::domain::Role::Agent,
+            "hash",
+        ))
         .await
         .unwrap();
     let mut config = contact_config(3);

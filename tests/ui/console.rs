@@ -192,6 +192,35 @@ pub async fn reviews(app: &TestApp, agent: &str, session: &str, n: usize) -> Vec
     ids
 }
 
+/// A session whose quests need two reviewers (`review.reviewers = 2`), and
+/// `n` of its quests in REVIEW.
+pub async fn two_reviewer_quests(app: &TestApp, n: usize) -> Vec<String> {
+    let mut config = contact_config(3);
+    config["review"] = json!({"reviewers": 2});
+    let session = app.scan(config, companies(n + 1)).await;
+    let agent = app.token("agent", &agent_token_name(&session)).await;
+    reviews(app, &agent, &session, n).await
+}
+
+/// A reviewer token's secret; with `adjudicate`, one that may adjudicate.
+pub async fn reviewer_token(app: &TestApp, name: &str, adjudicate: bool) -> String {
+    let body = json!({"name": name, "role": "reviewer", "adjudicate": adjudicate});
+    let created = app.post("/v1/tokens", &app.admin, body).await.expect(201);
+    assert_eq!(created["adjudicate"], adjudicate);
+    created["secret"].as_str().unwrap().to_owned()
+}
+
+/// `who`'s review page at `path`: the quest it opens, and the page.
+pub async fn review_page(app: &TestApp, who: &Browserless, path: &str) -> (Option<String>, String) {
+    let body = get(app, path, Some(who)).await.expect(200).to_owned();
+    let current = body
+        .split(r#"data-review-current data-quest-id=""#)
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .map(str::to_owned);
+    (current, body)
+}
+
 /// How many times `needle` occurs in `haystack`.
 pub fn count(haystack: &str, needle: &str) -> usize {
     haystack.matches(needle).count()

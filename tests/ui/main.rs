@@ -29,4 +29,5 @@ mod review_queue;
 mod review_skips;
 mod review_undo;
 mod reviewer_tokens;
+mod reviewers;
 mod shots;

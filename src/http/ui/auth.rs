@@ -42,6 +42,8 @@ pub struct Me {
     /// The browser session's name in the store (its review skips).
     #[serde(skip)]
     pub browser_session: String,
+    /// A reviewer token that adjudicates.
+    pub adjudicate: bool,
 }
 
 impl From<BrowserSession> for Me {
@@ -55,6 +57,7 @@ impl From<BrowserSession> for Me {
             role: s.role,
             csrf: s.csrf,
             browser_session: s.hash,
+            adjudicate: s.adjudicate,
         }
     }
 }
@@ -63,6 +66,15 @@ impl Me {
     /// The signed-in token as a reviewer.
     pub fn reviewer(&self) -> ReviewerId {
         ReviewerId::new(self.token_id, self.name.clone())
+    }
+
+    /// The signed-in token, as the review's visibility rules see it.
+    pub fn viewer(&self) -> crate::domain::review::Viewer {
+        crate::domain::review::Viewer {
+            token: self.token_id,
+            role: self.role,
+            adjudicate: self.adjudicate,
+        }
     }
 }
 

@@ -26,7 +26,7 @@ pub async fn page(
     signed: Signed<Read>,
     PagePath(id): PagePath<QuestId>,
 ) -> Result<Html<String>, PageError> {
-    let quest = state.service.get_quest(id).await?;
+    let quest = state.service.get_quest_for(&signed.me.viewer(), id).await?;
     let session = state.service.get_session(quest.session_id).await?;
     let page = QuestPage {
         quest: QuestView::new(quest, state.service.now(), signed.me.token_id),

@@ -64,6 +64,12 @@ fn explain(code: &str) -> &'static str {
         "invalid_note" => "The note is too long: 10 000 bytes at most.",
         "review_claimed" => "Another reviewer holds this quest now; it is theirs to decide.",
         "not_in_review" => "That quest is no longer in review: it was decided meanwhile.",
+        "already_reviewed" => {
+            "You gave that quest your look already; it waits for another reviewer's."
+        }
+        "adjudication_needed" => {
+            "That quest's reviewers disagree: an adjudicator decides it, and not one of its reviewers."
+        }
         "undo_too_late" => "Too late to undo: that decision is recorded, or being recorded now.",
         "token_revoked" => "Your token was revoked meanwhile.",
         _ => "That did not work; try again.",
@@ -176,6 +182,7 @@ pub async fn page(
     // One more than is shown, to know whether there are more.
     let mut list = service
         .review_list(
+            &signed.me.viewer(),
             signed.me.sessions.as_deref(),
             q.session,
             q.check(),
@@ -208,15 +215,14 @@ pub async fn page(
                 Ok(_) => {}
                 // Taken between the listing and the claim.
                 Err(ServiceError::Store(StoreError::Refused(Refusal::ReviewClaimed {
+                    by,
                     ..
-                }))) => {
-                    held_by = service.get_quest(row.id).await?.review_claimed_by;
-                }
+                }))) => held_by = Some(by),
                 Err(e) => return Err(e.into()),
             }
         }
         quest = Some(QuestView::new(
-            service.get_quest(row.id).await?,
+            service.get_quest_for(&signed.me.viewer(), row.id).await?,
             service.now(),
             me.token,
         ));
@@ -471,6 +477,7 @@ pub async fn bulk_confirm(
     let list = state
         .service
         .review_list(
+            &signed.me.viewer(),
             signed.me.sessions.as_deref(),
             q.session,
             q.check(),

@@ -390,6 +390,10 @@ pub struct QuestView {
     pub claim: Option<Claim>,
     pub submissions: Vec<SubmissionView>,
     pub reviews: Vec<ReviewDecision>,
+    /// How many reviewers' agreeing looks decide it.
+    pub reviews_required: u32,
+    /// Its reviewers' looks disagree: an adjudicator decides it.
+    pub adjudication: bool,
     /// The submission the quest's state rests on (the latest), when there is one.
     pub current: Option<SubmissionView>,
     /// What the latest re-check left on a PASS quest.
@@ -444,6 +448,10 @@ impl QuestView {
             })
             .collect();
         let rechecks = q.rechecks.iter().rev().cloned().collect();
+        let adjudication = matches!(
+            crate::service::review::standing(&q),
+            Some((crate::domain::review::Stage::Adjudication, _))
+        );
         QuestView {
             recheck_mark: q.recheck_mark,
             rechecked_at: q.rechecked_at,
@@ -465,6 +473,8 @@ impl QuestView {
             claim,
             current: submissions.last().cloned(),
             submissions,
+            reviews_required: q.reviews_required,
+            adjudication,
             reviews: q.reviews,
         }
     }

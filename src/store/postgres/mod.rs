@@ -40,7 +40,9 @@ mod tx;
 mod verdicts;
 mod writes;
 
-use sql::{calibration, console, held, inputs, pause_rule, reads, rechecks, tokens, verify};
+use sql::{
+    calibration, console, held, inputs, pause_rule, reads, rechecks, review, tokens, verify,
+};
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -58,6 +60,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use uuid::Uuid;
 
 use super::*;
+use crate::domain::review::Viewer;
 use crate::domain::work::ReviewerId;
 use crate::domain::{Clock, QuestEvent};
 use batch::Batcher;
@@ -372,8 +375,9 @@ impl Store for PgStore {
         sessions: Option<&[SessionId]>,
         check: Option<&CheckFilter>,
         limit: u32,
+        viewer: &Viewer,
     ) -> Result<Vec<QuestRow>, StoreError> {
-        reads::review_queue(&self.db.pool, sessions, check, limit).await
+        reads::review_queue(&self.db.pool, sessions, check, limit, viewer).await
     }
 
     async fn claim_review(
@@ -381,9 +385,9 @@ impl Store for PgStore {
         quest_id: QuestId,
         reviewer: &ReviewerId,
         seconds: u32,
-    ) -> Result<QuestRow, StoreError> {
+    ) -> Result<DateTime<Utc>, StoreError> {
         self.write((quest_id, reviewer.clone(), seconds), |tx, (q, r, s)| {
-            Box::pin(verify::claim_review(tx, q, r, s))
+            Box::pin(review::claim_review(tx, q, r, s))
         })
         .await
     }
@@ -394,7 +398,7 @@ impl Store for PgStore {
         reviewer: &ReviewerId,
     ) -> Result<(), StoreError> {
         self.write((quest_id, reviewer.clone()), |tx, (q, r)| {
-            Box::pin(verify::release_review(tx, q, r))
+            Box::pin(review::release_review(tx, q, r))
         })
         .await
     }
@@ -408,7 +412,7 @@ impl Store for PgStore {
     ) -> Result<QuestRow, StoreError> {
         let args = (quest_id, reviewer.clone(), decision, note.to_owned());
         self.write(args, |tx, (q, r, d, n)| {
-            Box::pin(verify::decide_review(tx, q, r, d, n, false))
+            Box::pin(review::decide_review(tx, q, r, d, n, false))
         })
         .await
     }
@@ -422,9 +426,16 @@ impl Store for PgStore {
     ) -> Result<QuestRow, StoreError> {
         let args = (quest_id, reviewer.clone(), decision, note.to_owned());
         self.write(args, |tx, (q, r, d, n)| {
-            Box::pin(verify::decide_review(tx, q, r, d, n, true))
+            Box::pin(review::decide_review(tx, q, r, d, n, true))
         })
         .await
+    }
+
+    async fn decided_reviews(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Vec<crate::domain::agreement::Decided>, StoreError> {
+        reads::decided_reviews(&self.db.pool, session_id).await
     }
 
     async fn hold_review(
@@ -506,23 +517,9 @@ impl Store for PgStore {
         reads::export_page(&self.db.pool, session_id, after_row, limit).await
     }
 
-    async fn create_token(
-        &self,
-        name: &str,
-        role: Role,
-        hash: &str,
-        max_leases: Option<u32>,
-        scope: Option<&[SessionId]>,
-    ) -> Result<TokenRow, StoreError> {
-        let args = (
-            name.to_owned(),
-            role,
-            hash.to_owned(),
-            max_leases,
-            scope.map(<[_]>::to_vec),
-        );
-        self.write(args, |tx, (n, r, h, m, s)| {
-            Box::pin(tokens::create_token(tx, n, r, h, m, s))
+    async fn create_token(&self, token: NewToken) -> Result<TokenRow, StoreError> {
+        self.write(Arc::new(token), |tx, t| {
+            Box::pin(tokens::create_token(tx, (*t).clone()))
         })
         .await
     }

@@ -45,8 +45,9 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
         let keys: Vec<&str> = chunk.iter().map(|(k, _)| k.as_str()).collect();
         let inputs: Vec<&str> = chunk.iter().map(|(_, input)| input.as_str()).collect();
         sqlx::query(
-            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, max_tries, updated_at)
-             SELECT u.id, $1, u.row_index, u.key, u.input::json, 'TODO', 'open', $7, $2
+            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, max_tries,
+                                 reviews_required, updated_at)
+             SELECT u.id, $1, u.row_index, u.key, u.input::json, 'TODO', 'open', $7, $8, $2
              FROM UNNEST($3::uuid[], $4::bigint[], $5::text[], $6::text[]) AS u (id, row_index, key, input)",
         )
         .bind(s.id)
@@ -56,6 +57,7 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
         .bind(&keys)
         .bind(&inputs)
         .bind(s.config.max_tries as i32)
+        .bind(s.config.reviewers() as i32)
         .execute(tx.db())
         .await?;
     }

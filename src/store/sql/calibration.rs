@@ -18,7 +18,8 @@ use crate::store::{Calibration, ConfusionRow, DisagreementRow, StoreError, Switc
 macro_rules! labelled {
     () => {
         " FROM l2_answers a JOIN review_decisions d
-           ON d.quest_id = a.quest_id AND d.bulk = FALSE AND d.created_at >= a.created_at "
+           ON d.quest_id = a.quest_id AND d.bulk = FALSE AND d.decides = TRUE
+              AND d.created_at >= a.created_at "
     };
 }
 

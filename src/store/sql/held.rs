@@ -7,8 +7,8 @@ use chrono::{DateTime, TimeDelta, Utc};
 
 use super::Tx;
 use super::codec::*;
-use super::leases::save;
-use super::verify::{self, lock_quest, reviewable};
+use super::review;
+use super::verify::lock_quest;
 use crate::domain::Decision;
 use crate::domain::ids::{QuestId, TokenId};
 use crate::domain::work::{Refusal, ReviewerId};
@@ -41,20 +41,15 @@ pub async fn hold_review(
     note: String,
     seconds: u32,
 ) -> Result<HeldDecisionRow, StoreError> {
-    verify::live_token(tx, &reviewer).await?;
     let mut quest = lock_quest(tx, quest_id).await?;
-    reviewable(tx, &quest, &reviewer)?;
+    let (stage, _, _) = review::standing(tx, &quest, &reviewer).await?;
     let effective_at = tx.now + TimeDelta::seconds(i64::from(seconds));
     // Kept past the due time, for the worker's turn to come.
-    let until = effective_at + TimeDelta::seconds(TAKEN_SECONDS);
-    let mine = quest
-        .review_claimed_by
-        .as_ref()
-        .is_some_and(|by| by.same_token(&reviewer));
-    let expires = quest.review_claim_expires_at.filter(|_| mine);
-    quest.review_claimed_by = Some(reviewer.clone());
-    quest.review_claim_expires_at = Some(expires.map_or(until, |at| at.max(until)));
-    save(tx, &quest).await?;
+    let due = effective_at + TimeDelta::seconds(TAKEN_SECONDS);
+    let until = review::claim_of(tx, &quest, &reviewer)
+        .await?
+        .map_or(due, |until| until.max(due));
+    review::claim(tx, &mut quest, stage, &reviewer, until).await?;
     tx.exec(sqlx::query("DELETE FROM held_decisions WHERE quest_id = $1").bind(quest_id))
         .await?;
     let row = tx
@@ -139,12 +134,12 @@ pub async fn record_held_review(tx: &mut Tx, quest_id: QuestId) -> Result<QuestR
         .ok_or(StoreError::NotFound("held decision"))?;
     let held = held_row(&held)?;
     // A token revoked since is a refusal here, not a fault to retry.
-    match verify::live_token(tx, &held.reviewer).await {
+    match review::live_token(tx, &held.reviewer).await {
         Err(StoreError::Unauthorized(_)) => return Err(Refusal::TokenRevoked.into()),
-        other => other?,
+        other => drop(other?),
     }
     let quest =
-        verify::decide_review(tx, quest_id, held.reviewer, held.decision, held.note, false).await?;
+        review::decide_review(tx, quest_id, held.reviewer, held.decision, held.note, false).await?;
     tx.exec(sqlx::query("DELETE FROM held_decisions WHERE quest_id = $1").bind(quest_id))
         .await?;
     Ok(quest)

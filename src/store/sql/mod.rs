@@ -16,5 +16,6 @@ pub mod inputs;
 pub mod pause_rule;
 pub mod reads;
 pub mod rechecks;
+pub mod review;
 pub mod tokens;
 pub mod verify;

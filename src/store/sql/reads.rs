@@ -4,6 +4,8 @@
 //! snapshot run in a read-only transaction ([`snapshot`]). The reads each
 //! engine writes in its own dialect are in its `native` module.
 
+use crate::domain::agreement::Decided;
+use crate::domain::review::{self, Viewer};
 use serde_json::{Map, Value};
 
 use super::codec::*;
@@ -92,11 +94,11 @@ pub async fn session_status(
     .fetch_one(&mut *tx)
     .await?
     .count("n")?;
-    // The reviewers' recent pace: decisions over the last quarter of an hour.
+    // The reviewers' recent pace: quests decided over the last quarter of an hour.
     let review_window_minutes = 15;
     let reviewed = sqlx::query(
         "SELECT COUNT(*) AS n FROM review_decisions d JOIN quests q ON q.id = d.quest_id
-         WHERE q.session_id = $1 AND d.created_at > $2",
+         WHERE q.session_id = $1 AND d.created_at > $2 AND d.decides = TRUE",
     )
     .bind(id)
     .bind(at(now - chrono::Duration::minutes(review_window_minutes)))
@@ -299,6 +301,8 @@ pub async fn quest_history(
                     reviewer_token: r.opt_id("reviewer_token")?,
                     decision: r.parsed("decision")?,
                     note: r.text("note")?,
+                    look: r.parsed("look")?,
+                    decides: r.flag("decides")?,
                     created_at: r.at("created_at")?,
                 })
             })
@@ -307,11 +311,40 @@ pub async fn quest_history(
     Ok((submissions, decisions))
 }
 
+/// A session's review decisions on its decided quests.
+pub async fn decided_reviews(
+    pool: &Pool,
+    session_id: SessionId,
+) -> Result<Vec<Decided>, StoreError> {
+    sqlx::query(
+        "SELECT d.quest_id, d.reviewer_token, d.reviewer, d.decision, d.look, d.created_at
+         FROM review_decisions d JOIN quests q ON q.id = d.quest_id
+         WHERE q.session_id = $1 AND q.state <> 'REVIEW'
+         ORDER BY d.created_at, d.id",
+    )
+    .bind(session_id)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(|r| {
+        Ok(Decided {
+            quest: r.id("quest_id")?,
+            token: r.opt_id("reviewer_token")?,
+            name: r.text("reviewer")?,
+            decision: r.parsed("decision")?,
+            look: r.parsed("look")?,
+            created_at: r.at("created_at")?,
+        })
+    })
+    .collect()
+}
+
 pub async fn review_queue(
     pool: &Pool,
     sessions: Option<&[SessionId]>,
     check: Option<&CheckFilter>,
     limit: u32,
+    viewer: &Viewer,
 ) -> Result<Vec<QuestRow>, StoreError> {
     let (exact, prefix) = match check {
         Some(CheckFilter::Exact(c)) => (Some(c.to_owned()), None),
@@ -333,6 +366,15 @@ pub async fn review_queue(
                    WHERE a.submission_id = q.submission_id
                      AND 'l2:' || a.verifier = f.value ->> 'check'
                      AND (a.flagged OR a.answer IS NULL)))))
+           -- What the viewer may still decide: no quest it gave a look, and
+           -- looks that disagree only for an adjudicator.
+           AND NOT EXISTS (SELECT 1 FROM review_decisions d
+                           WHERE d.quest_id = q.id AND d.reviewer_token = $5)
+           AND ($6 OR NOT (
+               EXISTS (SELECT 1 FROM review_decisions d
+                       WHERE d.quest_id = q.id AND d.look = 'first' AND d.decision = 'approve')
+               AND EXISTS (SELECT 1 FROM review_decisions d
+                           WHERE d.quest_id = q.id AND d.look = 'first' AND d.decision = 'reject')))
          ORDER BY updated_at, row_index LIMIT $2"
     ))
     // The ids as one JSON array of their text.
@@ -340,6 +382,8 @@ pub async fn review_queue(
     .bind(i64::from(limit))
     .bind(exact)
     .bind(prefix)
+    .bind(viewer.token)
+    .bind(review::adjudicates(viewer.role, viewer.adjudicate))
     .fetch_all(pool)
     .await?;
     rows.iter().map(quest_row).collect()

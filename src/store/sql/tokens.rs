@@ -4,47 +4,42 @@
 use super::Tx;
 use super::codec::*;
 use crate::domain::Role;
-use crate::domain::ids::{SessionId, TokenId};
+use crate::domain::ids::TokenId;
 use crate::domain::work::Refusal;
 use crate::store::common::{Turn, scope_text};
-use crate::store::{StoreError, TokenRow};
+use crate::store::{NewToken, StoreError, TokenRow};
 
 /// Stores a token by the SHA-256 of its secret.
-pub async fn create_token(
-    tx: &mut Tx,
-    name: String,
-    role: Role,
-    hash: String,
-    max_leases: Option<u32>,
-    sessions: Option<Vec<SessionId>>,
-) -> Result<TokenRow, StoreError> {
+pub async fn create_token(tx: &mut Tx, token: NewToken) -> Result<TokenRow, StoreError> {
     let id = TokenId::new();
     // DO NOTHING, not an error: a taken name (or digest) leaves the transaction usable.
     let inserted = tx
         .exec(
             sqlx::query(
-                "INSERT INTO tokens (id, name, role, hash, max_leases, sessions, created_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT DO NOTHING",
+                "INSERT INTO tokens (id, name, role, hash, max_leases, sessions, adjudicate, created_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT DO NOTHING",
             )
             .bind(id)
-            .bind(name.clone())
-            .bind(role.as_str())
-            .bind(hash.clone())
-            .bind(max_leases.map(|n| n.min(i32::MAX as u32) as i32))
-            .bind(scope_text(sessions.as_deref()))
+            .bind(token.name.clone())
+            .bind(token.role.as_str())
+            .bind(token.hash.clone())
+            .bind(token.max_leases.map(|n| n.min(i32::MAX as u32) as i32))
+            .bind(scope_text(token.sessions.as_deref()))
+            .bind(token.adjudicate)
             .bind(at(tx.now)),
         )
         .await?;
     if inserted == 0 {
-        return Err(Refusal::NameTaken(name).into());
+        return Err(Refusal::NameTaken(token.name).into());
     }
     Ok(TokenRow {
         id,
-        name,
-        role,
-        hash,
-        max_leases,
-        sessions,
+        name: token.name,
+        role: token.role,
+        hash: token.hash,
+        max_leases: token.max_leases,
+        sessions: token.sessions,
+        adjudicate: token.adjudicate,
         created_at: tx.now,
         revoked_at: None,
     })

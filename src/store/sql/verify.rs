@@ -1,8 +1,8 @@
-//! The AI verifiers' answers and the decision of the last one, and the human
-//! review queue's claims and decisions. Each locks its quest first where
-//! replicas write, so the answers of one submission recorded on different
-//! replicas take turns and exactly one of them is the last; on SQLite each
-//! runs alone on the writer.
+//! The AI verifiers' answers and the decision of the last one (the human
+//! review is [`super::review`]'s). Each locks its quest first where replicas
+//! write, so the answers of one submission recorded on different replicas
+//! take turns and exactly one of them is the last; on SQLite each runs alone
+//! on the writer.
 
 use std::sync::Arc;
 
@@ -11,10 +11,9 @@ use super::codec::*;
 use super::leases::save;
 use crate::domain::ids::{L2JobId, QuestId, SubmissionId};
 use crate::domain::verify::{self, L2JobStatus, Question};
-use crate::domain::work::{self, ReviewerId};
-use crate::domain::{Decision, EventKind, Phase};
-use crate::store::columns::RowId;
-use crate::store::common::{REVOKED, set_status, status_of};
+use crate::domain::work;
+use crate::domain::{EventKind, Phase};
+use crate::store::common::{set_status, status_of};
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
 
 pub(super) async fn lock_quest(tx: &mut Tx, id: QuestId) -> Result<QuestRow, StoreError> {
@@ -231,129 +230,5 @@ async fn finish_verification(
     quest.updated_at = tx.now;
     save(tx, &quest).await?;
     tx.moved_from(EventKind::Verified, &quest, before, Some(&submission));
-    Ok(quest)
-}
-
-pub(super) fn reviewable(
-    tx: &Tx,
-    quest: &QuestRow,
-    reviewer: &ReviewerId,
-) -> Result<(), StoreError> {
-    Ok(work::check_reviewable(
-        quest.state,
-        quest.review_claimed_by.as_ref(),
-        quest.review_claim_expires_at,
-        reviewer,
-        tx.now,
-    )?)
-}
-
-/// Gives a reviewer a time-limited claim on a quest in REVIEW.
-pub async fn claim_review(
-    tx: &mut Tx,
-    quest_id: QuestId,
-    reviewer: ReviewerId,
-    seconds: u32,
-) -> Result<QuestRow, StoreError> {
-    live_token(tx, &reviewer).await?;
-    let mut quest = lock_quest(tx, quest_id).await?;
-    reviewable(tx, &quest, &reviewer)?;
-    quest.review_claimed_by = Some(reviewer);
-    quest.review_claim_expires_at = Some(tx.now + chrono::Duration::seconds(i64::from(seconds)));
-    save(tx, &quest).await?;
-    Ok(quest)
-}
-
-/// Refuses a reviewer whose token was revoked after its request was let in
-/// (or is unknown): a console bulk decision stops deciding at the revocation.
-/// Where replicas write, the token row is shared-locked until commit, so a
-/// revocation racing this write waits for it and then gives up what it claimed.
-pub(super) async fn live_token(tx: &mut Tx, reviewer: &ReviewerId) -> Result<(), StoreError> {
-    tx.row(
-        sqlx::query(concat!(
-            "SELECT 1 FROM tokens WHERE id = $1 AND revoked_at IS NULL",
-            for_share!()
-        ))
-        .bind(reviewer.token),
-    )
-    .await?
-    .map(drop)
-    .ok_or(StoreError::Unauthorized(REVOKED))
-}
-
-/// Gives a reviewer's claim back.
-pub async fn release_review(
-    tx: &mut Tx,
-    quest_id: QuestId,
-    reviewer: ReviewerId,
-) -> Result<(), StoreError> {
-    let mut quest = lock_quest(tx, quest_id).await?;
-    reviewable(tx, &quest, &reviewer)?;
-    if quest
-        .review_claimed_by
-        .as_ref()
-        .is_some_and(|by| by.same_token(&reviewer))
-    {
-        quest.review_claimed_by = None;
-        quest.review_claim_expires_at = None;
-        save(tx, &quest).await?;
-    }
-    Ok(())
-}
-
-/// Approves (PASS) or rejects (DONE) a quest in REVIEW. The decision row goes
-/// first: the database accepts the move out of REVIEW only with it. A
-/// decision that is not `bulk` is a label of the quest's AI verifiers, and
-/// judges them again.
-pub async fn decide_review(
-    tx: &mut Tx,
-    quest_id: QuestId,
-    reviewer: ReviewerId,
-    decision: Decision,
-    note: String,
-    bulk: bool,
-) -> Result<QuestRow, StoreError> {
-    live_token(tx, &reviewer).await?;
-    let mut quest = lock_quest(tx, quest_id).await?;
-    reviewable(tx, &quest, &reviewer)?;
-    let before = status_of(&quest);
-    let (next, keeps_receipt, decided_by) = work::on_review(before, decision, &reviewer)?;
-    let receipt = match (keeps_receipt, quest.submission_id) {
-        (true, Some(sub)) => tx
-            .row(sqlx::query("SELECT receipt FROM submissions WHERE id = $1").bind(sub))
-            .await?
-            .map(|r| r.opt_text("receipt"))
-            .transpose()?
-            .flatten(),
-        _ => None,
-    };
-    let decision_id = RowId::new();
-    tx.exec(
-        sqlx::query(
-            "INSERT INTO review_decisions
-               (id, quest_id, reviewer, reviewer_token, decision, note, created_at, bulk)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-        )
-        .bind(decision_id)
-        .bind(quest_id)
-        .bind(reviewer.name.clone())
-        .bind(reviewer.token)
-        .bind(decision.as_str())
-        .bind(note)
-        .bind(at(tx.now))
-        .bind(bulk),
-    )
-    .await?;
-    if !bulk {
-        super::calibration::recalibrate(tx, quest.session_id, decision_id).await?;
-    }
-    set_status(&mut quest, next);
-    quest.receipt = receipt;
-    quest.decided_by = Some(decided_by.to_string());
-    quest.review_claimed_by = None;
-    quest.review_claim_expires_at = None;
-    quest.updated_at = tx.now;
-    save(tx, &quest).await?;
-    tx.moved_from(EventKind::Reviewed, &quest, before, None);
     Ok(quest)
 }

@@ -30,7 +30,9 @@ mod sql;
 mod verdicts;
 mod writer;
 
-use sql::{calibration, console, held, inputs, pause_rule, reads, rechecks, tokens, verify};
+use sql::{
+    calibration, console, held, inputs, pause_rule, reads, rechecks, review, tokens, verify,
+};
 
 use writer::WriteCtx as Tx;
 
@@ -49,6 +51,7 @@ use sqlx::{ConnectOptions, SqlitePool};
 use tokio::sync::{broadcast, mpsc, oneshot};
 
 use super::*;
+use crate::domain::review::Viewer;
 use crate::domain::{Clock, QuestEvent};
 use leases::{Heartbeat, Hold, Lease, Release};
 use verdicts::{Decide, Submit};
@@ -388,8 +391,9 @@ impl Store for SqliteStore {
         sessions: Option<&[SessionId]>,
         check: Option<&CheckFilter>,
         limit: u32,
+        viewer: &Viewer,
     ) -> Result<Vec<QuestRow>, StoreError> {
-        reads::review_queue(&self.read, sessions, check, limit).await
+        reads::review_queue(&self.read, sessions, check, limit, viewer).await
     }
 
     async fn claim_review(
@@ -397,9 +401,9 @@ impl Store for SqliteStore {
         quest_id: QuestId,
         reviewer: &ReviewerId,
         seconds: u32,
-    ) -> Result<QuestRow, StoreError> {
+    ) -> Result<DateTime<Utc>, StoreError> {
         let reviewer = reviewer.clone();
-        single!(self, |ctx| verify::claim_review(
+        single!(self, |ctx| review::claim_review(
             ctx, quest_id, reviewer, seconds
         )
         .await)
@@ -411,7 +415,7 @@ impl Store for SqliteStore {
         reviewer: &ReviewerId,
     ) -> Result<(), StoreError> {
         let reviewer = reviewer.clone();
-        single!(self, |ctx| verify::release_review(ctx, quest_id, reviewer)
+        single!(self, |ctx| review::release_review(ctx, quest_id, reviewer)
             .await)
     }
 
@@ -423,7 +427,7 @@ impl Store for SqliteStore {
         note: &str,
     ) -> Result<QuestRow, StoreError> {
         let (reviewer, note) = (reviewer.clone(), note.to_owned());
-        single!(self, |ctx| verify::decide_review(
+        single!(self, |ctx| review::decide_review(
             ctx, quest_id, reviewer, decision, note, false
         )
         .await)
@@ -437,10 +441,17 @@ impl Store for SqliteStore {
         note: &str,
     ) -> Result<QuestRow, StoreError> {
         let (reviewer, note) = (reviewer.clone(), note.to_owned());
-        single!(self, |ctx| verify::decide_review(
+        single!(self, |ctx| review::decide_review(
             ctx, quest_id, reviewer, decision, note, true
         )
         .await)
+    }
+
+    async fn decided_reviews(
+        &self,
+        session_id: SessionId,
+    ) -> Result<Vec<crate::domain::agreement::Decided>, StoreError> {
+        reads::decided_reviews(&self.read, session_id).await
     }
 
     async fn hold_review(
@@ -509,19 +520,8 @@ impl Store for SqliteStore {
         reads::export_page(&self.read, session_id, after_row, limit).await
     }
 
-    async fn create_token(
-        &self,
-        name: &str,
-        role: Role,
-        hash: &str,
-        max_leases: Option<u32>,
-        scope: Option<&[SessionId]>,
-    ) -> Result<TokenRow, StoreError> {
-        let (name, hash, scope) = (name.to_owned(), hash.to_owned(), scope.map(<[_]>::to_vec));
-        single!(self, |ctx| tokens::create_token(
-            ctx, name, role, hash, max_leases, scope
-        )
-        .await)
+    async fn create_token(&self, token: NewToken) -> Result<TokenRow, StoreError> {
+        single!(self, |ctx| tokens::create_token(ctx, token).await)
     }
 
     async fn ensure_token(

@@ -1,0 +1,131 @@
+//! Several reviewers in the console (issue 21, point 6): two reviewers open
+//! the same quest at once, neither page shows the other's look, a
+//! disagreement goes to an adjudicator whose page shows both looks with
+//! their notes; over HTTP and in a real browser on the keys.
+
+use serde_json::json;
+
+use crate::console::{
+    Browserless, form, get, post, review_page, reviewer_token, sign_in, two_reviewer_quests,
+};
+use crate::helpers::{TestApp, spawn_app};
+
+async fn adjudicator(app: &TestApp, name: &str) -> String {
+    reviewer_token(app, name, true).await
+}
+
+/// The review page of `who`: the quest it opens, and the page.
+async fn page(app: &TestApp, who: &Browserless) -> (Option<String>, String) {
+    review_page(app, who, "/ui/review").await
+}
+
+async fn decide(app: &TestApp, who: &Browserless, quest: &str, decision: &str, note: &str) {
+    let path = format!("/ui/review/{quest}/decide");
+    let fields = form(&[("csrf", &who.csrf), ("decision", decision), ("note", note)]);
+    let answer = post(app, &path, Some(who), fields, &[]).await;
+    assert!(
+        !answer.location().contains("error="),
+        "{}",
+        answer.location()
+    );
+}
+
+#[tokio::test]
+async fn two_reviewers_look_at_once_apart_and_an_adjudicator_sees_both_looks() {
+    let app = spawn_app().await;
+    let quest = two_reviewer_quests(&app, 1).await.remove(0);
+    let ana = sign_in(&app, &app.token("reviewer", "ana").await).await;
+    let ben = sign_in(&app, &app.token("reviewer", "ben").await).await;
+    let cy = sign_in(&app, &adjudicator(&app, "cy").await).await;
+
+    let (for_ana, body) = page(&app, &ana).await;
+    assert_eq!(for_ana.as_deref(), Some(quest.as_str()));
+    assert!(body.contains("needs 2 reviewers who agree"), "{body}");
+    let (for_ben, body) = page(&app, &ben).await;
+    assert_eq!(for_ben.as_deref(), Some(quest.as_str()), "two look at once");
+    assert!(!body.contains("data-held-by"), "{body}");
+
+    decide(&app, &ana, &quest, "approve", "the address is on the page").await;
+    let (_, body) = page(&app, &ben).await;
+    assert!(
+        !body.contains("data-looks"),
+        "ben judges without ana's look"
+    );
+    assert!(!body.contains("the address is on the page"));
+    assert_eq!(page(&app, &ana).await.0, None, "ana has nothing left to do");
+    decide(&app, &ben, &quest, "reject", "another company's address").await;
+    assert_eq!(app.quest(&quest).await["state"], "REVIEW");
+
+    let (for_cy, body) = page(&app, &cy).await;
+    assert_eq!(for_cy.as_deref(), Some(quest.as_str()));
+    assert!(
+        body.contains("The reviewers disagree: you adjudicate"),
+        "{body}"
+    );
+    assert!(
+        body.contains("the address is on the page") && body.contains("another company"),
+        "{body}"
+    );
+    decide(&app, &cy, &quest, "reject", "ben is right").await;
+    let decided = app.quest(&quest).await;
+    assert_eq!(
+        (decided["state"].as_str(), decided["decided_by"].as_str()),
+        (Some("DONE"), Some("adjudicator:cy"))
+    );
+    // The quest's page then shows every decision, the adjudication marked.
+    let body = get(&app, &format!("/ui/quests/{quest}"), Some(&ben))
+        .await
+        .expect(200)
+        .to_owned();
+    assert_eq!(
+        crate::console::count(&body, "data-look=\"first\""),
+        2,
+        "{body}"
+    );
+    assert_eq!(
+        crate::console::count(&body, "data-look=\"adjudication\""),
+        1
+    );
+}
+
+/// In a real browser: the adjudicator's page shows both looks and `a`
+/// decides it (held, then recorded when due).
+#[tokio::test]
+async fn in_the_browser_an_adjudicator_reads_both_looks_and_decides_with_a_key() {
+    use crate::browser::{launch, screenshot_on_failure};
+    let test = "review_adjudication";
+    let Some(browser) = launch(test).await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let quest = two_reviewer_quests(&app, 1).await.remove(0);
+    for (name, decision, note) in [
+        ("ana", "approve", "it is on the contact page"),
+        ("ben", "reject", "wrong firm"),
+    ] {
+        let token = app.token("reviewer", name).await;
+        let body = json!({"decision": decision, "note": note});
+        app.post(&format!("/v1/review/{quest}"), &token, body)
+            .await
+            .expect(200);
+    }
+    let cy = adjudicator(&app, "cy").await;
+    screenshot_on_failure(test, &[&browser], async {
+        browser.sign_in(&app.base, &cy).await;
+        browser.open(&format!("{}/ui/review", app.base)).await;
+        let looks = browser
+            .js("return Array.from(document.querySelectorAll('[data-looks] li')).map(li => li.innerText)")
+            .await;
+        let looks = looks.as_array().unwrap();
+        assert_eq!(looks.len(), 2, "{looks:?}");
+        assert!(looks[0].as_str().unwrap().contains("it is on the contact page"), "{looks:?}");
+        assert!(looks[1].as_str().unwrap().contains("wrong firm"), "{looks:?}");
+        browser.press('a').await;
+        browser
+            .until("the decision, held", &format!("return !!document.querySelector('[data-held=\"{quest}\"]')"))
+            .await;
+        let decided = app.fall_due(&quest).await;
+        assert_eq!((decided["state"].as_str(), decided["decided_by"].as_str()), (Some("PASS"), Some("adjudicator:cy")));
+    })
+    .await;
+}
