@@ -77,6 +77,9 @@ pub struct Plan {
     pub result_fields: Vec<String>,
     /// Whether some accepted result holds keys the gate does not declare.
     pub extra: bool,
+    /// Whether the session has several reviewers: a `quest_reviews` column
+    /// then gives every decision of a decided quest.
+    pub reviews: bool,
     /// Every column name, unique: original columns as they are, then the added ones.
     header: Vec<String>,
 }
@@ -92,12 +95,8 @@ impl Plan {
         let session = store.get_session(session_id).await?;
         let used = store.result_fields(session_id).await?;
         let extra = used.iter().any(|f| !declared.contains(f));
-        Ok(Plan::with_columns(
-            session_id,
-            session.columns,
-            declared,
-            extra,
-        ))
+        let plan = Plan::with_columns(session_id, session.columns, declared, extra);
+        Ok(plan.with_reviews(session.config.reviewers() > 1))
     }
 
     /// A plan for these original columns and declared result fields.
@@ -144,8 +143,25 @@ impl Plan {
             columns,
             result_fields,
             extra,
+            reviews: false,
             header,
         }
+    }
+
+    /// The plan with a last `quest_reviews` column, when `reviews`.
+    pub fn with_reviews(mut self, reviews: bool) -> Plan {
+        if reviews {
+            let taken: std::collections::HashSet<&String> = self.header.iter().collect();
+            let mut name = "quest_reviews".to_owned();
+            let mut n = 2;
+            while taken.contains(&name) {
+                name = format!("quest_reviews_{n}");
+                n += 1;
+            }
+            self.header.push(name);
+            self.reviews = true;
+        }
+        self
     }
 
     /// The header: original columns, then the quest columns.
@@ -200,6 +216,9 @@ impl Plan {
         } else {
             Value::String(serde_json::to_string(&row.recheck_facts).unwrap_or_default())
         });
+        if self.reviews {
+            v.push(row.reviews.clone().map_or(Value::Null, Value::String));
+        }
         v
     }
 }
@@ -311,7 +330,9 @@ pub fn stream(
                 let Some(slot) = slot else {
                     return Ok(None);
                 };
-                let rows = store.export_page(plan.session_id, after, PAGE).await?;
+                let rows = store
+                    .export_page(plan.session_id, after, PAGE, plan.reviews)
+                    .await?;
                 let last = rows.last().map(|r| r.row_index);
                 let chunk = render(format, &plan, &rows);
                 let slot = if (rows.len() as u32) < PAGE {

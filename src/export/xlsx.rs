@@ -68,7 +68,7 @@ pub async fn build(
     if plan.header().len() > MAX_COLUMNS {
         return Err(XlsxExportError::TooWide(plan.header().len()));
     }
-    let session_id = plan.session_id;
+    let (session_id, reviews) = (plan.session_id, plan.reviews);
     let temp_dir = temp_dir.map(Path::to_path_buf);
     // Two pages in flight: the reader stays one page ahead of the writer.
     let (pages, received) = mpsc::channel(2);
@@ -80,7 +80,7 @@ pub async fn build(
     });
     let mut after = None;
     loop {
-        let rows = store.export_page(session_id, after, PAGE).await?;
+        let rows = store.export_page(session_id, after, PAGE, reviews).await?;
         let last_page = (rows.len() as u32) < PAGE;
         after = rows.last().map(|r| r.row_index).or(after);
         if pages.send(Page::Rows(rows)).await.is_err() {

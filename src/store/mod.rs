@@ -322,6 +322,7 @@ pub trait Store: Send + Sync + 'static {
         session_id: SessionId,
         after_row: Option<u64>,
         limit: u32,
+        reviews: bool,
     ) -> Result<Vec<ExportRow>, StoreError>;
 
     /// Stores a token by the SHA-256 of its secret, with the most leases it

@@ -453,6 +453,8 @@ pub struct ExportRow {
     pub recheck_mark: Option<Mark>,
     pub rechecked_at: Option<DateTime<Utc>>,
     pub recheck_facts: Vec<Fact>,
+    /// Every review decision of a decided quest, as JSON text, when asked for.
+    pub reviews: Option<String>,
 }
 
 /// An uploaded file, without its bytes.

@@ -387,3 +387,56 @@ async fn session_of(app: &TestApp, quest: &str) -> String {
         .unwrap()
         .to_owned()
 }
+
+/// The export of a session with several reviewers gives every decision of a
+/// decided quest, and none of one still waiting for its second look.
+#[tokio::test]
+async fn the_export_shows_every_decision_once_the_quest_is_decided() {
+    let app = spawn_app().await;
+    let quests = two_reviewer_quests(&app, 2).await;
+    let (ana, ben) = (
+        reviewer(&app, "ana", false).await,
+        reviewer(&app, "ben", false).await,
+    );
+    decide(&app, &ana, &quests[0], "approve", "on the page")
+        .await
+        .expect(200);
+    decide(&app, &ben, &quests[0], "approve", "agreed")
+        .await
+        .expect(200);
+    decide(&app, &ana, &quests[1], "reject", "wrong firm")
+        .await
+        .expect(200);
+    let session = session_of(&app, &quests[0]).await;
+    let (status, body) = app
+        .bytes(&format!("/v1/sessions/{session}/export?format=jsonl"))
+        .await;
+    assert_eq!(status, 200);
+    let lines: Vec<Value> = String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let decided = lines
+        .iter()
+        .find(|l| l["quest_state"] == "PASS")
+        .expect("the decided quest");
+    let reviews: Value = serde_json::from_str(decided["quest_reviews"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        reviews,
+        json!([
+            {"reviewer": "ana", "decision": "approve", "look": "first", "note": "on the page"},
+            {"reviewer": "ben", "decision": "approve", "look": "first", "note": "agreed"}
+        ])
+    );
+    assert_eq!(decided["quest_decided_by"], "reviewers:ana,ben");
+    let waiting = lines
+        .iter()
+        .find(|l| l["quest_state"] == "REVIEW")
+        .expect("the waiting quest");
+    assert_eq!(
+        waiting["quest_reviews"],
+        Value::Null,
+        "no look shows before the quest is decided"
+    );
+}

@@ -168,7 +168,10 @@ async fn the_wal_stays_bounded_under_readers_that_never_pause() {
             let (store, stop, reads) = (store.clone(), stop.clone(), reads.clone());
             tokio::spawn(async move {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let page = store.export_page(read_session, None, 1000).await.unwrap();
+                    let page = store
+                        .export_page(read_session, None, 1000, false)
+                        .await
+                        .unwrap();
                     assert_eq!(page.len(), 1000);
                     reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 }

@@ -85,6 +85,33 @@ async fn two_reviewers_look_at_once_apart_and_an_adjudicator_sees_both_looks() {
     assert_eq!(
         crate::console::count(&body, "data-look=\"adjudication\""),
         1
+    ); // The session's page measures the reviewers: cy overruled ana's look.
+    let session = decided["session_id"].as_str().unwrap();
+    let body = get(&app, &format!("/ui/sessions/{session}"), Some(&cy))
+        .await
+        .expect(200)
+        .to_owned();
+    assert!(body.contains("data-reviewers"), "{body}");
+    let row = |name: &str| {
+        let start = body
+            .find(&format!("data-reviewer=\"{name}\""))
+            .unwrap_or_else(|| panic!("{name}: {body}"));
+        body[start..start + body[start..].find("</tr>").unwrap()].to_owned()
+    };
+    assert!(
+        row("ana").contains("data-overruled=\"1\""),
+        "{}",
+        row("ana")
+    );
+    assert!(
+        row("ben").contains("data-overruled=\"0\""),
+        "{}",
+        row("ben")
+    );
+    assert!(body.contains("data-pair=\"ana|ben\""), "{body}");
+    assert!(
+        body.contains("fewer than 10 shared quests (1)"),
+        "the kappa says why it is missing"
     );
 }
 

@@ -112,6 +112,7 @@ struct SessionPage {
     filtered: bool,
     verifiers: Option<crate::api::Verifiers>,
     pauses: Vec<PauseView>,
+    reviewers: crate::api::Reviewers,
 }
 
 fn parse_mark(s: Option<&str>) -> Result<Option<Mark>, PageError> {
@@ -155,6 +156,7 @@ pub async fn page(
         limit: PAGE_SIZE,
     };
     let o = state.service.session_overview(id, &table).await?;
+    let reviewers = state.service.get_session_reviewers(id).await?;
     let now = state.service.now();
     let base = format!("/ui/sessions/{id}");
     let state_text = quest_state.map(|s| s.as_str());
@@ -279,6 +281,7 @@ pub async fn page(
         next_url,
         verifiers: o.verifiers,
         pauses: o.pauses.into_iter().map(PauseView::from).collect(),
+        reviewers,
         session: SessionView::from(&o.session),
     };
     templates::page("session.html", &signed.me, page)

@@ -68,3 +68,17 @@ macro_rules! token_of_agent {
         concat!($id, "::text = split_part(", $agent, ", '/', 1)")
     };
 }
+
+/// A quest's review decisions, oldest first, as the text of one JSON array
+/// of `{reviewer, decision, look, note}` (NULL without any).
+macro_rules! review_decisions_json {
+    ($quest:literal) => {
+        concat!(
+            "(SELECT json_agg(json_build_object('reviewer', d.reviewer, 'decision', d.decision, \
+             'look', d.look, 'note', d.note) ORDER BY d.created_at, d.id)::text \
+             FROM review_decisions d WHERE d.quest_id = ",
+            $quest,
+            ")"
+        )
+    };
+}

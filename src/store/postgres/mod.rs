@@ -513,8 +513,9 @@ impl Store for PgStore {
         session_id: SessionId,
         after_row: Option<u64>,
         limit: u32,
+        reviews: bool,
     ) -> Result<Vec<ExportRow>, StoreError> {
-        reads::export_page(&self.db.pool, session_id, after_row, limit).await
+        reads::export_page(&self.db.pool, session_id, after_row, limit, reviews).await
     }
 
     async fn create_token(&self, token: NewToken) -> Result<TokenRow, StoreError> {

@@ -394,16 +394,22 @@ pub async fn export_page(
     session_id: SessionId,
     after_row: Option<u64>,
     limit: u32,
+    reviews: bool,
 ) -> Result<Vec<ExportRow>, StoreError> {
-    let rows = sqlx::query(
+    let rows = sqlx::query(concat!(
         "SELECT q.row_index, q.input, q.state, q.decided_by, q.tries, q.result, q.last_facts,
-                q.receipt, q.recheck_mark, q.rechecked_at, q.recheck_facts, s.evidence
+                q.receipt, q.recheck_mark, q.rechecked_at, q.recheck_facts, s.evidence,
+                -- Every decision of a decided quest, when asked for.
+                CASE WHEN $4 AND q.state <> 'REVIEW' THEN ",
+        review_decisions_json!("q.id"),
+        " END AS reviews
          FROM quests q LEFT JOIN submissions s ON s.id = q.submission_id
-         WHERE q.session_id = $1 AND q.row_index > $2 ORDER BY q.row_index LIMIT $3",
-    )
+         WHERE q.session_id = $1 AND q.row_index > $2 ORDER BY q.row_index LIMIT $3"
+    ))
     .bind(session_id)
     .bind(after_row.map_or(-1, |r| r as i64))
     .bind(i64::from(limit))
+    .bind(reviews)
     .fetch_all(pool)
     .await?;
     rows.iter()
@@ -426,6 +432,7 @@ pub async fn export_page(
                 recheck_mark: r.opt_parsed("recheck_mark")?,
                 rechecked_at: r.opt_at("rechecked_at")?,
                 recheck_facts: r.json("recheck_facts")?,
+                reviews: r.opt_text("reviews")?,
             })
         })
         .collect()

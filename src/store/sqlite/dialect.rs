@@ -62,3 +62,16 @@ macro_rules! token_of_agent {
         )
     };
 }
+
+/// A quest's review decisions, oldest first, as the text of one JSON array
+/// of `{reviewer, decision, look, note}` (NULL without any).
+macro_rules! review_decisions_json {
+    ($quest:literal) => {
+        concat!(
+            "(SELECT json_group_array(json_object('reviewer', d.reviewer, 'decision', d.decision, \
+             'look', d.look, 'note', d.note)) FROM (SELECT * FROM review_decisions WHERE quest_id = ",
+            $quest,
+            " ORDER BY created_at, id) d)"
+        )
+    };
+}

@@ -516,8 +516,9 @@ impl Store for SqliteStore {
         session_id: SessionId,
         after_row: Option<u64>,
         limit: u32,
+        reviews: bool,
     ) -> Result<Vec<ExportRow>, StoreError> {
-        reads::export_page(&self.read, session_id, after_row, limit).await
+        reads::export_page(&self.read, session_id, after_row, limit, reviews).await
     }
 
     async fn create_token(&self, token: NewToken) -> Result<TokenRow, StoreError> {
