@@ -4,12 +4,38 @@
 
 use chrono::{DateTime, Utc};
 
-use super::ids::TokenId;
+use sha2::{Digest, Sha256};
+
+use super::ids::{QuestId, TokenId};
+use super::session::SessionConfig;
 use super::work::{Refusal, ReviewerId};
 use super::{DecidedBy, Decision, Role, State};
 
 /// The most reviewers a session may ask for on one quest.
 pub const MAX_REVIEWERS: u32 = 10;
+
+/// How many looks a new quest of a session with `config` will need in
+/// REVIEW: `review.reviewers`, or with `review.overlap_rate` that many for
+/// the drawn share and 1 for the others. The draw is a keyed hash of the
+/// server's secret `key` and the quest's id: fixed for the quest, and
+/// unpredictable to whoever knows only the id.
+pub fn looks_required(config: &SessionConfig, key: &str, quest: QuestId) -> u32 {
+    let reviewers = config.reviewers();
+    let Some(rate) = config.review.as_ref().and_then(|r| r.overlap_rate) else {
+        return reviewers;
+    };
+    let digest = Sha256::new()
+        .chain_update(b"quest review overlap\0")
+        .chain_update(key.as_bytes())
+        .chain_update(b"\0")
+        .chain_update(quest.as_uuid().as_bytes())
+        .finalize();
+    let mut head = [0; 8];
+    head.copy_from_slice(&digest[..8]);
+    // The top 53 bits, as a uniform number in [0, 1).
+    let x = (u64::from_be_bytes(head) >> 11) as f64 / (1u64 << 53) as f64;
+    if x < rate { reviewers } else { 1 }
+}
 
 /// What a review decision is.
 #[derive(
@@ -372,6 +398,52 @@ mod tests {
                 &split
             ),
             "every decision once decided"
+        );
+    }
+
+    #[test]
+    fn an_overlap_rate_draws_a_share_of_quests_by_a_secret_key() {
+        let config = |rate: Option<f64>| {
+            let mut review = serde_json::json!({"reviewers": 3});
+            if let Some(rate) = rate {
+                review["overlap_rate"] = rate.into();
+            }
+            SessionConfig::parse(serde_json::json!({"gate": {"kind": "schema"}, "review": review}))
+                .unwrap()
+        };
+        let ids: Vec<QuestId> = (0..1000).map(|_| QuestId::new()).collect();
+        let drawn = |c: &SessionConfig, key: &str| {
+            ids.iter()
+                .filter(|id| looks_required(c, key, **id) == 3)
+                .count()
+        };
+        assert_eq!(
+            drawn(&config(None), "k"),
+            1000,
+            "every quest without a rate"
+        );
+        assert_eq!(drawn(&config(Some(0.0)), "k"), 0);
+        assert_eq!(drawn(&config(Some(1.0)), "k"), 1000);
+        let half = config(Some(0.5));
+        let (a, b) = (drawn(&half, "secret-a"), drawn(&half, "secret-b"));
+        assert!(
+            (400..600).contains(&a) && (400..600).contains(&b),
+            "{a} {b}"
+        );
+        let same = ids
+            .iter()
+            .filter(|id| {
+                looks_required(&half, "secret-a", **id) == looks_required(&half, "secret-b", **id)
+            })
+            .count();
+        assert!(
+            same < 600,
+            "another key draws other quests: {same} of 1000 alike"
+        );
+        assert!(
+            ids.iter().all(|id| looks_required(&half, "secret-a", *id)
+                == looks_required(&half, "secret-a", *id)),
+            "fixed per quest"
         );
     }
 

@@ -80,6 +80,12 @@ pub struct ReviewConfig {
     /// reviewer token made with `adjudicate`). 1 when left out.
     #[serde(default = "default_reviewers")]
     pub reviewers: u32,
+    /// With `reviewers` above 1: the share of quests in REVIEW (0 to 1)
+    /// that get the extra looks; the others need one. Drawn once per quest
+    /// from a keyed hash of a server secret, so that nobody can tell from a
+    /// quest's id which ones; stored on the quest. Every quest when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap_rate: Option<f64>,
 }
 
 fn default_reviewers() -> u32 {
@@ -259,6 +265,17 @@ impl SessionConfig {
         if !(1..=crate::domain::review::MAX_REVIEWERS).contains(&config.reviewers()) {
             return bad("config.review.reviewers", "must be between 1 and 10");
         }
+        if let Some(rate) = config.review.as_ref().and_then(|r| r.overlap_rate) {
+            if !(0.0..=1.0).contains(&rate) {
+                return bad("config.review.overlap_rate", "must be between 0 and 1");
+            }
+            if config.reviewers() < 2 {
+                return bad(
+                    "config.review.overlap_rate",
+                    "asks for extra looks on a share of quests: set review.reviewers above 1 too",
+                );
+            }
+        }
         Ok(config)
     }
 }
@@ -339,6 +356,14 @@ mod tests {
             (
                 json!({"gate": {"kind": "schema"}, "review": {"reviewers": 0}}),
                 "config.review.reviewers",
+            ),
+            (
+                json!({"gate": {"kind": "schema"}, "review": {"overlap_rate": 0.5}}),
+                "config.review.overlap_rate",
+            ),
+            (
+                json!({"gate": {"kind": "schema"}, "review": {"reviewers": 2, "overlap_rate": 1.5}}),
+                "config.review.overlap_rate",
             ),
         ] {
             assert_eq!(SessionConfig::parse(config).unwrap_err().field, field);

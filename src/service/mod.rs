@@ -176,6 +176,8 @@ pub struct Service {
     rechecker: Option<Rechecker>,
     /// Fires when a review decision is held, for the worker that records it.
     held_posted: Arc<tokio::sync::Notify>,
+    /// The server's key of the overlap draws, read (or made) once.
+    review_key: tokio::sync::OnceCell<String>,
 }
 
 impl Service {
@@ -201,7 +203,20 @@ impl Service {
             exports: Exports::default(),
             rechecker: None,
             held_posted: Arc::new(tokio::sync::Notify::new()),
+            review_key: tokio::sync::OnceCell::new(),
         }
+    }
+
+    /// The server's secret key of the overlap draws (`review.overlap_rate`):
+    /// made on first use, kept in the database, never served.
+    async fn review_key(&self) -> Result<String, StoreError> {
+        self.review_key
+            .get_or_try_init(|| async {
+                let candidate = tokens::new_secret();
+                self.store.server_secret("review_overlap", &candidate).await
+            })
+            .await
+            .cloned()
     }
 
     /// Fires when the server stops.

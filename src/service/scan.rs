@@ -100,6 +100,11 @@ impl Service {
         }
         let Table { columns, rows, .. } = table;
         let name = config.name.clone().unwrap_or_else(|| source_name.clone());
+        // The draws of an overlap rate are keyed by a secret of the server's.
+        let review_key = match config.review.as_ref().and_then(|r| r.overlap_rate) {
+            Some(_) => Some(self.review_key().await?),
+            None => None,
+        };
         let session = NewSession {
             id: SessionId::new(),
             name,
@@ -111,6 +116,7 @@ impl Service {
             source,
             created_by: created_by.to_owned(),
             rows: keys.into_iter().zip(rows).collect(),
+            review_key,
         };
         let row = self.store.create_session(session).await?;
         let status = self.store.session_status(row.id).await?;

@@ -274,6 +274,8 @@ pub trait Store: Send + Sync + 'static {
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError>;
+    /// The server's secret `name`, kept as `candidate` on first use.
+    async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError>;
     /// A session's review decisions on its decided quests (for its reviewers' agreement).
     async fn decided_reviews(
         &self,

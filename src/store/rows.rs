@@ -45,6 +45,19 @@ pub struct NewSession {
     pub created_by: String,
     /// `(key, input)` for every row, in upload order.
     pub rows: Vec<(String, Row)>,
+    /// The server's key of the draws of `review.overlap_rate` (none: every
+    /// quest needs `review.reviewers` looks).
+    pub review_key: Option<String>,
+}
+
+impl NewSession {
+    /// How many looks the new quest `id` needs in REVIEW.
+    pub fn looks_required(&self, id: QuestId) -> u32 {
+        match &self.review_key {
+            Some(key) => crate::domain::review::looks_required(&self.config, key, id),
+            None => self.config.reviewers(),
+        }
+    }
 }
 
 /// One quest, as stored.

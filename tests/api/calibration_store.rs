@@ -30,6 +30,7 @@ async fn verified_session(store: &dyn Store, n: usize, verify: Value) -> Session
         .collect();
     store
         .create_session(NewSession {
+            review_key: None,
             id: SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),

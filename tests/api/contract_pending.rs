@@ -223,6 +223,7 @@ pub(crate) async fn add_session(store: &dyn Store, companies: &[&str]) -> Sessio
         .collect();
     store
         .create_session(NewSession {
+            review_key: None,
             id: SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),

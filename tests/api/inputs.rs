@@ -334,6 +334,7 @@ async fn the_store_keeps_an_upload_in_pieces_read_one_at_a_time() {
     let input = json!({"company": "Acme"}).as_object().unwrap().clone();
     let session = store
         .create_session(NewSession {
+            review_key: None,
             id: quest::domain::ids::SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),

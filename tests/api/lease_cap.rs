@@ -282,6 +282,7 @@ async fn store_with(n: usize, cap: u32) -> (tempfile::TempDir, SqliteStore, Toke
         .collect();
     let session = store
         .create_session(NewSession {
+            review_key: None,
             id: SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),

@@ -440,3 +440,66 @@ async fn the_export_shows_every_decision_once_the_quest_is_decided() {
         "no look shows before the quest is decided"
     );
 }
+
+/// `review.overlap_rate` asks for the second look on a share of quests only,
+/// drawn per quest and kept on it; a quest drawn for one look decides on it.
+#[tokio::test]
+async fn an_overlap_rate_asks_for_the_second_look_on_a_share_of_quests() {
+    let app = spawn_app().await;
+    let mut config = crate::helpers::contact_config(3);
+    config["review"] = json!({"reviewers": 2, "overlap_rate": 0.5});
+    let session = app.scan(config, crate::helpers::companies(41)).await;
+    let agent = app
+        .token("agent", &crate::console::agent_token_name(&session))
+        .await;
+    let quests = crate::console::reviews(&app, &agent, &session, 40).await;
+    let mut needs = std::collections::BTreeMap::<u64, Vec<String>>::new();
+    for q in &quests {
+        let n = app.quest(q).await["reviews_required"].as_u64().unwrap();
+        needs.entry(n).or_default().push(q.clone());
+    }
+    let (one, two) = (
+        needs.get(&1).map_or(0, Vec::len),
+        needs.get(&2).map_or(0, Vec::len),
+    );
+    assert_eq!(one + two, 40, "{needs:?}");
+    assert!(
+        (5..=35).contains(&two),
+        "about half drawn for two looks: {two} of 40"
+    );
+    let ana = reviewer(&app, "ana", false).await;
+    let single = decide(&app, &ana, &needs[&1][0], "approve", "")
+        .await
+        .expect(200);
+    assert_eq!(
+        (single["state"].as_str(), single["decided_by"].as_str()),
+        (Some("PASS"), Some("reviewer:ana"))
+    );
+    let double = decide(&app, &ana, &needs[&2][0], "approve", "")
+        .await
+        .expect(200);
+    assert_eq!(
+        double["state"], "REVIEW",
+        "a drawn quest waits for its second look"
+    );
+
+    let mut bad = crate::helpers::contact_config(3);
+    bad["review"] = json!({"overlap_rate": 0.5});
+    let items = crate::helpers::companies(1);
+    let refused = app
+        .post(
+            "/v1/sessions",
+            &app.admin,
+            json!({"config": bad, "items": items}),
+        )
+        .await;
+    refused.refused(422, "invalid_config");
+    assert!(
+        refused
+            .body
+            .to_string()
+            .contains("review.reviewers above 1"),
+        "{}",
+        refused.body
+    );
+}

@@ -379,6 +379,7 @@ async fn a_job_queued_twice_or_run_again_after_its_answer_is_asked_once() {
     let input = json!({"company": "Acme"}).as_object().unwrap().clone();
     let session = store
         .create_session(NewSession {
+            review_key: None,
             id: quest::domain::ids::SessionId::new(),
             name: "s".into(),
             key_column: "company".into(),

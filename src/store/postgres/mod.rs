@@ -41,7 +41,8 @@ mod verdicts;
 mod writes;
 
 use sql::{
-    calibration, console, held, inputs, pause_rule, reads, rechecks, review, tokens, verify,
+    calibration, console, held, inputs, pause_rule, reads, rechecks, review, secrets, tokens,
+    verify,
 };
 
 use std::str::FromStr;
@@ -427,6 +428,13 @@ impl Store for PgStore {
         let args = (quest_id, reviewer.clone(), decision, note.to_owned());
         self.write(args, |tx, (q, r, d, n)| {
             Box::pin(review::decide_review(tx, q, r, d, n, true))
+        })
+        .await
+    }
+
+    async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError> {
+        self.write((name.to_owned(), candidate.to_owned()), |tx, (n, c)| {
+            Box::pin(secrets::server_secret(tx, n, c))
         })
         .await
     }

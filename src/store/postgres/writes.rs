@@ -39,6 +39,7 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
     super::inputs::insert_source(tx, s.id, &s.source).await?;
     for (c, chunk) in s.rows.chunks(ROWS_PER_INSERT).enumerate() {
         let ids: Vec<QuestId> = chunk.iter().map(|_| QuestId::new()).collect();
+        let looks: Vec<i32> = ids.iter().map(|id| s.looks_required(*id) as i32).collect();
         let indexes: Vec<i64> = (0..chunk.len())
             .map(|i| (c * ROWS_PER_INSERT + i) as i64)
             .collect();
@@ -47,8 +48,9 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
         sqlx::query(
             "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, max_tries,
                                  reviews_required, updated_at)
-             SELECT u.id, $1, u.row_index, u.key, u.input::json, 'TODO', 'open', $7, $8, $2
-             FROM UNNEST($3::uuid[], $4::bigint[], $5::text[], $6::text[]) AS u (id, row_index, key, input)",
+             SELECT u.id, $1, u.row_index, u.key, u.input::json, 'TODO', 'open', $7, u.looks, $2
+             FROM UNNEST($3::uuid[], $4::bigint[], $5::text[], $6::text[], $8::int[])
+                  AS u (id, row_index, key, input, looks)",
         )
         .bind(s.id)
         .bind(tx.now)
@@ -57,7 +59,7 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
         .bind(&keys)
         .bind(&inputs)
         .bind(s.config.max_tries as i32)
-        .bind(s.config.reviewers() as i32)
+        .bind(&looks)
         .execute(tx.db())
         .await?;
     }

@@ -17,5 +17,6 @@ pub mod pause_rule;
 pub mod reads;
 pub mod rechecks;
 pub mod review;
+pub mod secrets;
 pub mod tokens;
 pub mod verify;

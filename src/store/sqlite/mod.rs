@@ -31,7 +31,8 @@ mod verdicts;
 mod writer;
 
 use sql::{
-    calibration, console, held, inputs, pause_rule, reads, rechecks, review, tokens, verify,
+    calibration, console, held, inputs, pause_rule, reads, rechecks, review, secrets, tokens,
+    verify,
 };
 
 use writer::WriteCtx as Tx;
@@ -445,6 +446,12 @@ impl Store for SqliteStore {
             ctx, quest_id, reviewer, decision, note, true
         )
         .await)
+    }
+
+    async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError> {
+        let (name, candidate) = (name.to_owned(), candidate.to_owned());
+        single!(self, |ctx| secrets::server_secret(ctx, name, candidate)
+            .await)
     }
 
     async fn decided_reviews(

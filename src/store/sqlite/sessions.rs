@@ -39,25 +39,22 @@ pub async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Session
     let now = ts(ctx.now);
     let session_id = s.id.to_string();
     for (c, chunk) in s.rows.chunks(ROWS_PER_INSERT).enumerate() {
-        // The session's number of reviewers, a checked integer, as a literal.
-        let row = format!(
-            "(?, ?, ?, ?, ?, 'TODO', 'open', ?, {})",
-            s.config.reviewers()
-        );
-        let values = vec![row.as_str(); chunk.len()].join(", ");
+        let values = vec!["(?, ?, ?, ?, ?, 'TODO', 'open', ?, ?)"; chunk.len()].join(", ");
         let sql = format!(
             "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at, reviews_required) \
              VALUES {values}"
         );
         let mut insert = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (i, (key, input)) in chunk.iter().enumerate() {
+            let id = QuestId::new();
             insert = insert
-                .bind(QuestId::new().to_string())
+                .bind(id.to_string())
                 .bind(session_id.clone())
                 .bind((c * ROWS_PER_INSERT + i) as i64)
                 .bind(key.clone())
                 .bind(input.as_str().to_owned())
-                .bind(now.clone());
+                .bind(now.clone())
+                .bind(i64::from(s.looks_required(id)));
         }
         ctx.exec(insert).await?;
     }
