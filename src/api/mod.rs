@@ -433,8 +433,10 @@ pub struct Quest {
     pub review_claimed_by_token: Option<TokenId>,
     pub review_claim_expires_at: Option<DateTime<Utc>>,
     /// How many reviewers' agreeing first looks decide it in REVIEW (the
-    /// session's `review.reviewers`).
-    pub reviews_required: u32,
+    /// session's `review.reviewers`, or what its `overlap_rate` drew);
+    /// `null` for agent tokens, so that no agent knows how closely its work
+    /// will be looked at.
+    pub reviews_required: Option<u32>,
     pub updated_at: DateTime<Utc>,
     pub submissions: Vec<Submission>,
     /// Its review decisions. While it is in REVIEW, the first looks of other
@@ -530,7 +532,7 @@ impl Quest {
             review_claimed_by: q.review_claimed_by.as_ref().map(|r| r.name.clone()),
             review_claimed_by_token: q.review_claimed_by.as_ref().map(|r| r.token),
             review_claim_expires_at: q.review_claim_expires_at,
-            reviews_required: q.reviews_required,
+            reviews_required: Some(q.reviews_required),
             updated_at: q.updated_at,
             submissions: submissions.into_iter().map(Submission::from).collect(),
             reviews: reviews.into_iter().map(ReviewDecision::from).collect(),

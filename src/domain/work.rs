@@ -110,6 +110,9 @@ pub enum Refusal {
     AdjudicationNeeded {
         gave_look: bool,
     },
+    /// A held decision whose quest changed stage before it was due (its
+    /// looks disagreed meanwhile): it is not recorded as something else.
+    ReviewChanged,
     /// An L2 answer for a quest that is no longer verified for that job.
     NotVerifying,
     /// The token already holds as many leases as its cap allows.
@@ -157,6 +160,7 @@ impl Refusal {
             Refusal::ReviewClaimed { .. } => "review_claimed",
             Refusal::AlreadyLooked { .. } => "already_reviewed",
             Refusal::AdjudicationNeeded { .. } => "adjudication_needed",
+            Refusal::ReviewChanged => "review_changed",
             Refusal::NotVerifying => "not_verifying",
             Refusal::LeaseCap { .. } => "lease_cap",
             Refusal::Illegal(_) | Refusal::Ratchet(_) => "illegal_transition",
@@ -230,6 +234,10 @@ impl fmt::Display for Refusal {
             ),
             Refusal::AdjudicationNeeded { gave_look: true } => f.write_str(
                 "this quest's reviewers disagree and you are one of them, so another adjudicator decides it; pick another quest",
+            ),
+            Refusal::ReviewChanged => f.write_str(
+                "the quest's reviewers disagreed while your decision was held, so it is an adjudicator's now; \
+                 your decision was not recorded",
             ),
             Refusal::NotVerifying => f.write_str("the quest is not being verified for this job"),
             Refusal::LeaseCap { cap } => write!(

@@ -278,6 +278,7 @@ mod tests {
                 Refusal::AdjudicationNeeded { gave_look: true },
                 "adjudication_needed",
             ),
+            (Refusal::ReviewChanged, "review_changed"),
             (Refusal::NotVerifying, "not_verifying"),
             (Refusal::LeaseCap { cap: 2 }, "lease_cap"),
             (Refusal::Illegal("no".into()), "illegal_transition"),

@@ -82,7 +82,13 @@ pub async fn decide_review(
     Ok(Json(
         state
             .service
-            .decide_review(&caller.reviewer(), quest_id, body.decision, &body.note)
+            .decide_review(
+                &caller.viewer(),
+                &caller.reviewer(),
+                quest_id,
+                body.decision,
+                &body.note,
+            )
             .await?,
     ))
 }

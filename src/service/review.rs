@@ -171,9 +171,11 @@ impl Service {
             .collect())
     }
 
-    /// Approves or rejects a REVIEW quest.
+    /// Approves or rejects a REVIEW quest; the answer is the quest as the
+    /// reviewer may see it (a look that leaves it waiting shows no other's).
     pub async fn decide_review(
         &self,
+        viewer: &Viewer,
         reviewer: &ReviewerId,
         quest_id: QuestId,
         decision: Decision,
@@ -183,7 +185,7 @@ impl Service {
         self.store
             .decide_review(quest_id, reviewer, decision, note)
             .await?;
-        self.get_quest(quest_id).await
+        self.get_quest_for(viewer, quest_id).await
     }
 }
 
@@ -275,13 +277,16 @@ impl Service {
 /// Leaves out of a quest in REVIEW the decisions `viewer` may not see yet
 /// (see [`review::may_see`]): a reviewer judges without the others' looks.
 pub fn hide_looks(quest: &mut api::Quest, viewer: &Viewer) {
-    let Some((stage, looks)) = standing(quest) else {
-        return;
-    };
-    let state = quest.state;
-    quest
-        .reviews
-        .retain(|r| review::may_see(viewer, state, Some(stage), r.reviewer_token_id, &looks));
+    if let Some((stage, looks)) = standing(quest) {
+        let state = quest.state;
+        quest
+            .reviews
+            .retain(|r| review::may_see(viewer, state, Some(stage), r.reviewer_token_id, &looks));
+    }
+    // How closely a quest will be looked at is no agent's to know.
+    if viewer.role == crate::domain::Role::Agent {
+        quest.reviews_required = None;
+    }
 }
 
 /// Where a quest in REVIEW stands with its reviewers, from the first looks
@@ -300,7 +305,10 @@ pub fn standing(quest: &api::Quest) -> Option<(Stage, Vec<FirstLook>)> {
             decision: r.decision,
         })
         .collect();
-    Some((Stage::of(quest.reviews_required, &looks), looks))
+    Some((
+        Stage::of(quest.reviews_required.unwrap_or(1), &looks),
+        looks,
+    ))
 }
 
 /// A review filter `check`, parsed, or the refusal of one that names no fact check.

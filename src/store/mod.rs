@@ -298,9 +298,18 @@ pub trait Store: Send + Sync + 'static {
     async fn take_due_reviews(&self, limit: u32) -> Result<Vec<HeldDecisionRow>, StoreError>;
     /// Records a taken held decision through [`Store::decide_review`] and
     /// deletes it, in one transaction.
-    async fn record_held_review(&self, quest_id: QuestId) -> Result<QuestRow, StoreError>;
+    async fn record_held_review(
+        &self,
+        quest_id: QuestId,
+        token: TokenId,
+    ) -> Result<QuestRow, StoreError>;
     /// Keeps why a held decision could not be recorded (a refusal's code).
-    async fn drop_held_review(&self, quest_id: QuestId, outcome: &str) -> Result<(), StoreError>;
+    async fn drop_held_review(
+        &self,
+        quest_id: QuestId,
+        token: TokenId,
+        outcome: &str,
+    ) -> Result<(), StoreError>;
     /// A reviewer's held decisions, newest first, with those that could not be recorded.
     async fn held_reviews(&self, token: TokenId) -> Result<Vec<HeldDecisionRow>, StoreError>;
     /// Forgets a reviewer's held decisions that could not be recorded.

@@ -48,9 +48,9 @@ pub async fn run_once(store: &dyn Store, shutdown: &CancellationToken) -> Option
         };
         let full = due.len() == BATCH as usize;
         for held in due {
-            let quest = held.quest_id;
+            let (quest, token) = (held.quest_id, held.reviewer.token);
             let outcome = match retry
-                .until_stored(&mut slot, || store.record_held_review(quest))
+                .until_stored(&mut slot, || store.record_held_review(quest, token))
                 .await
             {
                 Ok(_) => {
@@ -67,7 +67,7 @@ pub async fn run_once(store: &dyn Store, shutdown: &CancellationToken) -> Option
                 }
             };
             match retry
-                .until_stored(&mut slot, || store.drop_held_review(quest, &outcome))
+                .until_stored(&mut slot, || store.drop_held_review(quest, token, &outcome))
                 .await
             {
                 Ok(()) => step.dropped += 1,

@@ -245,3 +245,76 @@ async fn a_held_decision_outlives_a_restart_and_is_recorded_when_due() {
         (Some("PASS"), Some("reviewer:ana"))
     );
 }
+
+/// With several reviewers, each holds a decision of their own on one quest,
+/// and both are recorded when due.
+#[tokio::test]
+async fn two_reviewers_hold_their_looks_on_one_quest_and_both_are_recorded() {
+    let app = spawn_app().await;
+    let quest = crate::console::two_reviewer_quests(&app, 1).await.remove(0);
+    let ana = sign_in(&app, &app.token("reviewer", "ana").await).await;
+    let ben = sign_in(&app, &app.token("reviewer", "ben").await).await;
+    for who in [&ana, &ben] {
+        assert_eq!(
+            review_page(&app, who, "/ui/review").await.0.as_deref(),
+            Some(quest.as_str())
+        );
+        assert_eq!(
+            decide(&app, who, &quest, true).await.location(),
+            "/ui/review"
+        );
+        // A reviewer takes a moment: the looks are ordered by their time.
+        app.clock.advance(std::time::Duration::from_secs(1));
+    }
+    let (_, body) = review_page(&app, &ana, "/ui/review").await;
+    assert!(
+        body.contains(&format!(r#"data-held="{quest}""#)),
+        "ana's is still hers to undo"
+    );
+    let q = app.fall_due(&quest).await;
+    assert_eq!(
+        (q["state"].as_str(), q["decided_by"].as_str()),
+        (Some("PASS"), Some("reviewers:ana,ben"))
+    );
+}
+
+/// A look held while the other reviewers came to disagree is not recorded
+/// as an adjudication when due: its reviewer never read their notes.
+#[tokio::test]
+async fn a_held_look_is_not_recorded_as_an_adjudication_when_the_looks_disagreed_meanwhile() {
+    let app = spawn_app_tuned(tempfile::tempdir().unwrap(), None, |c| c.workers = false).await;
+    let mut config = contact_config(3);
+    config["review"] = json!({"reviewers": 3});
+    let session = app.scan(config, crate::helpers::companies(2)).await;
+    let agent = app
+        .token("agent", &crate::console::agent_token_name(&session))
+        .await;
+    let quest = reviews(&app, &agent, &session, 1).await.remove(0);
+    // The admin may adjudicate: its held look must not become one.
+    let admin = sign_in(&app, &app.admin).await;
+    review_page(&app, &admin, "/ui/review").await;
+    decide(&app, &admin, &quest, true).await;
+    for (name, decision) in [("ana", "approve"), ("ben", "reject")] {
+        let token = app.token("reviewer", name).await;
+        let body = json!({"decision": decision, "note": "looked"});
+        app.post(&format!("/v1/review/{quest}"), &token, body)
+            .await
+            .expect(200);
+    }
+    app.clock.advance(std::time::Duration::from_secs(60));
+    let step = held_reviews::run_once(app.store.as_ref(), &CancellationToken::new()).await;
+    assert_eq!(
+        step,
+        Some(Step {
+            recorded: 0,
+            dropped: 1
+        })
+    );
+    assert_eq!(
+        app.quest(&quest).await["state"],
+        "REVIEW",
+        "it waits for an adjudicator who read the looks"
+    );
+    let (_, body) = review_page(&app, &admin, "/ui/review").await;
+    assert!(body.contains("an adjudicator decides it now"), "{body}");
+}

@@ -134,6 +134,11 @@ async fn reviewers_who_disagree_leave_the_quest_to_an_adjudicator_who_gave_no_lo
         .await
         .expect(200);
     assert_eq!(split["state"], "REVIEW", "a disagreement decides nothing");
+    assert_eq!(
+        decisions(&split),
+        [d("ben", "reject", "first", false)],
+        "the answer shows ben his own look, not ana's"
+    );
 
     // Only an adjudicator who gave no look sees it, with every note, and decides.
     let queue_ids = |list: Value| -> Vec<String> {

@@ -70,6 +70,7 @@ fn explain(code: &str) -> &'static str {
         "adjudication_needed" => {
             "That quest's reviewers disagree: an adjudicator decides it, and not one of its reviewers."
         }
+        "review_changed" => "Its reviewers disagreed meanwhile, so an adjudicator decides it now.",
         "undo_too_late" => "Too late to undo: that decision is recorded, or being recorded now.",
         "token_revoked" => "Your token was revoked meanwhile.",
         _ => "That did not work; try again.",
@@ -367,7 +368,7 @@ pub async fn decide(
     } else {
         state
             .service
-            .decide_review(me, id, decision, note)
+            .decide_review(&form.me.viewer(), me, id, decision, note)
             .await
             .map(|_| Some(id_text.as_str()))
     };

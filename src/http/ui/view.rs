@@ -473,7 +473,7 @@ impl QuestView {
             claim,
             current: submissions.last().cloned(),
             submissions,
-            reviews_required: q.reviews_required,
+            reviews_required: q.reviews_required.unwrap_or(1),
             adjudication,
             reviews: q.reviews,
         }

@@ -413,7 +413,7 @@ impl Store for PgStore {
     ) -> Result<QuestRow, StoreError> {
         let args = (quest_id, reviewer.clone(), decision, note.to_owned());
         self.write(args, |tx, (q, r, d, n)| {
-            Box::pin(review::decide_review(tx, q, r, d, n, false))
+            Box::pin(review::decide_review(tx, q, r, d, n, review::Kind::Single))
         })
         .await
     }
@@ -427,7 +427,7 @@ impl Store for PgStore {
     ) -> Result<QuestRow, StoreError> {
         let args = (quest_id, reviewer.clone(), decision, note.to_owned());
         self.write(args, |tx, (q, r, d, n)| {
-            Box::pin(review::decide_review(tx, q, r, d, n, true))
+            Box::pin(review::decide_review(tx, q, r, d, n, review::Kind::Bulk))
         })
         .await
     }
@@ -479,14 +479,25 @@ impl Store for PgStore {
             .await
     }
 
-    async fn record_held_review(&self, quest_id: QuestId) -> Result<QuestRow, StoreError> {
-        self.write(quest_id, |tx, q| Box::pin(held::record_held_review(tx, q)))
-            .await
+    async fn record_held_review(
+        &self,
+        quest_id: QuestId,
+        token: TokenId,
+    ) -> Result<QuestRow, StoreError> {
+        self.write((quest_id, token), |tx, (q, t)| {
+            Box::pin(held::record_held_review(tx, q, t))
+        })
+        .await
     }
 
-    async fn drop_held_review(&self, quest_id: QuestId, outcome: &str) -> Result<(), StoreError> {
-        self.write((quest_id, outcome.to_owned()), |tx, (q, o)| {
-            Box::pin(held::drop_held_review(tx, q, o))
+    async fn drop_held_review(
+        &self,
+        quest_id: QuestId,
+        token: TokenId,
+        outcome: &str,
+    ) -> Result<(), StoreError> {
+        self.write((quest_id, token, outcome.to_owned()), |tx, (q, t, o)| {
+            Box::pin(held::drop_held_review(tx, q, t, o))
         })
         .await
     }

@@ -11,6 +11,7 @@ use super::review;
 use super::verify::lock_quest;
 use crate::domain::Decision;
 use crate::domain::ids::{QuestId, TokenId};
+use crate::domain::review::Look;
 use crate::domain::work::{Refusal, ReviewerId};
 use crate::store::{HeldDecisionRow, QuestRow, StoreError};
 
@@ -42,7 +43,16 @@ pub async fn hold_review(
     seconds: u32,
 ) -> Result<HeldDecisionRow, StoreError> {
     let mut quest = lock_quest(tx, quest_id).await?;
-    let (stage, _, _) = review::standing(tx, &quest, &reviewer).await?;
+    let (stage, looks, adjudicator) = review::standing(tx, &quest, &reviewer).await?;
+    // What it would be now: refused now if it would be refused, and kept, so
+    // that it is not recorded as something else when due.
+    let (look, _) = crate::domain::review::judge(
+        quest.reviews_required,
+        &looks,
+        &reviewer,
+        adjudicator,
+        decision,
+    )?;
     let effective_at = tx.now + TimeDelta::seconds(i64::from(seconds));
     // Kept past the due time, for the worker's turn to come.
     let due = effective_at + TimeDelta::seconds(TAKEN_SECONDS);
@@ -50,14 +60,18 @@ pub async fn hold_review(
         .await?
         .map_or(due, |until| until.max(due));
     review::claim(tx, &mut quest, stage, &reviewer, until).await?;
-    tx.exec(sqlx::query("DELETE FROM held_decisions WHERE quest_id = $1").bind(quest_id))
-        .await?;
+    tx.exec(
+        sqlx::query("DELETE FROM held_decisions WHERE quest_id = $1 AND reviewer_token = $2")
+            .bind(quest_id)
+            .bind(reviewer.token),
+    )
+    .await?;
     let row = tx
         .row(
             sqlx::query(
                 "INSERT INTO held_decisions
-                   (quest_id, reviewer, reviewer_token, decision, note, held_at, effective_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING *",
+                   (quest_id, reviewer, reviewer_token, decision, note, held_at, effective_at, look)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING *",
             )
             .bind(quest_id)
             .bind(reviewer.name.clone())
@@ -65,7 +79,8 @@ pub async fn hold_review(
             .bind(decision.as_str())
             .bind(note)
             .bind(at(tx.now))
-            .bind(at(effective_at)),
+            .bind(at(effective_at))
+            .bind(look.as_str()),
         )
         .await?
         .ok_or(StoreError::NotFound("held decision"))?;
@@ -104,8 +119,8 @@ pub async fn take_due_reviews(tx: &mut Tx, limit: u32) -> Result<Vec<HeldDecisio
                 "UPDATE held_decisions SET taken_until = $2
                  WHERE effective_at <= $1 AND outcome IS NULL
                    AND (taken_until IS NULL OR taken_until <= $1)
-                   AND quest_id IN (
-                     SELECT quest_id FROM held_decisions
+                   AND (quest_id, reviewer_token) IN (
+                     SELECT quest_id, reviewer_token FROM held_decisions
                      WHERE effective_at <= $1 AND outcome IS NULL
                        AND (taken_until IS NULL OR taken_until <= $1)
                      ORDER BY effective_at LIMIT $3)
@@ -119,42 +134,68 @@ pub async fn take_due_reviews(tx: &mut Tx, limit: u32) -> Result<Vec<HeldDecisio
     rows.iter().map(held_row).collect()
 }
 
-/// Records a taken decision through the ordinary decide and deletes it, in
-/// one transaction: a refusal changes nothing (see [`drop_held_review`]).
-pub async fn record_held_review(tx: &mut Tx, quest_id: QuestId) -> Result<QuestRow, StoreError> {
+/// Records a reviewer's taken, due decision through the ordinary decide and
+/// deletes it, in one transaction: a refusal changes nothing (see
+/// [`drop_held_review`]). The quest is locked first, as every review write
+/// locks it, so that holding and recording take turns.
+pub async fn record_held_review(
+    tx: &mut Tx,
+    quest_id: QuestId,
+    token: TokenId,
+) -> Result<QuestRow, StoreError> {
+    lock_quest(tx, quest_id).await?;
     let held = tx
         .row(
             sqlx::query(concat!(
-                "SELECT * FROM held_decisions WHERE quest_id = $1 AND outcome IS NULL",
+                "SELECT * FROM held_decisions
+                 WHERE quest_id = $1 AND reviewer_token = $2 AND outcome IS NULL AND effective_at <= $3",
                 for_update!()
             ))
-            .bind(quest_id),
+            .bind(quest_id)
+            .bind(token)
+            .bind(at(tx.now)),
         )
         .await?
         .ok_or(StoreError::NotFound("held decision"))?;
+    let look: Look = held.parsed("look")?;
     let held = held_row(&held)?;
     // A token revoked since is a refusal here, not a fault to retry.
     match review::live_token(tx, &held.reviewer).await {
         Err(StoreError::Unauthorized(_)) => return Err(Refusal::TokenRevoked.into()),
         other => drop(other?),
     }
-    let quest =
-        review::decide_review(tx, quest_id, held.reviewer, held.decision, held.note, false).await?;
-    tx.exec(sqlx::query("DELETE FROM held_decisions WHERE quest_id = $1").bind(quest_id))
-        .await?;
+    let quest = review::decide_review(
+        tx,
+        quest_id,
+        held.reviewer,
+        held.decision,
+        held.note,
+        review::Kind::Held(look),
+    )
+    .await?;
+    tx.exec(
+        sqlx::query("DELETE FROM held_decisions WHERE quest_id = $1 AND reviewer_token = $2")
+            .bind(quest_id)
+            .bind(token),
+    )
+    .await?;
     Ok(quest)
 }
 
-/// Keeps why a held decision could not be recorded, for the reviewer's page.
+/// Keeps why a reviewer's held decision could not be recorded, for their page.
 pub async fn drop_held_review(
     tx: &mut Tx,
     quest_id: QuestId,
+    token: TokenId,
     outcome: String,
 ) -> Result<(), StoreError> {
     tx.exec(
-        sqlx::query("UPDATE held_decisions SET outcome = $2 WHERE quest_id = $1")
-            .bind(quest_id)
-            .bind(outcome),
+        sqlx::query(
+            "UPDATE held_decisions SET outcome = $3 WHERE quest_id = $1 AND reviewer_token = $2",
+        )
+        .bind(quest_id)
+        .bind(token)
+        .bind(outcome),
     )
     .await?;
     Ok(())

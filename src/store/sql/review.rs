@@ -12,7 +12,7 @@ use super::codec::*;
 use super::leases::save;
 use super::verify::lock_quest;
 use crate::domain::ids::QuestId;
-use crate::domain::review::{self, FirstLook, Outcome, Stage};
+use crate::domain::review::{self, FirstLook, Look, Outcome, Stage};
 use crate::domain::work::{self, Refusal, ReviewerId};
 use crate::domain::{Decision, EventKind, Role, State};
 use crate::store::columns::RowId;
@@ -218,6 +218,16 @@ async fn drop_claim(tx: &mut Tx, quest: QuestId, reviewer: &ReviewerId) -> Resul
     Ok(())
 }
 
+/// How a decision comes: one by one, in a bulk run (one look, never an
+/// adjudication, no label), or held and now due (it must still be the look
+/// it was when held).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Single,
+    Bulk,
+    Held(Look),
+}
+
 /// A reviewer's decision on a quest in REVIEW: a first look, or an
 /// adjudication. The decision row goes first: the database moves a quest
 /// out of REVIEW only with its required agreeing looks or an adjudication.
@@ -230,8 +240,9 @@ pub async fn decide_review(
     reviewer: ReviewerId,
     decision: Decision,
     note: String,
-    bulk: bool,
+    kind: Kind,
 ) -> Result<QuestRow, StoreError> {
+    let bulk = kind == Kind::Bulk;
     let mut quest = lock_quest(tx, quest_id).await?;
     let (_, looks, adjudicator) = standing(tx, &quest, &reviewer).await?;
     let (look, outcome) = review::judge(
@@ -241,6 +252,14 @@ pub async fn decide_review(
         adjudicator,
         decision,
     )?;
+    match kind {
+        // An adjudication reads the looks: a bulk run reads none.
+        Kind::Bulk if look == Look::Adjudication => {
+            return Err(Refusal::AdjudicationNeeded { gave_look: false }.into());
+        }
+        Kind::Held(held) if held != look => return Err(Refusal::ReviewChanged.into()),
+        _ => {}
+    }
     let decides = matches!(outcome, Outcome::Decided(_));
     let decision_id = RowId::new();
     tx.exec(

@@ -111,5 +111,9 @@ pub async fn revoke_token(tx: &mut Tx, id: TokenId) -> Result<TokenRow, StoreErr
         )
         .await?
         .ok_or(StoreError::NotFound("token"))?;
+    // Its claims end with it: the quest's own claim columns by the
+    // migrations' trigger, its looks' claims here.
+    tx.exec(sqlx::query("DELETE FROM review_claims WHERE reviewer_token = $1").bind(id))
+        .await?;
     token_row(&row)
 }

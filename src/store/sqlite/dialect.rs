@@ -68,10 +68,11 @@ macro_rules! token_of_agent {
 macro_rules! review_decisions_json {
     ($quest:literal) => {
         concat!(
-            "(SELECT json_group_array(json_object('reviewer', d.reviewer, 'decision', d.decision, \
-             'look', d.look, 'note', d.note)) FROM (SELECT * FROM review_decisions WHERE quest_id = ",
+            "(SELECT CASE WHEN count(*) > 0 THEN json_group_array(json_object('reviewer', d.reviewer, \
+             'decision', d.decision, 'look', d.look, 'note', d.note) ORDER BY d.created_at, d.id) END \
+             FROM review_decisions d WHERE d.quest_id = ",
             $quest,
-            " ORDER BY created_at, id) d)"
+            ")"
         )
     };
 }

@@ -429,7 +429,12 @@ impl Store for SqliteStore {
     ) -> Result<QuestRow, StoreError> {
         let (reviewer, note) = (reviewer.clone(), note.to_owned());
         single!(self, |ctx| review::decide_review(
-            ctx, quest_id, reviewer, decision, note, false
+            ctx,
+            quest_id,
+            reviewer,
+            decision,
+            note,
+            review::Kind::Single
         )
         .await)
     }
@@ -443,7 +448,12 @@ impl Store for SqliteStore {
     ) -> Result<QuestRow, StoreError> {
         let (reviewer, note) = (reviewer.clone(), note.to_owned());
         single!(self, |ctx| review::decide_review(
-            ctx, quest_id, reviewer, decision, note, true
+            ctx,
+            quest_id,
+            reviewer,
+            decision,
+            note,
+            review::Kind::Bulk
         )
         .await)
     }
@@ -484,14 +494,26 @@ impl Store for SqliteStore {
         single!(self, |ctx| held::take_due_reviews(ctx, limit).await)
     }
 
-    async fn record_held_review(&self, quest_id: QuestId) -> Result<QuestRow, StoreError> {
-        single!(self, |ctx| held::record_held_review(ctx, quest_id).await)
+    async fn record_held_review(
+        &self,
+        quest_id: QuestId,
+        token: TokenId,
+    ) -> Result<QuestRow, StoreError> {
+        single!(self, |ctx| held::record_held_review(ctx, quest_id, token)
+            .await)
     }
 
-    async fn drop_held_review(&self, quest_id: QuestId, outcome: &str) -> Result<(), StoreError> {
+    async fn drop_held_review(
+        &self,
+        quest_id: QuestId,
+        token: TokenId,
+        outcome: &str,
+    ) -> Result<(), StoreError> {
         let outcome = outcome.to_owned();
-        single!(self, |ctx| held::drop_held_review(ctx, quest_id, outcome)
-            .await)
+        single!(self, |ctx| held::drop_held_review(
+            ctx, quest_id, token, outcome
+        )
+        .await)
     }
 
     async fn held_reviews(&self, token: TokenId) -> Result<Vec<HeldDecisionRow>, StoreError> {
