@@ -13,6 +13,7 @@ mod login;
 mod pauses;
 mod quest;
 mod review;
+mod review_page;
 mod scope;
 mod session;
 mod templates;
