@@ -71,10 +71,43 @@ async fn agents_done_with_quests_in_review_is_not_called_decided() {
     .await
     .expect(200);
     events.until(r#""review":1"#).await;
-    assert!(
-        events.text.contains(r#""live":{"progress":66,"eta_seconds":900,"backlog":"agents are done; 1 waits for a person"}"#),
-        "{}",
-        events.text
+    let status: serde_json::Value = events
+        .text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| d.contains(r#""review":1"#))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .next_back()
+        .unwrap();
+    let live = &status["live"];
+    assert_eq!(live["progress"], 66, "{status}");
+    assert_eq!(live["eta_seconds"], 900, "{status}");
+    assert_eq!(
+        live["eta"], "15 min",
+        "the page writes it as sent: {status}"
+    );
+    assert_eq!(
+        live["backlog"], "agents are done; 1 waits for a person",
+        "{status}"
+    );
+    let bar: Vec<(&str, u64)> = live["segments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| (s["name"].as_str().unwrap(), s["count"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        bar,
+        [
+            ("pass", 2),
+            ("review", 1),
+            ("done", 0),
+            ("verifying", 0),
+            ("checking", 0),
+            ("leased", 0),
+            ("open", 0)
+        ],
+        "the bar in the order it is drawn: {status}"
     );
 }
 

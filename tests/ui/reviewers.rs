@@ -44,7 +44,10 @@ async fn two_reviewers_look_at_once_apart_and_an_adjudicator_sees_both_looks() {
     let (for_ben, body) = page(&app, &ben).await;
     assert_eq!(for_ben.as_deref(), Some(quest.as_str()), "two look at once");
     assert!(!body.contains("data-held-by"), "{body}");
-    assert!(body.contains("Claimed by you"), "a look's claim is shown as the reviewer's: {body}");
+    assert!(
+        body.contains("Claimed by you"),
+        "a look's claim is shown as the reviewer's: {body}"
+    );
 
     decide(&app, &ana, &quest, "approve", "the address is on the page").await;
     let (_, body) = page(&app, &ben).await;

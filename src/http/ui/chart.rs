@@ -74,63 +74,104 @@ fn minute_label(t: DateTime<Utc>) -> String {
 
 /// The chart of `t`: one bar per minute, oldest on the left.
 pub fn throughput(t: &Throughput) -> Chart {
-    let n = t.per_minute.len().max(1);
     let peak = t.per_minute.iter().copied().max().unwrap_or(0);
-    let top = nice_top(peak.max(1));
-    let baseline = HEIGHT - BOTTOM;
-    let plot = baseline - TOP;
-    let slot = (WIDTH - LEFT) / n as f64;
-    let start = t.until - TimeDelta::minutes(n as i64 - 1);
-    let bars = t
-        .per_minute
-        .iter()
-        .enumerate()
-        .map(|(i, &count)| {
-            let height = count as f64 / top as f64 * plot;
-            Bar {
-                x: LEFT + i as f64 * slot + slot * 0.15,
-                y: baseline - height,
-                width: slot * 0.7,
-                height,
-                count,
-                minute: minute_label(start + TimeDelta::minutes(i as i64)),
-            }
-        })
-        .collect();
-    let mut levels = vec![0, top];
-    if top.is_multiple_of(2) {
-        levels.insert(1, top / 2);
-    }
-    let lines = levels
-        .into_iter()
-        .map(|v| Line {
-            y: baseline - v as f64 / top as f64 * plot,
-            label: v,
-        })
-        .collect();
-    let ticks = (0..n)
-        .step_by((n / 4).max(1))
-        .chain(std::iter::once(n - 1))
-        .map(|i| Tick {
-            x: LEFT + i as f64 * slot + slot / 2.0,
-            label: if i == n - 1 {
-                "now".to_owned()
-            } else {
-                minute_label(start + TimeDelta::minutes(i as i64))
-            },
-        })
-        .collect();
+    let frame = Frame::new(t, nice_top(peak.max(1)));
     Chart {
         width: WIDTH,
         height: HEIGHT,
         left: LEFT,
-        baseline,
-        bars,
-        lines,
-        ticks,
+        baseline: frame.baseline,
+        bars: frame.bars(&t.per_minute),
+        lines: frame.lines(),
+        ticks: frame.ticks(),
         total: t.per_minute.iter().sum(),
         peak,
-        minutes: n,
+        minutes: frame.minutes,
+    }
+}
+
+/// Where things go: the minutes across, the scale up to `top`.
+struct Frame {
+    minutes: usize,
+    top: u64,
+    /// The first minute shown.
+    start: DateTime<Utc>,
+    baseline: f64,
+    /// The height of the plot above the baseline.
+    plot: f64,
+    /// The width of one minute.
+    slot: f64,
+}
+
+impl Frame {
+    fn new(t: &Throughput, top: u64) -> Frame {
+        let minutes = t.per_minute.len().max(1);
+        let baseline = HEIGHT - BOTTOM;
+        Frame {
+            minutes,
+            top,
+            start: t.until - TimeDelta::minutes(minutes as i64 - 1),
+            baseline,
+            plot: baseline - TOP,
+            slot: (WIDTH - LEFT) / minutes as f64,
+        }
+    }
+
+    fn height(&self, value: u64) -> f64 {
+        value as f64 / self.top as f64 * self.plot
+    }
+
+    fn minute(&self, i: usize) -> String {
+        minute_label(self.start + TimeDelta::minutes(i as i64))
+    }
+
+    fn bars(&self, per_minute: &[u64]) -> Vec<Bar> {
+        let slot = self.slot;
+        per_minute
+            .iter()
+            .enumerate()
+            .map(|(i, &count)| {
+                let height = self.height(count);
+                Bar {
+                    x: LEFT + i as f64 * slot + slot * 0.15,
+                    y: self.baseline - height,
+                    width: slot * 0.7,
+                    height,
+                    count,
+                    minute: self.minute(i),
+                }
+            })
+            .collect()
+    }
+
+    /// The scale's lines: at zero, at the top, and halfway when that is a whole number.
+    fn lines(&self) -> Vec<Line> {
+        let half = self.top.is_multiple_of(2).then_some(self.top / 2);
+        [Some(0), half, Some(self.top)]
+            .into_iter()
+            .flatten()
+            .map(|v| Line {
+                y: self.baseline - self.height(v),
+                label: v,
+            })
+            .collect()
+    }
+
+    /// About five times under the bars, the last one `now`.
+    fn ticks(&self) -> Vec<Tick> {
+        let n = self.minutes;
+        (0..n)
+            .step_by((n / 4).max(1))
+            .chain(std::iter::once(n - 1))
+            .map(|i| Tick {
+                x: LEFT + i as f64 * self.slot + self.slot / 2.0,
+                label: if i == n - 1 {
+                    "now".to_owned()
+                } else {
+                    self.minute(i)
+                },
+            })
+            .collect()
     }
 }
 

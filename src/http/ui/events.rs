@@ -8,6 +8,7 @@
 use crate::domain::ids::SessionId;
 use std::collections::HashSet;
 use std::convert::Infallible;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,14 +16,16 @@ use axum::extract::State;
 use axum::http::Uri;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures_util::Stream;
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::PageError;
 use super::auth::Signed;
-use crate::domain::EventKind;
+use super::view::{Live, LiveStatus};
+use crate::domain::{EventKind, QuestEvent};
 use crate::http::AppState;
 use crate::http::extract::Read;
 use crate::service::Service;
@@ -75,73 +78,133 @@ async fn pump(
     tx: mpsc::Sender<Event>,
 ) {
     let mut events = service.subscribe();
-    let everything = || async {
-        match &watched {
+    let shutdown = service.shutdown().clone();
+    let mut pump = Pump {
+        service,
+        cookie,
+        watched,
+        tx,
+        dirty: HashSet::new(),
+        flush_at: None,
+    };
+    // The first update goes out at once: the page may have been drawn a while ago.
+    pump.dirty = pump.everything().await;
+    pump.flush_at = Some(Instant::now());
+    let mut recheck = tokio::time::interval(RECHECK);
+    recheck.tick().await;
+    let mut flow = pump.send(Event::default().event("ready").data("{}")).await;
+    while flow.is_continue() {
+        flow = tokio::select! {
+            _ = shutdown.cancelled() => Flow::Break(()),
+            _ = pump.tx.closed() => Flow::Break(()),
+            _ = recheck.tick() => pump.check_sign_in().await,
+            _ = sleep_until(pump.flush_at) => pump.flush().await,
+            event = events.recv() => pump.on_event(event).await,
+        };
+    }
+}
+
+/// Whether a stream goes on.
+type Flow = ControlFlow<()>;
+
+/// One stream's state: what it watches, and the sessions changed since its last update.
+struct Pump {
+    service: Arc<Service>,
+    cookie: String,
+    /// The sessions it follows; every session when `None`.
+    watched: Option<HashSet<SessionId>>,
+    tx: mpsc::Sender<Event>,
+    dirty: HashSet<SessionId>,
+    /// When the changed sessions' statuses go out; `None` while nothing changed.
+    flush_at: Option<Instant>,
+}
+
+impl Pump {
+    async fn send(&self, event: Event) -> Flow {
+        match self.tx.send(event).await {
+            Ok(()) => Flow::Continue(()),
+            Err(_) => Flow::Break(()),
+        }
+    }
+
+    /// Every session it follows.
+    async fn everything(&self) -> HashSet<SessionId> {
+        match &self.watched {
             Some(ids) => ids.clone(),
-            None => service
+            None => self
+                .service
                 .list_sessions(None)
                 .await
                 .map(|all| all.into_iter().map(|s| s.id).collect())
                 .unwrap_or_default(),
         }
-    };
-    // The first update goes out at once: the page may have been drawn a while ago.
-    let mut dirty: HashSet<SessionId> = everything().await;
-    let mut flush_at = Some(Instant::now());
-    let mut recheck = tokio::time::interval(RECHECK);
-    recheck.tick().await;
-    if tx
-        .send(Event::default().event("ready").data("{}"))
-        .await
-        .is_err()
-    {
-        return;
     }
-    loop {
-        tokio::select! {
-            _ = service.shutdown().cancelled() => return,
-            _ = tx.closed() => return,
-            _ = recheck.tick() => {
-                match service.browser_session(&cookie).await {
-                    Ok(Some(_)) => {}
-                    Ok(None) => {
-                        let _ = tx.send(Event::default().event("signed_out").data("{}")).await;
-                        return;
-                    }
-                    // A store that fails for a moment signs no one out: check again next time.
-                    Err(e) => tracing::warn!(error = %e, "a console stream could not check its browser session"),
-                }
+
+    /// Ends the stream, saying so, once its browser session is over.
+    async fn check_sign_in(&self) -> Flow {
+        match self.service.browser_session(&self.cookie).await {
+            Ok(Some(_)) => Flow::Continue(()),
+            Ok(None) => {
+                let _ = self
+                    .send(Event::default().event("signed_out").data("{}"))
+                    .await;
+                Flow::Break(())
             }
-            _ = sleep_until(flush_at) => {
-                for id in dirty.drain() {
-                    let Ok(status) = service.get_session_status(id).await else { continue };
-                    let live = super::view::LiveStatus { live: super::view::Live::of(&status), status: &status };
-                    let Ok(event) = Event::default().event("status").json_data(&live) else { continue };
-                    if tx.send(event).await.is_err() {
-                        return;
-                    }
-                }
-                flush_at = None;
-            }
-            event = events.recv() => {
-                match event {
-                    Ok(e) if e.kind == EventKind::SessionCreated => {
-                        let data = serde_json::json!({ "session_id": e.session_id });
-                        if tx.send(Event::default().event("created").data(data.to_string())).await.is_err() {
-                            return;
-                        }
-                    }
-                    Ok(e) if watched.as_ref().is_none_or(|w| w.contains(&e.session_id)) => {
-                        dirty.insert(e.session_id);
-                    }
-                    Ok(_) => continue,
-                    // Missed events: every session may have changed.
-                    Err(broadcast::error::RecvError::Lagged(_)) => dirty.extend(everything().await),
-                    Err(broadcast::error::RecvError::Closed) => return,
-                }
-                flush_at.get_or_insert_with(|| Instant::now() + THROTTLE);
+            // A store that fails for a moment signs no one out: check again next time.
+            Err(e) => {
+                tracing::warn!(error = %e, "a console stream could not check its browser session");
+                Flow::Continue(())
             }
         }
+    }
+
+    /// Sends the status, with its live figures, of every session changed since the last update.
+    async fn flush(&mut self) -> Flow {
+        self.flush_at = None;
+        for id in std::mem::take(&mut self.dirty) {
+            let Ok(status) = self.service.get_session_status(id).await else {
+                continue;
+            };
+            let live = LiveStatus {
+                live: Live::of(&status),
+                status: &status,
+            };
+            let Ok(event) = Event::default().event("status").json_data(&live) else {
+                continue;
+            };
+            self.send(event).await?;
+        }
+        Flow::Continue(())
+    }
+
+    /// Notes what an event changed; a new session is announced at once.
+    async fn on_event(&mut self, event: Result<QuestEvent, RecvError>) -> Flow {
+        match event {
+            Ok(e) if e.kind == EventKind::SessionCreated => {
+                let data = serde_json::json!({ "session_id": e.session_id });
+                return self
+                    .send(Event::default().event("created").data(data.to_string()))
+                    .await;
+            }
+            Ok(e)
+                if self
+                    .watched
+                    .as_ref()
+                    .is_none_or(|w| w.contains(&e.session_id)) =>
+            {
+                self.dirty.insert(e.session_id);
+            }
+            Ok(_) => return Flow::Continue(()),
+            // Missed events: every session may have changed.
+            Err(RecvError::Lagged(_)) => {
+                let all = self.everything().await;
+                self.dirty.extend(all);
+            }
+            Err(RecvError::Closed) => return Flow::Break(()),
+        }
+        self.flush_at
+            .get_or_insert_with(|| Instant::now() + THROTTLE);
+        Flow::Continue(())
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod assets;
 mod auth;
+mod bulk;
 mod chart;
 mod dashboard;
 mod events;
@@ -16,6 +17,7 @@ mod review;
 mod review_page;
 mod scope;
 mod session;
+mod session_page;
 mod templates;
 mod view;
 
@@ -55,10 +57,7 @@ pub fn router() -> Router<AppState> {
         )
         .route("/quests/{id}", get(quest::page))
         .route("/review", get(review::page))
-        .route(
-            "/review/bulk",
-            get(review::bulk_confirm).post(review::bulk_decide),
-        )
+        .route("/review/bulk", get(bulk::confirm).post(bulk::decide))
         .route("/review/{id}/decide", post(review::decide))
         .route("/review/{id}/release", post(review::release))
         .route("/review/{id}/undo", post(review::undo))

@@ -1,12 +1,12 @@
 //! The review page (`/ui/review`, filtered by `?session=` and `?check=` as
 //! the API's queue is): opening a quest claims it; approve, reject with a
 //! note, skip and moving on are plain forms (the script binds them to keys);
-//! a bulk decision lists the quests it will decide and decides exactly those.
+//! a bulk decision ([`super::bulk`]) lists the quests it will decide and decides exactly those.
 
 use crate::domain::ids::{QuestId, SessionId};
 use axum::extract::State;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use super::auth::{Fields, Signed, SignedForm};
 use super::review_page;
@@ -16,8 +16,7 @@ use crate::domain::Decision;
 use crate::http::AppState;
 use crate::http::extract::Review;
 use crate::service::ServiceError;
-use crate::service::console::BULK_LIMIT;
-use crate::service::review::{Held, held_by_other};
+use crate::service::review::Held;
 use crate::store::StoreError;
 
 /// How many quests of the queue the page lists.
@@ -87,7 +86,7 @@ pub async fn page(
 }
 
 /// The filter a form carries back, as a query with `more` added.
-fn back(fields: &Fields, more: &[(&str, Option<&str>)]) -> String {
+pub(super) fn back(fields: &Fields, more: &[(&str, Option<&str>)]) -> String {
     filter_query(
         fields.get("session"),
         fields.get("check").filter(|c| !c.is_empty()),
@@ -95,7 +94,7 @@ fn back(fields: &Fields, more: &[(&str, Option<&str>)]) -> String {
     )
 }
 
-fn decision(fields: &Fields) -> Result<Decision, PageError> {
+pub(super) fn decision(fields: &Fields) -> Result<Decision, PageError> {
     match fields.get("decision") {
         Some("approve") => Ok(Decision::Approve),
         Some("reject") => Ok(Decision::Reject),
@@ -194,148 +193,4 @@ pub async fn release(
         .map(|t| t.to_string());
     let more = [("quest", to.as_deref())];
     Ok(Redirect::to(&format!("/ui/review{}", back(&form.fields, &more))).into_response())
-}
-
-#[derive(Serialize)]
-struct Listed {
-    id: QuestId,
-    key: String,
-    held_by: Option<String>,
-}
-
-#[derive(Serialize)]
-struct BulkPage {
-    decision: Decision,
-    /// Confirmation: the quests it will decide, and those left to others.
-    eligible: Vec<Listed>,
-    held: Vec<Listed>,
-    limit_reached: bool,
-    limit: u32,
-    /// After the run: what happened.
-    done: bool,
-    decided: Vec<Listed>,
-    gone: usize,
-    session: Option<SessionId>,
-    check: String,
-    filter: String,
-    error: Option<&'static str>,
-}
-
-/// Lists every quest the filter matches and asks to confirm deciding them.
-pub async fn bulk_confirm(
-    State(state): State<AppState>,
-    signed: Signed<Review>,
-    PageQuery(q): PageQuery<ReviewQuery>,
-) -> Result<Html<String>, PageError> {
-    let decision = match q.decision.as_deref() {
-        Some("reject") => Decision::Reject,
-        Some("approve") | None => Decision::Approve,
-        Some(_) => {
-            return Err(PageError::bad_request(
-                "The decision is `approve` or `reject`.",
-            ));
-        }
-    };
-    let list = state
-        .service
-        .review_list(
-            &signed.me.viewer(),
-            signed.me.sessions.as_deref(),
-            q.session,
-            q.check(),
-            BULK_LIMIT,
-        )
-        .await?;
-    let now = state.service.now();
-    let me = &signed.me.reviewer();
-    let (held, eligible): (Vec<Listed>, Vec<Listed>) = list
-        .iter()
-        .map(|r| Listed {
-            id: r.id,
-            key: r.key.clone(),
-            held_by: held_by_other(r, me, now),
-        })
-        .partition(|l| l.held_by.is_some());
-    let session_text = q.session.map(|s| s.to_string());
-    let page = BulkPage {
-        decision,
-        limit_reached: list.len() as u32 >= BULK_LIMIT,
-        limit: BULK_LIMIT,
-        eligible,
-        held,
-        done: false,
-        decided: Vec::new(),
-        gone: 0,
-        filter: filter_query(session_text.as_deref(), q.check(), &[]),
-        session: q.session,
-        check: q.check().unwrap_or_default().to_owned(),
-        error: q.error.as_deref().map(explain),
-    };
-    templates::page("bulk.html", &signed.me, page)
-}
-
-/// Decides exactly the quests the confirmation listed.
-pub async fn bulk_decide(
-    State(state): State<AppState>,
-    form: SignedForm<Review>,
-) -> Result<Response, PageError> {
-    let decision = decision(&form.fields)?;
-    let note = form.fields.get("note").unwrap_or_default();
-    let ids = form
-        .fields
-        .all("quest")
-        .map(str::parse::<QuestId>)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| PageError::bad_request("A listed quest id is not a UUID."))?;
-    let outcome = match state
-        .service
-        .bulk_decide(&form.me.reviewer(), &ids, decision, note)
-        .await
-    {
-        Ok(outcome) => outcome,
-        Err(ServiceError::Invalid { code, .. }) => {
-            let to = back(
-                &form.fields,
-                &[("decision", Some(decision.as_str())), ("error", Some(code))],
-            );
-            return Ok(Redirect::to(&format!("/ui/review/bulk{to}")).into_response());
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let session = form
-        .fields
-        .get("session")
-        .and_then(|s| s.parse::<SessionId>().ok());
-    let check = form.fields.get("check").unwrap_or_default().to_owned();
-    let page = BulkPage {
-        decision,
-        eligible: Vec::new(),
-        held: outcome
-            .claimed
-            .into_iter()
-            .map(|(id, key, by)| Listed {
-                id,
-                key,
-                held_by: Some(by),
-            })
-            .collect(),
-        limit_reached: false,
-        limit: BULK_LIMIT,
-        done: true,
-        decided: outcome
-            .decided
-            .into_iter()
-            .map(|(id, key)| Listed {
-                id,
-                key,
-                held_by: None,
-            })
-            .collect(),
-        gone: outcome.gone.len(),
-        filter: back(&form.fields, &[]),
-        session,
-        check,
-        error: None,
-    };
-    Ok(templates::page("bulk.html", &form.me, page)?.into_response())
 }

@@ -35,7 +35,7 @@ static ENV: LazyLock<Environment<'static>> = LazyLock::new(|| {
     }
     env.add_filter("dt", datetime);
     env.add_filter("pretty", pretty);
-    env.add_filter("duration", duration);
+    env.add_filter("duration", super::view::duration);
     env.add_filter("num", number);
     env.add_global("asset_version", super::assets::version());
     env
@@ -85,19 +85,6 @@ fn pretty(value: Value) -> String {
     serde_json::to_string_pretty(&value).unwrap_or_else(|_| value.to_string())
 }
 
-/// Seconds as `45 s`, `12 min`, `3 h 20 min` or `2 d 4 h`; `—` for none.
-fn duration(value: Option<u64>) -> String {
-    let Some(s) = value else {
-        return "—".to_owned();
-    };
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 => format!("{} min", s.div_ceil(60)),
-        3600..86400 => format!("{} h {} min", s / 3600, (s % 3600) / 60),
-        _ => format!("{} d {} h", s / 86400, (s % 86400) / 3600),
-    }
-}
-
 /// A count with thin separators of thousands: `1 234 567`.
 fn number(value: u64) -> String {
     let digits = value.to_string();
@@ -114,6 +101,7 @@ fn number(value: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::http::ui::view::duration;
 
     #[test]
     fn every_template_compiles() {

@@ -66,8 +66,7 @@ pub struct Segment {
     pub width: f64,
 }
 
-/// The bar of a session: terminal states first, then the phases of TODO. The
-/// console's script redraws it in the same order from the live counts.
+/// The bar of a session: terminal states first, then the phases of TODO.
 pub fn segments(s: &Status) -> Vec<Segment> {
     let parts = [
         ("pass", s.pass),
@@ -107,36 +106,58 @@ pub struct SessionView {
     pub created_at: DateTime<Utc>,
     pub max_tries: u32,
     pub status: Status,
-    pub segments: Vec<Segment>,
     pub live: Live,
 }
 
 /// The figures of a session that the console shows and keeps live, worked
-/// out here once for the page and for its event stream (the script only
-/// writes them in).
+/// out here once for the page and for its event stream: the script only
+/// writes them in (text where text is shown, the bar's segments placed).
 #[derive(Debug, Clone, Serialize)]
 pub struct Live {
     /// Percent of quests decided (PASS or DONE; a quest in REVIEW is not).
     pub progress: u64,
     /// The agents' ETA while they have work; then the reviewers'.
     pub eta_seconds: Option<u64>,
+    /// [`Self::eta_seconds`] as the page writes it (see [`duration`]).
+    pub eta: String,
+    /// Quests decided per minute over the last five, to one decimal: `12.5`.
+    pub rate: String,
     /// Once the agents are done with quests waiting for a person, the words for it.
     pub backlog: Option<String>,
+    /// The progress bar, in the order it is drawn.
+    pub segments: Vec<Segment>,
 }
 
 impl Live {
     pub fn of(st: &Status) -> Live {
         let agents_done = st.remaining == 0;
+        let eta_seconds = if agents_done {
+            st.review_eta_seconds
+        } else {
+            st.eta_seconds
+        };
         Live {
             progress: (st.pass + st.done) * 100 / st.total.max(1),
-            eta_seconds: if agents_done {
-                st.review_eta_seconds
-            } else {
-                st.eta_seconds
-            },
+            eta_seconds,
+            eta: duration(eta_seconds),
+            rate: format!("{:.1}", st.rate_per_minute),
             backlog: (agents_done && st.review > 0)
                 .then(|| crate::domain::backlog::agents_done(st.review)),
+            segments: segments(st),
         }
+    }
+}
+
+/// Seconds as `45 s`, `12 min`, `3 h 20 min` or `2 d 4 h`; `—` for none.
+pub fn duration(value: Option<u64>) -> String {
+    let Some(s) = value else {
+        return "—".to_owned();
+    };
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min", s.div_ceil(60)),
+        3600..86400 => format!("{} h {} min", s / 3600, (s % 3600) / 60),
+        _ => format!("{} d {} h", s / 86400, (s % 86400) / 3600),
     }
 }
 
@@ -159,7 +180,6 @@ impl From<&api::Session> for SessionView {
             created_by: s.created_by.clone(),
             created_at: s.created_at,
             max_tries: s.config.max_tries,
-            segments: segments(st),
             live: Live::of(st),
             status: st.clone(),
         }

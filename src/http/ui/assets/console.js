@@ -6,16 +6,6 @@
   root.classList.add('js');
 
   // --- Live counts ---------------------------------------------------------------
-  var ORDER = ['pass', 'review', 'done', 'verifying', 'checking', 'leased', 'open'];
-
-  function duration(s) {
-    if (s === null || s === undefined) return '\u2014';
-    if (s < 60) return s + ' s';
-    if (s < 3600) return Math.ceil(s / 60) + ' min';
-    if (s < 86400) return Math.floor(s / 3600) + ' h ' + Math.floor((s % 3600) / 60) + ' min';
-    return Math.floor(s / 86400) + ' d ' + Math.floor((s % 86400) / 3600) + ' h';
-  }
-
   function apply(status) {
     var rows = document.querySelectorAll('[data-session-id="' + status.session_id + '"]');
     rows.forEach(function (row) {
@@ -28,31 +18,26 @@
           el.classList.add('bump');
         }
       });
-      var total = Math.max(status.total, 1), x = 0;
-      row.querySelectorAll('[data-bar]').forEach(function (bar) {
-        x = 0;
-        ORDER.forEach(function (name) {
-          var rect = bar.querySelector('[data-segment="' + name + '"]');
-          var w = status[name] * 100 / total;
-          if (rect) {
-            rect.setAttribute('x', x.toFixed(4));
-            rect.setAttribute('width', w.toFixed(4));
-            var title = rect.querySelector('title');
-            if (title) title.textContent = name + ': ' + status[name];
-          }
-          x += w;
-        });
-      });
       // The server works out the live figures (status.live); they are only written in here.
       var live = status.live || {};
+      row.querySelectorAll('[data-bar]').forEach(function (bar) {
+        (live.segments || []).forEach(function (seg) {
+          var rect = bar.querySelector('[data-segment="' + seg.name + '"]');
+          if (!rect) return;
+          rect.setAttribute('x', seg.x.toFixed(4));
+          rect.setAttribute('width', seg.width.toFixed(4));
+          var title = rect.querySelector('title');
+          if (title) title.textContent = seg.name + ': ' + seg.count;
+        });
+      });
       row.querySelectorAll('[data-percent]').forEach(function (el) { el.textContent = String(live.progress); });
-      row.querySelectorAll('[data-eta]').forEach(function (el) { el.textContent = duration(live.eta_seconds); });
+      row.querySelectorAll('[data-eta]').forEach(function (el) { el.textContent = live.eta; });
       row.querySelectorAll('[data-backlog]').forEach(function (el) {
         el.hidden = !live.backlog;
         var words = el.querySelector('[data-backlog-text]');
         if (words && live.backlog) words.textContent = live.backlog;
       });
-      row.querySelectorAll('[data-rate]').forEach(function (el) { el.textContent = (Math.round(status.rate_per_minute * 10) / 10).toString(); });
+      row.querySelectorAll('[data-rate]').forEach(function (el) { el.textContent = live.rate; });
     });
   }
 
