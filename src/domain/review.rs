@@ -71,13 +71,16 @@ impl Stage {
     /// Where a quest needing `required` looks stands after `looks`.
     pub fn of(required: u32, looks: &[FirstLook]) -> Stage {
         let disagree = looks.windows(2).any(|w| w[0].decision != w[1].decision);
+        Stage::new(required, looks.len() as u32, disagree)
+    }
+
+    /// Where a quest needing `required` looks stands after `given` of them,
+    /// which `disagree` or not.
+    pub fn new(required: u32, given: u32, disagree: bool) -> Stage {
         if disagree {
             Stage::Adjudication
         } else {
-            Stage::Looking {
-                given: looks.len() as u32,
-                required,
-            }
+            Stage::Looking { given, required }
         }
     }
 

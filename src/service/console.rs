@@ -16,7 +16,8 @@ use crate::domain::pause::{Pause, in_scope};
 use crate::domain::work::ReviewerId;
 use crate::domain::{Decision, Role, token_hash};
 use crate::store::{
-    AgentStatsRow, FailingCheckRow, QuestPage, QuestQuery, QuestRow, StoreError, Tally, Throughput,
+    AgentStatsRow, FailingCheckRow, QuestPage, QuestQuery, QuestRow, QueuedQuest, StoreError,
+    Tally, Throughput,
 };
 
 /// How long a browser session lasts after sign-in; it is never extended.
@@ -295,7 +296,7 @@ impl Service {
         session: Option<SessionId>,
         check: Option<&str>,
         limit: u32,
-    ) -> Result<Vec<QuestRow>, ServiceError> {
+    ) -> Result<Vec<QueuedQuest>, ServiceError> {
         let check = check_filter(check)?;
         if let Some(id) = session {
             self.session(id).await?;

@@ -8,23 +8,49 @@ use chrono::{DateTime, Utc};
 use super::*;
 use crate::domain::ids::{QuestId, SessionId};
 use crate::domain::review::{self, FirstLook, Look, Stage, Viewer};
+use crate::domain::work::Refusal;
 use crate::domain::work::ReviewerId;
-use crate::store::{HeldDecisionRow, QuestRow};
+use crate::store::{HeldDecisionRow, QueuedQuest};
 
-/// The reviewer holding a live claim on `q`, if any.
-fn live_claim(q: &QuestRow, now: DateTime<Utc>) -> Option<&ReviewerId> {
-    match (&q.review_claimed_by, q.review_claim_expires_at) {
-        (Some(by), Some(until)) if until > now => Some(by),
-        _ => None,
+/// Who holds a quest of the queue, as a reviewer sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Holder {
+    Nobody,
+    Me,
+    /// Others hold every claim it has room for: their names.
+    Others(String),
+}
+
+/// Who holds `q` for `me` now: its own claim, or, while several reviewers
+/// look at once, the looks' claims when they fill every look it still needs.
+fn holder(q: &QueuedQuest, me: &ReviewerId, now: DateTime<Utc>) -> Holder {
+    if !q.stage.shared() {
+        return match (&q.quest.review_claimed_by, q.quest.review_claim_expires_at) {
+            (Some(by), Some(until)) if until > now && by.same_token(me) => Holder::Me,
+            (Some(by), Some(until)) if until > now => Holder::Others(by.name.clone()),
+            _ => Holder::Nobody,
+        };
+    }
+    let live = || q.look_claims.iter().filter(|(_, until)| *until > now);
+    if live().any(|(by, _)| by.same_token(me)) {
+        return Holder::Me;
+    }
+    let others: Vec<_> = live()
+        .map(|(by, until)| (by.name.clone(), *until))
+        .collect();
+    match review::check_claimable(q.stage, &others, me) {
+        Err(Refusal::ReviewClaimed { by, .. }) => Holder::Others(by),
+        _ => Holder::Nobody,
     }
 }
 
-/// The name of the reviewer holding a live claim on `q`, when it is not
-/// `me` (another token, whatever its name).
-pub fn held_by_other(q: &QuestRow, me: &ReviewerId, now: DateTime<Utc>) -> Option<String> {
-    live_claim(q, now)
-        .filter(|by| !by.same_token(me))
-        .map(|by| by.name.clone())
+/// The names of the reviewers holding `q` so that `me` may not take it now
+/// (other tokens, whatever their names).
+pub fn held_by_other(q: &QueuedQuest, me: &ReviewerId, now: DateTime<Utc>) -> Option<String> {
+    match holder(q, me, now) {
+        Holder::Others(by) => Some(by),
+        _ => None,
+    }
 }
 
 /// The quests a console browser session skipped, with when.
@@ -35,30 +61,29 @@ pub type Skips = HashMap<QuestId, DateTime<Utc>>;
 /// live claim on; else the oldest unskipped one nobody else holds; else the
 /// one skipped longest ago; else the first (held by another, shown as such).
 pub fn pick_next(
-    queue: &[QuestRow],
+    queue: &[QueuedQuest],
     asked: Option<QuestId>,
     me: &ReviewerId,
     skips: &Skips,
     now: DateTime<Utc>,
 ) -> Option<usize> {
-    // Some(true): my live claim; Some(false): another's; None: nobody's.
-    let holder = |q: &QuestRow| live_claim(q, now).map(|by| by.same_token(me));
-    let unskipped = |q: &QuestRow| !skips.contains_key(&q.id);
+    let held = |q: &QueuedQuest, by: Holder| holder(q, me, now) == by;
+    let unskipped = |q: &QueuedQuest| !skips.contains_key(&q.quest.id);
     asked
-        .and_then(|id| queue.iter().position(|q| q.id == id))
+        .and_then(|id| queue.iter().position(|q| q.quest.id == id))
         .or_else(|| {
             queue
                 .iter()
-                .position(|q| unskipped(q) && holder(q) == Some(true))
+                .position(|q| unskipped(q) && held(q, Holder::Me))
         })
         .or_else(|| {
             queue
                 .iter()
-                .position(|q| unskipped(q) && holder(q).is_none())
+                .position(|q| unskipped(q) && held(q, Holder::Nobody))
         })
         .or_else(|| {
             (0..queue.len())
-                .filter_map(|i| skips.get(&queue[i].id).map(|when| (when, i)))
+                .filter_map(|i| skips.get(&queue[i].quest.id).map(|when| (when, i)))
                 .min()
                 .map(|(_, i)| i)
         })
@@ -80,7 +105,7 @@ impl Service {
             self.session(id).await?;
         }
         let mut out = Vec::new();
-        for quest in self
+        for queued in self
             .store
             .review_queue(
                 session.as_ref().map(std::slice::from_ref),
@@ -90,7 +115,7 @@ impl Service {
             )
             .await?
         {
-            let mut quest = self.with_history(quest).await?;
+            let mut quest = self.with_history(queued.quest).await?;
             hide_looks(&mut quest, viewer);
             out.push(quest);
         }
@@ -344,16 +369,34 @@ pub(super) fn check_note(decision: Decision, note: &str) -> Result<(), ServiceEr
 mod tests {
     use super::*;
     use crate::domain::ids::TokenId;
+    use crate::domain::review::Stage;
+    use chrono::Duration;
+
+    fn reviewer(name: &str) -> ReviewerId {
+        ReviewerId::new(TokenId::new(), name.to_owned())
+    }
+
+    /// A quest in REVIEW needing one look, nobody's.
+    fn queued() -> QueuedQuest {
+        let quest = QuestRow::example(QuestId::new(), crate::domain::State::Review);
+        QueuedQuest {
+            quest,
+            stage: Stage::new(1, 0, false),
+            look_claims: Vec::new(),
+        }
+    }
+
+    fn claim(q: &mut QueuedQuest, by: &ReviewerId, until: DateTime<Utc>) {
+        q.quest.review_claimed_by = Some(by.clone());
+        q.quest.review_claim_expires_at = Some(until);
+    }
 
     #[test]
     fn a_skip_means_skip_until_every_other_quest_was_offered() {
         let now = Utc::now();
-        let me = ReviewerId::new(TokenId::new(), "ana".to_owned());
-        let other = ReviewerId::new(TokenId::new(), "ben".to_owned());
-        let queue: Vec<QuestRow> = (0..4)
-            .map(|_| QuestRow::example(QuestId::new(), crate::domain::State::Review))
-            .collect();
-        let id = |i: usize| queue[i].id;
+        let (me, other) = (reviewer("ana"), reviewer("ben"));
+        let queue: Vec<QueuedQuest> = (0..4).map(|_| queued()).collect();
+        let id = |i: usize| queue[i].quest.id;
         let mut skips = Skips::new();
         assert_eq!(
             pick_next(&queue, None, &me, &skips, now),
@@ -361,15 +404,13 @@ mod tests {
             "the oldest"
         );
         // s, s: the two oldest are skipped, the third comes next.
-        skips.insert(id(0), now - chrono::Duration::seconds(2));
-        skips.insert(id(1), now - chrono::Duration::seconds(1));
+        skips.insert(id(0), now - Duration::seconds(2));
+        skips.insert(id(1), now - Duration::seconds(1));
         assert_eq!(pick_next(&queue, None, &me, &skips, now), Some(2));
         // Held by another: passed over; then only skipped ones are left.
         let mut held = queue.clone();
-        held[2].review_claimed_by = Some(other.clone());
-        held[2].review_claim_expires_at = Some(now + chrono::Duration::seconds(60));
-        held[3].review_claimed_by = Some(other);
-        held[3].review_claim_expires_at = Some(now + chrono::Duration::seconds(60));
+        claim(&mut held[2], &other, now + Duration::seconds(60));
+        claim(&mut held[3], &other, now + Duration::seconds(60));
         assert_eq!(
             pick_next(&held, None, &me, &skips, now),
             Some(0),
@@ -377,14 +418,55 @@ mod tests {
         );
         // A live claim of mine on an unskipped quest comes before the oldest.
         let mut mine = queue.clone();
-        mine[3].review_claimed_by = Some(me.clone());
-        mine[3].review_claim_expires_at = Some(now + chrono::Duration::seconds(60));
+        claim(&mut mine[3], &me, now + Duration::seconds(60));
         assert_eq!(pick_next(&mine, None, &me, &skips, now), Some(3));
         // ... but not on a skipped one, and an expired claim is nobody's.
-        mine[3].review_claim_expires_at = Some(now - chrono::Duration::seconds(1));
+        claim(&mut mine[3], &me, now - Duration::seconds(1));
         assert_eq!(pick_next(&mine, None, &me, &skips, now), Some(2));
         // The quest asked for wins, skipped or not.
         assert_eq!(pick_next(&queue, Some(id(1)), &me, &skips, now), Some(1));
         assert_eq!(pick_next(&[], None, &me, &skips, now), None);
+    }
+
+    #[test]
+    fn a_quest_that_several_look_at_is_held_only_when_its_looks_are_all_taken() {
+        let now = Utc::now();
+        let (me, ben, cara) = (reviewer("ana"), reviewer("ben"), reviewer("cara"));
+        let soon = now + Duration::seconds(60);
+        let mut two = queued();
+        two.stage = Stage::new(2, 0, false);
+        two.look_claims.push((ben.clone(), soon));
+        assert_eq!(
+            held_by_other(&two, &me, now),
+            None,
+            "one look is still free"
+        );
+        two.look_claims.push((cara.clone(), soon));
+        assert_eq!(
+            held_by_other(&two, &me, now).as_deref(),
+            Some("ben and cara")
+        );
+        let mut free = queued();
+        assert_eq!(
+            pick_next(&[two.clone(), free.clone()], None, &me, &Skips::new(), now),
+            Some(1),
+            "the picker passes over a quest whose looks are all taken"
+        );
+        // One look given: the one it still needs is ben's.
+        let mut one_left = queued();
+        one_left.stage = Stage::new(2, 1, false);
+        one_left.look_claims.push((ben.clone(), soon));
+        assert_eq!(held_by_other(&one_left, &me, now).as_deref(), Some("ben"));
+        // An ended claim holds nothing; my own look's claim is mine.
+        one_left.look_claims[0].1 = now - Duration::seconds(1);
+        assert_eq!(held_by_other(&one_left, &me, now), None);
+        two.look_claims.push((me.clone(), soon));
+        assert_eq!(holder(&two, &me, now), Holder::Me);
+        claim(&mut free, &cara, soon);
+        assert_eq!(
+            pick_next(&[free, two], None, &me, &Skips::new(), now),
+            Some(1),
+            "my look's claim comes first"
+        );
     }
 }

@@ -243,7 +243,7 @@ pub trait Store: Send + Sync + 'static {
         check: Option<&CheckFilter>,
         limit: u32,
         viewer: &Viewer,
-    ) -> Result<Vec<QuestRow>, StoreError>;
+    ) -> Result<Vec<QueuedQuest>, StoreError>;
     /// Gives a reviewer a time-limited claim on a quest in REVIEW; when it ends.
     async fn claim_review(
         &self,

@@ -96,6 +96,17 @@ pub struct QuestRow {
     pub recheck_facts: Vec<Fact>,
 }
 
+/// A quest of the review queue, with where it stands with its reviewers.
+#[derive(Debug, Clone)]
+pub struct QueuedQuest {
+    pub quest: QuestRow,
+    /// Its first looks so far (how many, whether they disagree).
+    pub stage: crate::domain::review::Stage,
+    /// The claims of the reviewers taking a look at once (a quest needing
+    /// several looks keeps them apart from its own claim), ended ones too.
+    pub look_claims: Vec<(ReviewerId, DateTime<Utc>)>,
+}
+
 #[cfg(test)]
 impl QuestRow {
     /// A quest with nothing happened to it yet, in `state`, for unit tests.

@@ -418,7 +418,7 @@ async fn reviews_are_claimed_by_one_reviewer_and_decided_once() {
             .await
             .unwrap();
         assert_eq!(
-            queue.iter().map(|q| q.id).collect::<Vec<_>>(),
+            queue.iter().map(|q| q.quest.id).collect::<Vec<_>>(),
             [quest],
             "{}",
             b.name

@@ -122,6 +122,42 @@ async fn two_reviewers_look_at_once_apart_and_an_adjudicator_sees_both_looks() {
 /// In a real browser: the adjudicator's page shows both looks and `a`
 /// decides it (held, then recorded when due).
 #[tokio::test]
+async fn a_third_reviewer_is_sent_past_a_quest_whose_looks_are_all_taken() {
+    let app = spawn_app().await;
+    let quests = two_reviewer_quests(&app, 2).await;
+    let ana = sign_in(&app, &app.token("reviewer", "ana").await).await;
+    let ben = sign_in(&app, &app.token("reviewer", "ben").await).await;
+    let cara = sign_in(&app, &app.token("reviewer", "cara").await).await;
+    assert_eq!(
+        page(&app, &ana).await.0.as_deref(),
+        Some(quests[0].as_str())
+    );
+    assert_eq!(
+        page(&app, &ben).await.0.as_deref(),
+        Some(quests[0].as_str())
+    );
+
+    let (for_cara, body) = page(&app, &cara).await;
+    assert_eq!(
+        for_cara.as_deref(),
+        Some(quests[1].as_str()),
+        "both looks of the oldest are taken: the next one opens"
+    );
+    let listed = body
+        .split(&format!(r#"data-quest-id="{}""#, quests[0]))
+        .nth(1)
+        .and_then(|rest| rest.split("</li>").next())
+        .unwrap_or_else(|| panic!("the oldest is listed: {body}"));
+    assert!(
+        listed.contains(r#"title="in review by ana and ben""#),
+        "the queue says who holds it: {listed}"
+    );
+    // Asked for by name, it opens as theirs, with no decision offered.
+    let (_, body) = review_page(&app, &cara, &format!("/ui/review?quest={}", quests[0])).await;
+    assert!(body.contains(r#"data-held-by="ana and ben""#), "{body}");
+}
+
+#[tokio::test]
 async fn in_the_browser_an_adjudicator_reads_both_looks_and_decides_with_a_key() {
     use crate::browser::{launch, screenshot_on_failure};
     let test = "review_adjudication";

@@ -107,8 +107,8 @@ pub async fn confirm(
     (page.held, page.eligible) = list
         .iter()
         .map(|r| Listed {
-            id: r.id,
-            key: r.key.clone(),
+            id: r.quest.id,
+            key: r.quest.key.clone(),
             held_by: held_by_other(r, &me, now),
         })
         .partition(|l| l.held_by.is_some());

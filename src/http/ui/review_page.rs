@@ -14,7 +14,7 @@ use crate::domain::work::{Refusal, ReviewerId};
 use crate::domain::{Decision, State as QuestState};
 use crate::service::review::{held_by_other, pick_next};
 use crate::service::{Service, ServiceError};
-use crate::store::{HeldDecisionRow, QuestRow, StoreError};
+use crate::store::{HeldDecisionRow, QueuedQuest, StoreError};
 
 #[derive(Serialize)]
 struct QueueItem {
@@ -131,17 +131,17 @@ pub async fn build(service: &Service, me: &Me, q: &ReviewQuery) -> Result<Review
         .await?
         .into_iter()
         .partition(|h| h.outcome.is_none());
-    list.retain(|r| !waiting.iter().any(|h| h.quest_id == r.id));
+    list.retain(|r| !waiting.iter().any(|h| h.quest_id == r.quest.id));
     let more = list.len() as u32 > QUEUE_SHOWN;
     list.truncate(QUEUE_SHOWN as usize);
     let skips = service.review_skips(&me.browser_session).await?;
-    let requested = q.quest.filter(|id| list.iter().any(|r| r.id == *id));
+    let requested = q.quest.filter(|id| list.iter().any(|r| r.quest.id == *id));
     let pick = pick_next(&list, requested, &reviewer, &skips, now);
     let (quest, held_by) = match pick {
         Some(i) => open(service, me, &list[i]).await?,
         None => (None, None),
     };
-    let id_at = |i: Option<usize>| i.and_then(|i| list.get(i)).map(|r| r.id);
+    let id_at = |i: Option<usize>| i.and_then(|i| list.get(i)).map(|r| r.quest.id);
     Ok(ReviewPage {
         previous: id_at(pick.and_then(|i| i.checked_sub(1))),
         next: id_at(pick.map(|i| i + 1)),
@@ -182,11 +182,12 @@ pub async fn build(service: &Service, me: &Me, q: &ReviewQuery) -> Result<Review
 async fn open(
     service: &Service,
     me: &Me,
-    row: &QuestRow,
+    queued: &QueuedQuest,
 ) -> Result<(Option<QuestView>, Option<String>), PageError> {
+    let row = &queued.quest;
     let reviewer = me.reviewer();
     let now = service.now();
-    let mut held_by = held_by_other(row, &reviewer, now);
+    let mut held_by = held_by_other(queued, &reviewer, now);
     let mut claimed = None;
     if held_by.is_none() {
         match service.claim_review(&reviewer, row.id).await {
@@ -216,7 +217,7 @@ async fn open(
 
 /// The queue as listed, with the current one marked.
 fn queue(
-    list: &[QuestRow],
+    list: &[QueuedQuest],
     pick: Option<usize>,
     me: &ReviewerId,
     q: &ReviewQuery,
@@ -231,12 +232,13 @@ fn queue(
     };
     list.iter()
         .enumerate()
-        .map(|(i, r)| QueueItem {
+        .map(|(i, queued)| (i, queued, &queued.quest))
+        .map(|(i, queued, r)| QueueItem {
             id: r.id,
             key: r.key.clone(),
             session_id: r.session_id,
             updated_at: r.updated_at,
-            held_by: held_by_other(r, me, now),
+            held_by: held_by_other(queued, me, now),
             current: Some(i) == pick,
             url: url(q.check(), Some(&r.id.to_string())),
             summary: summary(r.result.as_ref()),

@@ -377,7 +377,7 @@ impl Store for PgStore {
         check: Option<&CheckFilter>,
         limit: u32,
         viewer: &Viewer,
-    ) -> Result<Vec<QuestRow>, StoreError> {
+    ) -> Result<Vec<QueuedQuest>, StoreError> {
         reads::review_queue(&self.db.pool, sessions, check, limit, viewer).await
     }
 

@@ -345,7 +345,7 @@ pub async fn review_queue(
     check: Option<&CheckFilter>,
     limit: u32,
     viewer: &Viewer,
-) -> Result<Vec<QuestRow>, StoreError> {
+) -> Result<Vec<QueuedQuest>, StoreError> {
     let (exact, prefix) = match check {
         Some(CheckFilter::Exact(c)) => (Some(c.to_owned()), None),
         Some(CheckFilter::Prefix(p)) => (None, Some(p.to_owned())),
@@ -355,7 +355,12 @@ pub async fn review_queue(
     // a fact matches only when that verifier raised a doubt (a flag or no
     // answer) about the quest's submission, as its recorded answers say.
     let rows = sqlx::query(concat!(
-        "SELECT * FROM quests q WHERE state = 'REVIEW' AND ($1 IS NULL OR ",
+        "SELECT q.*,
+                (SELECT COUNT(*) FROM review_decisions d
+                 WHERE d.quest_id = q.id AND d.look = 'first') AS looks_given,
+                (SELECT COUNT(DISTINCT d.decision) FROM review_decisions d
+                 WHERE d.quest_id = q.id AND d.look = 'first') AS looks_apart
+         FROM quests q WHERE state = 'REVIEW' AND ($1 IS NULL OR ",
         id_in_json!("session_id", "$1"),
         ") AND (($3 IS NULL AND $4 IS NULL) OR EXISTS (
              SELECT 1 FROM ",
@@ -386,7 +391,45 @@ pub async fn review_queue(
     .bind(review::adjudicates(viewer.role, viewer.adjudicate))
     .fetch_all(pool)
     .await?;
-    rows.iter().map(quest_row).collect()
+    let mut queue = rows
+        .iter()
+        .map(|r| {
+            let quest = quest_row(r)?;
+            let stage = review::Stage::new(
+                quest.reviews_required,
+                r.count("looks_given")? as u32,
+                r.count("looks_apart")? > 1,
+            );
+            Ok(QueuedQuest {
+                quest,
+                stage,
+                look_claims: Vec::new(),
+            })
+        })
+        .collect::<Result<Vec<_>, StoreError>>()?;
+    let shared: Vec<QuestId> = (queue.iter())
+        .filter(|q| q.stage.shared())
+        .map(|q| q.quest.id)
+        .collect();
+    if shared.is_empty() {
+        return Ok(queue);
+    }
+    let claims = sqlx::query(concat!(
+        "SELECT quest_id, reviewer_token, reviewer, expires_at FROM review_claims WHERE ",
+        id_in_json!("quest_id", "$1"),
+        " ORDER BY expires_at, reviewer"
+    ))
+    .bind(serde_json::json!(shared).to_string())
+    .fetch_all(pool)
+    .await?;
+    for c in &claims {
+        let (quest, token): (QuestId, _) = (c.id("quest_id")?, c.id("reviewer_token")?);
+        let by = ReviewerId::new(token, c.text("reviewer")?);
+        if let Some(q) = queue.iter_mut().find(|q| q.quest.id == quest) {
+            q.look_claims.push((by, c.at("expires_at")?));
+        }
+    }
+    Ok(queue)
 }
 
 pub async fn export_page(

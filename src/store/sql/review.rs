@@ -81,7 +81,7 @@ pub(super) async fn standing(
                 sqlx::query(
                     "SELECT reviewer, expires_at FROM review_claims
                      WHERE quest_id = $1 AND reviewer_token <> $2 AND expires_at > $3
-                     ORDER BY expires_at",
+                     ORDER BY expires_at, reviewer",
                 )
                 .bind(quest.id)
                 .bind(reviewer.token)

@@ -393,7 +393,7 @@ impl Store for SqliteStore {
         check: Option<&CheckFilter>,
         limit: u32,
         viewer: &Viewer,
-    ) -> Result<Vec<QuestRow>, StoreError> {
+    ) -> Result<Vec<QueuedQuest>, StoreError> {
         reads::review_queue(&self.read, sessions, check, limit, viewer).await
     }
 
