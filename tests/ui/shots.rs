@@ -201,6 +201,8 @@ async fn serve() -> Server {
     let file = dir.path().join("quest.toml");
     std::fs::write(&file, verifiers(dir.path())).unwrap();
     config.config_file = Some(file);
+    // The verifiers' programs run under the `quest` binary's limits, not under this test's.
+    config.runner_exe = Some(env!("CARGO_BIN_EXE_quest").into());
     config.bind = "127.0.0.1:0".parse().unwrap();
     config.admin_token = Some("tour-admin-token".into());
     let clock = Arc::new(ManualClock::new());
@@ -405,6 +407,12 @@ async fn tour_of_the_console_in_pictures() {
         desk.client.set_window_size(1280, 900).await.unwrap();
         desk.open(&format!("{base}/ui/review?session={main}&check=l2%3A%2A")).await;
         desk.until("the review page", "return !!document.querySelector('[data-review-current]')").await;
+        let text = desk.js("return document.body.innerText").await;
+        let text = text.as_str().unwrap();
+        assert!(
+            text.contains("nothing on it names this company") && !text.contains("no answer"),
+            "the verifiers answered and their doubt is on the page: {text}"
+        );
         save("review.png", &desk.full_page(1280).await, 1280);
         desk.client.set_window_size(1280, 900).await.unwrap();
         desk.open(&format!("{base}/ui/review")).await;
