@@ -45,6 +45,7 @@ pub mod fair;
 pub mod ids;
 pub mod pause;
 pub mod prompt;
+pub mod quality;
 pub mod receipt;
 pub mod recheck;
 pub mod replay;
