@@ -295,10 +295,12 @@ pub async fn session(ctx: &Ctx) -> Result<Session, CliError> {
 }
 
 /// What the session says once `next` answered finished: finished, or how many
-/// quests wait for a person (the plain words when the counts cannot be read).
+/// quests wait for a person (no claim either way when the counts cannot be read).
 pub async fn done_words(ctx: &Ctx) -> String {
-    let review = session(ctx).await.map_or(0, |s| s.status.review);
-    crate::domain::backlog::agents_done(review)
+    match session(ctx).await {
+        Ok(s) => crate::domain::backlog::agents_done(s.status.review),
+        Err(_) => crate::domain::backlog::AGENTS_DONE.to_owned(),
+    }
 }
 
 /// A 404 for the session this agent remembers from its last lease (none was

@@ -5,7 +5,7 @@
 //! served through the gate's own `Fetcher` and `Resolver` traits). Simulated
 //! agents of different quality work the session over real HTTP. The run ends
 //! with the status table, the review queue, an export file, and a check that
-//! every quest is decided and that no invented email was accepted.
+//! no quest is left with the agents and that no invented email was accepted.
 
 use crate::domain::ids::SessionId;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -490,7 +490,7 @@ async fn demo(args: DemoArgs) -> Result<bool, CliError> {
         let tally = task.await.map_err(|e| CliError::Garbled(e.to_string()))??;
         tallies.push((agent, tally));
     }
-    overall.finish_with_message("every quest decided");
+    overall.finish_with_message("agents are done");
     bars.clear().ok();
 
     println!("Agents:");

@@ -3,6 +3,10 @@
 //! is left for an agent (agents must stop); the quests in REVIEW are then a
 //! person's, and every surface says so in these words.
 
+/// The words for a session with no quest left for an agent when its counts
+/// cannot be read: nothing said of the quests waiting for a person.
+pub const AGENTS_DONE: &str = "agents are done: no quest is left for an agent";
+
 /// The words for a session with no quest left for an agent, `review` of
 /// them waiting for a person.
 pub fn agents_done(review: u64) -> String {

@@ -122,9 +122,20 @@ async fn quest_demo_runs_to_completion_and_its_own_check_holds() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let count = |pattern: &str| -> u64 {
+        let found = regex::Regex::new(pattern).unwrap().captures(&stdout);
+        found.unwrap_or_else(|| panic!("`{pattern}` in {stdout}"))[1]
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        count(r"agents are done; (\d+) waits? for a person"),
+        count(r"Review queue \((\d+) quests"),
+        "the backlog's words count the review queue: {stdout}"
+    );
+    assert!(!stdout.contains("every quest decided"), "{stdout}");
     assert!(
         stdout.contains("0 left with the agents")
-            && stdout.contains("wait for a person")
             && stdout.contains("0 accepted")
             && stdout.contains("OK"),
         "{stdout}"

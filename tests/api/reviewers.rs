@@ -228,11 +228,13 @@ async fn only_a_reviewer_token_is_made_to_adjudicate() {
 }
 
 /// On every backend: the database refuses to move a quest out of REVIEW on
-/// one look of the two it needs, and takes the move with both.
+/// one look of the two it needs (a look without a token is nobody's), and
+/// takes the move with both; looks that disagree move only by an adjudication.
 #[tokio::test]
 async fn raw_sql_cannot_decide_a_quest_on_one_look_of_two() {
     for app in ratchet_apps("raw_sql_cannot_decide_a_quest_on_one_look_of_two").await {
-        let quest = two_reviewer_quests(&app, 1).await.remove(0);
+        let quests = two_reviewer_quests(&app, 2).await;
+        let quest = quests[0].clone();
         let ana = reviewer(&app, "ana", false).await;
         decide(&app, &ana, &quest, "approve", "").await.expect(200);
         let mut db = raw(&app).await;
@@ -253,7 +255,23 @@ async fn raw_sql_cannot_decide_a_quest_on_one_look_of_two() {
             .await
             .expect_err("the number of reviewers is fixed");
         assert!(err.contains("number of reviewers never changes"), "{err}");
-        // A second look by another token, and the same move is taken.
+        // A look recorded without a token is no second reviewer.
+        let look = |quest: &str, token: &str, decision: &str, look: &str| {
+            format!(
+                "INSERT INTO review_decisions (id, quest_id, reviewer, reviewer_token, decision, note, created_at, bulk, look, decides)
+                 VALUES ('{}', '{quest}', 'someone', {token}, '{decision}', 'n', '2026-01-01T00:00:00Z', false, '{look}', false)",
+                uuid::Uuid::new_v4()
+            )
+        };
+        db.execute(&look(&quest, "NULL", "approve", "first"))
+            .await
+            .expect("a decision row");
+        let err = db
+            .execute(&mv)
+            .await
+            .expect_err("a token-less look is nobody");
+        assert!(err.contains("reviewers agree"), "{err}");
+        // A second agreeing look by another token, and the same move is taken.
         let token = app.get("/v1/tokens", &app.admin).await.expect(200);
         let ben_id = token
             .as_array()
@@ -272,6 +290,34 @@ async fn raw_sql_cannot_decide_a_quest_on_one_look_of_two() {
         db.execute(&second).await.expect("a decision row");
         db.execute(&mv).await.expect("two agreeing looks move it");
         assert_eq!(app.quest(&quest).await["state"], "PASS");
+
+        // Looks that disagree: however many agree with the move, it waits for an adjudication.
+        let other = &quests[1];
+        decide(&app, &ana, other, "approve", "").await.expect(200);
+        let cy = reviewer(&app, "cy", false).await;
+        decide(&app, &cy, other, "reject", "not theirs")
+            .await
+            .expect(200);
+        db.execute(&look(other, &format!("'{ben_id}'"), "approve", "first"))
+            .await
+            .expect("a decision row");
+        let mv = format!(
+            "UPDATE quests SET state = 'PASS', decided_by = 'reviewer:ana' WHERE id = '{other}'"
+        );
+        let err = db
+            .execute(&mv)
+            .await
+            .expect_err("disagreeing looks need an adjudicator");
+        assert!(err.contains("reviewers agree"), "{err}");
+        db.execute(&look(
+            other,
+            &format!("'{ben_id}'"),
+            "approve",
+            "adjudication",
+        ))
+        .await
+        .expect("a decision row");
+        db.execute(&mv).await.expect("an adjudication moves it");
     }
 }
 
