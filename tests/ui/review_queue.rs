@@ -64,6 +64,19 @@ async fn in_the_browser_the_search_narrows_the_queue_and_the_current_item_stays_
             .js("return [...document.querySelectorAll('.queue-list li')].filter(li => !li.hidden).map(li => li.dataset.questId);")
             .await;
         assert_eq!(shown, serde_json::json!([ids[7]]), "only the quest whose result matches");
+        // A reason in the queue filters it by that reason: the page opens on
+        // it, its filter says so, and a check no quest has empties the queue.
+        browser.js("document.querySelector('.queue-list [data-reason]').click(); return true;").await;
+        browser
+            .until("the queue filtered by its reason", "return location.search.includes('check=review_when')")
+            .await;
+        let filter = browser.js("return document.querySelector('#f-check').value").await;
+        assert_eq!(filter, Value::from("review_when"));
+        let listed = browser.js("return document.querySelectorAll('.queue-list li').length").await;
+        assert_eq!(listed, Value::from(40));
+        browser.open(&format!("{}/ui/review?check=schema", app.base)).await;
+        let listed = browser.js("return document.querySelectorAll('.queue-list li').length").await;
+        assert_eq!(listed, Value::from(0), "no quest is in review for that check");
     })
     .await;
 }

@@ -119,8 +119,68 @@ async fn two_reviewers_look_at_once_apart_and_an_adjudicator_sees_both_looks() {
     );
 }
 
-/// In a real browser: the adjudicator's page shows both looks and `a`
-/// decides it (held, then recorded when due).
+/// The session page's reviewers panel: the kappa of two reviewers who
+/// decided 12 quests in the console, against one computed by hand.
+#[tokio::test]
+async fn the_session_page_shows_the_kappa_of_two_reviewers_as_computed_by_hand() {
+    let app = spawn_app().await;
+    let quests = two_reviewer_quests(&app, 12).await;
+    let ana = sign_in(&app, &app.token("reviewer", "ana").await).await;
+    let ben = sign_in(&app, &app.token("reviewer", "ben").await).await;
+    let cy = sign_in(&app, &adjudicator(&app, "cy").await).await;
+    // Both reject 3, ana rejects and ben approves 1, ana approves and ben rejects 2, both approve 6.
+    let table = [
+        (3, "reject", "reject"),
+        (1, "reject", "approve"),
+        (2, "approve", "reject"),
+        (6, "approve", "approve"),
+    ];
+    let mut quest = quests.iter();
+    for (n, a, b) in table {
+        for _ in 0..n {
+            let q = quest.next().unwrap();
+            decide(&app, &ana, q, a, "ana's note").await;
+            decide(&app, &ben, q, b, "ben's note").await;
+            if a != b {
+                decide(&app, &cy, q, b, "as ben says").await;
+            }
+            assert_ne!(
+                app.quest(q).await["state"],
+                "REVIEW",
+                "decided in the console"
+            );
+        }
+    }
+    let session = app.quest(&quests[0]).await["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let body = get(&app, &format!("/ui/sessions/{session}"), Some(&cy))
+        .await
+        .expect(200)
+        .to_owned();
+    let pair = body
+        .split("data-pair=\"ana|ben\"")
+        .nth(1)
+        .and_then(|rest| rest.split("</tr>").next())
+        .unwrap_or_else(|| panic!("the pair's row: {body}"));
+    // po = 9/12; ana rejects 4/12, ben 5/12; pe = (4*5 + 8*7) / 144 = 76/144; kappa = 32/68.
+    let kappa: f64 = pair
+        .split("data-kappa=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {pair}"));
+    assert!((kappa - 32.0 / 68.0).abs() < 1e-9, "{pair}");
+    assert!(
+        pair.contains(">0.47<") && pair.contains(">75%<") && pair.contains(">12<"),
+        "{pair}"
+    );
+}
+
+/// A third reviewer's page opens the next quest when two look at the
+/// oldest already, and the queue says who holds it.
 #[tokio::test]
 async fn a_third_reviewer_is_sent_past_a_quest_whose_looks_are_all_taken() {
     let app = spawn_app().await;
@@ -157,6 +217,8 @@ async fn a_third_reviewer_is_sent_past_a_quest_whose_looks_are_all_taken() {
     assert!(body.contains(r#"data-held-by="ana and ben""#), "{body}");
 }
 
+/// In a real browser: the adjudicator's page shows both looks and `a`
+/// decides it (held, then recorded when due).
 #[tokio::test]
 async fn in_the_browser_an_adjudicator_reads_both_looks_and_decides_with_a_key() {
     use crate::browser::{launch, screenshot_on_failure};
@@ -193,6 +255,81 @@ async fn in_the_browser_an_adjudicator_reads_both_looks_and_decides_with_a_key()
             .await;
         let decided = app.fall_due(&quest).await;
         assert_eq!((decided["state"].as_str(), decided["decided_by"].as_str()), (Some("PASS"), Some("adjudicator:cy")));
+    })
+    .await;
+}
+
+/// In two real browsers: ana and ben each press `a` on the quest both
+/// opened; ben's page never shows ana's look, and their agreement decides it.
+#[tokio::test]
+async fn in_two_browsers_two_reviewers_agree_without_seeing_each_others_look() {
+    use crate::browser::{launch_two, screenshot_on_failure};
+    let test = "review_two_agree";
+    let Some((for_ana, for_ben)) = launch_two(test).await else {
+        return;
+    };
+    let app = spawn_app().await;
+    let quest = two_reviewer_quests(&app, 1).await.remove(0);
+    let ana = app.token("reviewer", "ana").await;
+    let ben = app.token("reviewer", "ben").await;
+    let current =
+        "return (document.querySelector('[data-review-current]') || {dataset: {}}).dataset.questId";
+    let looks = "return document.querySelectorAll('[data-looks]').length";
+    screenshot_on_failure(test, &[&for_ana, &for_ben], async {
+        for (browser, token) in [(&for_ana, &ana), (&for_ben, &ben)] {
+            browser.sign_in(&app.base, token).await;
+            browser.open(&format!("{}/ui/review", app.base)).await;
+            assert_eq!(
+                browser.js(current).await,
+                quest.as_str(),
+                "both open it at once"
+            );
+        }
+        for_ana.press('a').await;
+        for_ana
+            .until(
+                "ana's look, held",
+                &format!("return !!document.querySelector('[data-held=\"{quest}\"]')"),
+            )
+            .await;
+        // Recorded once due; the quest waits for its second look.
+        app.clock.advance(std::time::Duration::from_secs(6));
+        for _ in 0..1500 {
+            if app.quest(&quest).await["reviews"]
+                .as_array()
+                .is_some_and(|r| r.len() == 1)
+            {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(
+            app.quest(&quest).await["state"],
+            "REVIEW",
+            "one look of two decides nothing"
+        );
+        for_ben.open(&format!("{}/ui/review", app.base)).await;
+        assert_eq!(for_ben.js(current).await, quest.as_str());
+        assert_eq!(for_ben.js(looks).await, 0, "ben judges without ana's look");
+        let text = for_ben.js("return document.body.innerText").await;
+        assert!(
+            text.as_str()
+                .unwrap()
+                .contains("needs 2 reviewers who agree"),
+            "{text}"
+        );
+        for_ben.press('a').await;
+        for_ben
+            .until(
+                "ben's look, held",
+                &format!("return !!document.querySelector('[data-held=\"{quest}\"]')"),
+            )
+            .await;
+        let decided = app.fall_due(&quest).await;
+        assert_eq!(
+            (decided["state"].as_str(), decided["decided_by"].as_str()),
+            (Some("PASS"), Some("reviewers:ana,ben"))
+        );
     })
     .await;
 }
