@@ -433,9 +433,9 @@ pub struct Quest {
     pub review_claimed_by_token: Option<TokenId>,
     pub review_claim_expires_at: Option<DateTime<Utc>>,
     /// How many reviewers' agreeing first looks decide it in REVIEW (the
-    /// session's `review.reviewers`, or what its `overlap_rate` drew);
-    /// `null` for agent tokens, so that no agent knows how closely its work
-    /// will be looked at.
+    /// session's `review.reviewers`, or what its `overlap_rate` drew); `null`
+    /// until the quest enters REVIEW, and always for agent tokens, so that no
+    /// agent knows how closely its work will be looked at.
     pub reviews_required: Option<u32>,
     pub updated_at: DateTime<Utc>,
     pub submissions: Vec<Submission>,
@@ -532,7 +532,9 @@ impl Quest {
             review_claimed_by: q.review_claimed_by.as_ref().map(|r| r.name.clone()),
             review_claimed_by_token: q.review_claimed_by.as_ref().map(|r| r.token),
             review_claim_expires_at: q.review_claim_expires_at,
-            reviews_required: Some(q.reviews_required),
+            // The draw is the quest's once it enters REVIEW; before, it is nobody's to know.
+            reviews_required: (q.state == crate::domain::State::Review || !reviews.is_empty())
+                .then_some(q.reviews_required),
             updated_at: q.updated_at,
             submissions: submissions.into_iter().map(Submission::from).collect(),
             reviews: reviews.into_iter().map(ReviewDecision::from).collect(),

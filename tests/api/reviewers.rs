@@ -504,6 +504,12 @@ async fn an_overlap_rate_asks_for_the_second_look_on_a_share_of_quests() {
         .token("agent", &crate::console::agent_token_name(&session))
         .await;
     let quests = crate::console::reviews(&app, &agent, &session, 40).await;
+    let (open, _) = crate::helpers::assigned(&app.next(&agent, &session, "bot").await);
+    assert_eq!(
+        app.quest(&open).await["reviews_required"],
+        Value::Null,
+        "the draw is a quest's once it enters REVIEW, and not shown before"
+    );
     let mut needs = std::collections::BTreeMap::<u64, Vec<String>>::new();
     for q in &quests {
         let n = app.quest(q).await["reviews_required"].as_u64().unwrap();
