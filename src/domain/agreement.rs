@@ -67,7 +67,9 @@ pub fn figures(decisions: &[Decided]) -> (Vec<ReviewerFigures>, Vec<PairFigures>
     let mut people: BTreeMap<(Option<TokenId>, String), ReviewerFigures> = BTreeMap::new();
     let mut times: BTreeMap<(Option<TokenId>, String), (DateTime<Utc>, DateTime<Utc>)> =
         BTreeMap::new();
-    let mut pairs: BTreeMap<(String, String), Confusion> = BTreeMap::new();
+    // Keyed like the reviewers: by token and name (two tokens of one name are two reviewers).
+    type Who = (Option<TokenId>, String);
+    let mut pairs: BTreeMap<(Who, Who), Confusion> = BTreeMap::new();
     for d in decisions {
         let f = people.entry(who(d)).or_insert_with(|| ReviewerFigures {
             token: d.token,
@@ -98,10 +100,11 @@ pub fn figures(decisions: &[Decided]) -> (Vec<ReviewerFigures>, Vec<PairFigures>
         }
         for (i, x) in looks.iter().enumerate() {
             for y in &looks[i + 1..] {
-                let ((a, da), (b, db)) = if x.name <= y.name {
-                    ((x.name.clone(), x.decision), (y.name.clone(), y.decision))
+                let (wx, wy) = (who(x), who(y));
+                let ((a, da), (b, db)) = if (&wx.1, &wx.0) <= (&wy.1, &wy.0) {
+                    ((wx, x.decision), (wy, y.decision))
                 } else {
-                    ((y.name.clone(), y.decision), (x.name.clone(), x.decision))
+                    ((wy, y.decision), (wx, x.decision))
                 };
                 let c = pairs.entry((a, b)).or_default();
                 // Positive: "the work is bad", as in the verifiers' table.
@@ -137,8 +140,8 @@ pub fn figures(decisions: &[Decided]) -> (Vec<ReviewerFigures>, Vec<PairFigures>
                 ),
             };
             PairFigures {
-                a,
-                b,
+                a: a.1,
+                b: b.1,
                 shared,
                 agreement: (shared > 0).then(|| (c.upheld + c.cleared) as f64 / shared as f64),
                 kappa,
@@ -265,5 +268,24 @@ mod tests {
                 .contains("chance agreement is 1")
         );
         assert_eq!(people[0].overruled, 0);
+    }
+
+    #[test]
+    fn two_tokens_of_one_name_are_two_reviewers_in_every_pair() {
+        let (ana, other_ana, ben) = (TokenId::new(), TokenId::new(), TokenId::new());
+        let mut all = Vec::new();
+        for (i, who) in [ana, other_ana].into_iter().enumerate() {
+            let q = QuestId::new();
+            all.push(look(q, who, "ana", Decision::Approve, i as i64));
+            all.push(look(q, ben, "ben", Decision::Reject, i as i64));
+        }
+        let (reviewers, pairs) = figures(&all);
+        assert_eq!(reviewers.len(), 3);
+        assert_eq!(pairs.len(), 2, "one pair per ana token: {pairs:?}");
+        assert!(
+            pairs
+                .iter()
+                .all(|p| p.a == "ana" && p.b == "ben" && p.shared == 1)
+        );
     }
 }

@@ -225,6 +225,44 @@ async fn only_a_reviewer_token_is_made_to_adjudicate() {
         .find(|t| t["name"] == "judge")
         .unwrap();
     assert_eq!(judge["adjudicate"], true);
+
+    // The same through the CLI: `quest token create --adjudicate`.
+    let admin = crate::cli::Shell::new(&app, &app.admin, None, "ops");
+    let made = admin
+        .run(&[
+            "token",
+            "create",
+            "--role",
+            "reviewer",
+            "--name",
+            "cli-judge",
+            "--adjudicate",
+        ])
+        .await;
+    assert_eq!(made.code, 0, "{}", made.stderr);
+    let refused = admin
+        .run(&[
+            "token",
+            "create",
+            "--role",
+            "agent",
+            "--name",
+            "cli-x",
+            "--adjudicate",
+        ])
+        .await;
+    assert_ne!(refused.code, 0, "an agent token never adjudicates");
+    assert!(refused.stderr.contains("adjudicate"), "{}", refused.stderr);
+    let listed = admin.run(&["token", "list", "--json"]).await;
+    let cli_judge = listed
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "cli-judge")
+        .cloned()
+        .unwrap();
+    assert_eq!(cli_judge["adjudicate"], true, "{cli_judge}");
 }
 
 /// On every backend: the database refuses to move a quest out of REVIEW on

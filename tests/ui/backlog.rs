@@ -125,3 +125,42 @@ fn words(html: &str) -> String {
     }
     out.split_whitespace().collect::<Vec<_>>().join(" ")
 }
+
+/// "Checks that fail most" counts FAILs, and a FAIL is not a reason to review.
+#[tokio::test]
+async fn a_fail_is_counted_among_the_checks_that_fail_and_not_among_review_reasons() {
+    let app = spawn_app().await;
+    let (session, agent) = session(&app, 2).await;
+    let (_, fail) = work(
+        &app,
+        &agent,
+        &session,
+        "bot",
+        json!({"email": "no-at-sign"}),
+    )
+    .await;
+    assert_eq!(fail["verdict"], "FAIL", "{fail}");
+    let vera = sign_in(&app, &app.token("viewer", "vera").await).await;
+    let html = get(&app, &format!("/ui/sessions/{session}"), Some(&vera))
+        .await
+        .expect(200)
+        .to_owned();
+    let section = |marker: &str| {
+        let part = html
+            .split(marker)
+            .nth(1)
+            .unwrap()
+            .split("</section>")
+            .next()
+            .unwrap();
+        words(part)
+    };
+    let failing = section("data-failing");
+    // (The page escapes the field's slash.)
+    assert!(failing.contains("schema &#x2f;email 1 fail"), "{failing}");
+    let reasons = section("data-review-reasons");
+    assert!(
+        reasons.contains("No quest has gone to a person yet."),
+        "{reasons}"
+    );
+}

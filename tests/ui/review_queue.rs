@@ -80,3 +80,18 @@ async fn in_the_browser_the_search_narrows_the_queue_and_the_current_item_stays_
     })
     .await;
 }
+
+/// The subtitle counts what waits: 200 when 200 wait, 200+ past the 200 it lists.
+#[tokio::test]
+async fn the_queue_says_200_when_200_wait_and_200_plus_past_them() {
+    let app = spawn_app().await;
+    let (session, agent) = session(&app, 201).await;
+    reviews(&app, &agent, &session, 200).await;
+    let ana = sign_in(&app, &app.token("reviewer", "ana").await).await;
+    let html = get(&app, "/ui/review", Some(&ana)).await.plain();
+    assert!(html.contains(">200 quests waiting"), "{html}");
+    reviews(&app, &agent, &session, 1).await;
+    let html = get(&app, "/ui/review", Some(&ana)).await.plain();
+    assert!(html.contains(">200+ quests waiting"), "{html}");
+    assert_eq!(count(&html, "data-search="), 200, "it lists 200");
+}

@@ -333,3 +333,61 @@ async fn in_two_browsers_two_reviewers_agree_without_seeing_each_others_look() {
     })
     .await;
 }
+
+/// A bulk approval is one first look on each quest it lists, hidden like any
+/// other from viewer and agent tokens until a second reviewer decides.
+#[tokio::test]
+async fn a_bulk_decision_is_one_first_look_each_and_stays_hidden_until_decided() {
+    let app = spawn_app().await;
+    let quests = two_reviewer_quests(&app, 2).await;
+    let session = app.quest(&quests[0]).await["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let ana = sign_in(&app, &app.token("reviewer", "ana").await).await;
+    let fields = [
+        ("csrf", ana.csrf.as_str()),
+        ("decision", "approve"),
+        ("session", session.as_str()),
+        ("quest", quests[0].as_str()),
+        ("quest", quests[1].as_str()),
+        ("note", "all fine"),
+    ];
+    post(&app, "/ui/review/bulk", Some(&ana), form(&fields), &[])
+        .await
+        .expect(200);
+    let viewer = app.token("viewer", "vera").await;
+    let agent = app.token("agent", "another agent").await;
+    for q in &quests {
+        let seen = app.quest(q).await;
+        assert_eq!(seen["state"], "REVIEW", "one look of two: {seen}");
+        assert_eq!(
+            seen["reviews"].as_array().unwrap().len(),
+            1,
+            "one look each"
+        );
+        for (who, token) in [("viewer", &viewer), ("agent", &agent)] {
+            let view = app.get(&format!("/v1/quests/{q}"), token).await.expect(200);
+            assert_eq!(view["reviews"], json!([]), "{who} sees no look: {view}");
+        }
+    }
+    let ben = app.token("reviewer", "ben").await;
+    let body = json!({"decision": "approve", "note": ""});
+    let decided = app
+        .post(&format!("/v1/review/{}", quests[0]), &ben, body)
+        .await
+        .expect(200);
+    assert_eq!(
+        (decided["state"].as_str(), decided["decided_by"].as_str()),
+        (Some("PASS"), Some("reviewers:ana,ben"))
+    );
+    let view = app
+        .get(&format!("/v1/quests/{}", quests[0]), &viewer)
+        .await
+        .expect(200);
+    assert_eq!(
+        view["reviews"].as_array().unwrap().len(),
+        2,
+        "decided: every look shows"
+    );
+}

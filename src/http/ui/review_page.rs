@@ -115,22 +115,22 @@ pub struct ReviewPage {
 pub async fn build(service: &Service, me: &Me, q: &ReviewQuery) -> Result<ReviewPage, PageError> {
     let reviewer = me.reviewer();
     let now = service.now();
-    // One more than is shown, to know whether there are more.
-    let mut list = service
-        .review_list(
-            &me.viewer(),
-            me.sessions.as_deref(),
-            q.session,
-            q.check(),
-            QUEUE_SHOWN + 1,
-        )
-        .await?;
     // A quest whose decision the reviewer holds is decided, as far as the page goes.
     let (waiting, dropped): (Vec<_>, Vec<_>) = service
         .held_reviews(&reviewer)
         .await?
         .into_iter()
         .partition(|h| h.outcome.is_none());
+    // One more than is shown (besides the held ones), to know whether there are more.
+    let mut list = service
+        .review_list(
+            &me.viewer(),
+            me.sessions.as_deref(),
+            q.session,
+            q.check(),
+            QUEUE_SHOWN + 1 + waiting.len() as u32,
+        )
+        .await?;
     list.retain(|r| !waiting.iter().any(|h| h.quest_id == r.quest.id));
     let more = list.len() as u32 > QUEUE_SHOWN;
     list.truncate(QUEUE_SHOWN as usize);
