@@ -23,6 +23,17 @@ pub const CONFIDENCE: f64 = 0.95;
 /// The normal quantile of a one-sided 95% bound.
 pub const Z: f64 = 1.645;
 
+/// The name of the server secret the audit keys derive from.
+pub const AUDIT_SECRET: &str = "audit";
+
+/// A fresh server secret: 256 random bits, hex.
+pub fn new_server_secret() -> String {
+    rand::random::<[u8; 32]>()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// A session's audit key: HMAC-SHA256 of the server's secret and the
 /// session's id. Neither is served; the session's key never leaves the server.
 pub fn session_key(server_secret: &str, session: SessionId) -> [u8; 32] {

@@ -62,6 +62,22 @@ pub struct SessionConfig {
     /// How people decide the quests in REVIEW.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub review: Option<ReviewConfig>,
+    /// The random audit that bounds the error of the delivered rows.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit: Option<AuditConfig>,
+}
+
+/// A session's random audit: a share of the quests that would become PASS
+/// (after the AI verifiers, if any) go to a person first, and what people
+/// find in them bounds how many of the delivered rows are wrong.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// The share drawn, 0 to 1. Each quest's draw is a keyed hash of its id
+    /// under a per-session key that is never served: fixed for the quest,
+    /// and unpredictable from anything an agent can read.
+    /// `verify.audit_rate` is an older name of the same setting.
+    pub rate: f64,
 }
 
 /// How people decide a session's quests in REVIEW.
@@ -194,6 +210,13 @@ impl SessionConfig {
             .map_or(DEFAULT_UNDO_SECONDS, |r| r.undo_seconds)
     }
 
+    /// The share of would-be PASS quests drawn for an audit: `audit.rate`,
+    /// or its older name `verify.audit_rate`.
+    pub fn audit_rate(&self) -> Option<f64> {
+        let alias = || self.verify.as_ref().and_then(|v| v.audit_rate);
+        self.audit.as_ref().map(|a| a.rate).or_else(alias)
+    }
+
     /// How many reviewers' first looks a quest in REVIEW needs.
     pub fn reviewers(&self) -> u32 {
         self.review.as_ref().map_or(1, |r| r.reviewers)
@@ -264,6 +287,18 @@ impl SessionConfig {
         }
         if !(1..=crate::domain::review::MAX_REVIEWERS).contains(&config.reviewers()) {
             return bad("config.review.reviewers", "must be between 1 and 10");
+        }
+        if let Some(audit) = &config.audit {
+            if !(0.0..=1.0).contains(&audit.rate) {
+                return bad("config.audit.rate", "must be between 0 and 1");
+            }
+            let alias = config.verify.as_ref().and_then(|v| v.audit_rate);
+            if alias.is_some_and(|rate| rate != audit.rate) {
+                return bad(
+                    "config.audit.rate",
+                    "and verify.audit_rate (its older name) disagree: set audit.rate only",
+                );
+            }
         }
         if let Some(rate) = config.review.as_ref().and_then(|r| r.overlap_rate) {
             if !(0.0..=1.0).contains(&rate) {
@@ -365,9 +400,28 @@ mod tests {
                 json!({"gate": {"kind": "schema"}, "review": {"reviewers": 2, "overlap_rate": 1.5}}),
                 "config.review.overlap_rate",
             ),
+            (
+                json!({"gate": {"kind": "schema"}, "audit": {"rate": -0.5}}),
+                "config.audit.rate",
+            ),
+            (
+                json!({"gate": {"kind": "schema"}, "audit": {"rate": 0.2},
+                       "verify": {"verifiers": ["a"], "questions": ["q?"], "audit_rate": 0.3}}),
+                "config.audit.rate",
+            ),
         ] {
             assert_eq!(SessionConfig::parse(config).unwrap_err().field, field);
         }
+        let alias = json!({"gate": {"kind": "schema"},
+                           "verify": {"verifiers": ["a"], "questions": ["q?"], "audit_rate": 0.3}});
+        assert_eq!(
+            SessionConfig::parse(alias).unwrap().audit_rate(),
+            Some(0.3),
+            "the older name"
+        );
+        let both = json!({"gate": {"kind": "schema"}, "audit": {"rate": 0.3},
+                          "verify": {"verifiers": ["a"], "questions": ["q?"], "audit_rate": 0.3}});
+        assert_eq!(SessionConfig::parse(both).unwrap().audit_rate(), Some(0.3));
         let typo =
             SessionConfig::parse(json!({"gate": {"kind": "schema"}, "max_trys": 2})).unwrap_err();
         assert!(typo.message.contains("max_trys"), "{typo}");

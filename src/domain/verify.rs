@@ -16,7 +16,6 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::Fact;
-use super::ids::QuestId;
 use super::session::ConfigError;
 
 pub mod calibration;
@@ -290,16 +289,15 @@ impl VerifyConfig {
         })
     }
 
-    /// How the answers about `quest` are tallied, given the `(verifier,
-    /// question index)` pairs that are advisory in this session now.
-    pub fn tally<'a>(&self, quest: QuestId, advisory: &'a [(String, usize)]) -> Tally<'a> {
+    /// How the answers about a quest are tallied, given the `(verifier,
+    /// question index)` pairs that are advisory in this session now, and
+    /// the audit rate when the quest is drawn for the audit.
+    pub fn tally<'a>(&self, audit: Option<f64>, advisory: &'a [(String, usize)]) -> Tally<'a> {
         Tally {
             flag_threshold: self.flag_threshold,
             quorum: self.quorum(),
             advisory,
-            audit: self
-                .audit_rate
-                .filter(|&rate| calibration::audit_drawn(quest, rate)),
+            audit,
         }
     }
 
@@ -549,14 +547,7 @@ pub fn decide_with(questions: &[Question], outcomes: &[Outcome], tally: &Tally) 
     if verdicts.is_empty()
         && let Some(rate) = tally.audit
     {
-        verdicts.push(Fact::new(
-            "audit",
-            "quest",
-            "not drawn for the audit sample",
-            format!("drawn for the audit sample (audit_rate {rate})"),
-            "the verifiers passed this quest; a person checks it anyway, so that their clear answers \
-             are labelled too",
-        ));
+        verdicts.push(super::quality::audit_fact(rate, true));
     }
     let flagged = !verdicts.is_empty();
     // The hint of a flag says what came of it: a person looks at the quest

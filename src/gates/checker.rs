@@ -24,11 +24,11 @@ use std::time::Duration;
 use futures_util::FutureExt;
 
 use crate::domain::ids::{QuestId, RecheckRunId, SessionId};
-use crate::domain::prompt;
 use crate::domain::receipt::ReceiptParts;
 use crate::domain::session::{GateConfig, SessionConfig};
 use crate::domain::verify::{Artifact, Contract, VerifierRequest};
 use crate::domain::{Fact, Verdict};
+use crate::domain::{prompt, quality};
 use crate::gates::fetch::PageCache;
 use crate::gates::recent_gates::{KEPT_GATES, RecentGates};
 use crate::gates::{Gate, GateOutcome, GateRegistry, HOLDERS_SHOWN, SessionView};
@@ -73,6 +73,8 @@ pub struct Checker {
     /// once in that run, and never read from a submission's check or an
     /// earlier run.
     run_pages: Mutex<RunPages>,
+    /// The server's secret the audit keys derive from, read once.
+    audit_secret: tokio::sync::OnceCell<String>,
 }
 
 /// Whose results a check compares the result's unique fields with.
@@ -94,6 +96,7 @@ impl Checker {
             timeout,
             gates: Mutex::new(RecentGates::new(KEPT_GATES)),
             run_pages: Mutex::new(RunPages::default()),
+            audit_secret: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -235,6 +238,10 @@ impl Checker {
         // The one place every verdict passes on its way to the store: what a
         // gate, a page or a program gave back is cleaned and cut here.
         let outcome = outcome.bounded();
+        let outcome = match others {
+            Others::Session => self.audited(job, outcome).await?,
+            Others::Nobody => outcome,
+        };
         metrics::histogram!("quest_gate_seconds", "gate" => name.clone())
             .record(started.elapsed().as_secs_f64());
         metrics::counter!("quest_verdicts_total", "verdict" => outcome.verdict.as_str())
@@ -260,6 +267,41 @@ impl Checker {
             _ => None,
         };
         Ok(seal(job, outcome, name, version, verify))
+    }
+
+    /// The random audit of a session without AI verifiers: a PASS drawn
+    /// for it goes to a person first, with the fact that says why. (With
+    /// verifiers the quest would become PASS only after their answers, and
+    /// the draw is made then, where the store finishes the verification.)
+    async fn audited(
+        &self,
+        job: &Check<'_>,
+        mut outcome: GateOutcome,
+    ) -> Result<GateOutcome, StoreError> {
+        let Some(rate) = job.config.audit_rate() else {
+            return Ok(outcome);
+        };
+        if outcome.verdict != Verdict::Pass || job.config.verify.is_some() {
+            return Ok(outcome);
+        }
+        let secret = self
+            .audit_secret
+            .get_or_try_init(|| async {
+                let candidate = quality::new_server_secret();
+                self.store
+                    .server_secret(quality::AUDIT_SECRET, &candidate)
+                    .await
+            })
+            .await?;
+        if quality::drawn(
+            &quality::session_key(secret, job.session_id),
+            job.quest_id,
+            rate,
+        ) {
+            outcome.verdict = Verdict::Review;
+            outcome.facts.push(quality::audit_fact(rate, false));
+        }
+        Ok(outcome)
     }
 
     /// Which other quests of the session hold the values of the gate's unique

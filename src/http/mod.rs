@@ -9,6 +9,7 @@ pub mod error;
 pub mod extract;
 mod ops;
 mod pauses;
+mod quality;
 mod quests;
 mod review;
 mod serve;
@@ -169,6 +170,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(review::decide_review))
         .routes(routes!(review::list_verifiers))
         .routes(routes!(review::get_session_reviewers))
+        .routes(routes!(quality::get_session_quality))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(ops::healthz))

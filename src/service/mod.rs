@@ -39,6 +39,7 @@ mod calibration;
 pub mod console;
 mod exports;
 mod pauses;
+mod quality;
 mod recheck;
 pub mod review;
 mod scan;

@@ -281,6 +281,8 @@ pub trait Store: Send + Sync + 'static {
         &self,
         session_id: SessionId,
     ) -> Result<Vec<crate::domain::agreement::Decided>, StoreError>;
+    /// What the session's random audits found, and its PASS rows.
+    async fn quality_counts(&self, session_id: SessionId) -> Result<QualityCounts, StoreError>;
     /// Holds a reviewer's decision for `seconds` (the review page's undo
     /// window), keeping their claim on the quest at least that long.
     async fn hold_review(

@@ -96,6 +96,18 @@ pub struct QuestRow {
     pub recheck_facts: Vec<Fact>,
 }
 
+/// What a session's random audits found, and its PASS rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QualityCounts {
+    /// The decided audits, by stratum (the gate alone first).
+    pub audits: Vec<crate::domain::quality::Audits>,
+    /// Audits drawn and still waiting for a person.
+    pub pending_audits: u64,
+    pub pass: u64,
+    /// PASS rows a person decided, audits included.
+    pub pass_by_person: u64,
+}
+
 /// A quest of the review queue, with where it stands with its reviewers.
 #[derive(Debug, Clone)]
 pub struct QueuedQuest {

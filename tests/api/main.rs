@@ -46,6 +46,7 @@ mod mcp_python;
 mod openapi;
 mod operations;
 mod postgres;
+mod quality;
 mod ratchet;
 mod ratchet_rules;
 mod recheck;

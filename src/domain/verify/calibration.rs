@@ -8,10 +8,7 @@
 //! saying so, a rejection the reviewer saying so.
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use utoipa::ToSchema;
-
-use crate::domain::ids::QuestId;
 
 /// No kappa is reported on fewer labels than this: it would be noise.
 pub const MIN_KAPPA_LABELS: u64 = 10;
@@ -167,26 +164,6 @@ impl Floor {
     }
 }
 
-/// Whether `quest` is drawn for the audit sample at `rate` (0 to 1): a fixed
-/// draw from the quest's id, so that a retry or a restart draws the same.
-pub fn audit_drawn(quest: QuestId, rate: f64) -> bool {
-    if rate >= 1.0 {
-        return true;
-    }
-    if rate.is_nan() || rate <= 0.0 {
-        return false;
-    }
-    let digest = Sha256::new()
-        .chain_update(b"quest audit sample\0")
-        .chain_update(quest.as_uuid().as_bytes())
-        .finalize();
-    let mut head = [0; 8];
-    head.copy_from_slice(&digest[..8]);
-    // The top 53 bits, as a uniform number in [0, 1).
-    let x = (u64::from_be_bytes(head) >> 11) as f64 / (1u64 << 53) as f64;
-    x < rate
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,19 +242,5 @@ mod tests {
         );
         // Not judged: the standing stays whatever it is.
         assert_eq!(floor.switch(Standing::Advisory, &table(1, 0, 0, 1)), None);
-    }
-
-    #[test]
-    fn the_audit_draw_is_fixed_per_quest_and_near_its_rate() {
-        let quests: Vec<QuestId> = (0..4000u128)
-            .map(|i| QuestId::from(uuid::Uuid::from_u128(i * 7919 + 1)))
-            .collect();
-        let drawn = quests.iter().filter(|q| audit_drawn(**q, 0.25)).count();
-        assert!((800..1200).contains(&drawn), "{drawn} of 4000");
-        for q in &quests[..50] {
-            assert_eq!(audit_drawn(*q, 0.25), audit_drawn(*q, 0.25));
-            assert!(!audit_drawn(*q, 0.0));
-            assert!(audit_drawn(*q, 1.0));
-        }
     }
 }

@@ -324,7 +324,7 @@ fn a_quest_drawn_for_the_audit_sample_goes_to_review_only_when_the_verifiers_pas
     assert_eq!(audit.len(), 1, "{d:?}");
     assert_eq!(
         (audit[0].field.as_str(), audit[0].actual.as_str()),
-        ("quest", "drawn for the audit sample (audit_rate 0.25)")
+        ("quest", "drawn for the audit sample (audit.rate 0.25)")
     );
     assert_eq!(
         d.facts[1].hint, "this AI verifier doubts the result; a person decides",

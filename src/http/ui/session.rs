@@ -10,8 +10,8 @@ use super::session_page::{self, Filter, TableQuery};
 use super::{PageError, PagePath, PageQuery, templates};
 use crate::domain::ids::SessionId;
 use crate::export::ExportFormat;
-use crate::http::AppState;
 use crate::http::extract::Read;
+use crate::http::{AppState, sessions};
 
 /// The session's page.
 pub async fn page(
@@ -51,10 +51,8 @@ pub async fn export(
         .service
         .export_session(id, format, signed.me.token_id)
         .await?;
-    let body = crate::http::sessions::export_body(export);
-    Ok(crate::http::sessions::attachment(
-        media_type,
-        &format!("session-{id}.{ext}"),
-        body,
-    ))
+    let quality = state.service.get_session_quality(id).await?;
+    let body = sessions::export_body(export);
+    let file = sessions::attachment(media_type, &format!("session-{id}.{ext}"), body);
+    Ok(sessions::with_error_bound(file, &quality))
 }

@@ -41,8 +41,8 @@ mod verdicts;
 mod writes;
 
 use sql::{
-    calibration, console, held, inputs, pause_rule, reads, rechecks, review, secrets, tokens,
-    verify,
+    calibration, console, held, inputs, pause_rule, quality, reads, rechecks, review, secrets,
+    tokens, verify,
 };
 
 use std::str::FromStr;
@@ -437,6 +437,10 @@ impl Store for PgStore {
             Box::pin(secrets::server_secret(tx, n, c))
         })
         .await
+    }
+
+    async fn quality_counts(&self, session_id: SessionId) -> Result<QualityCounts, StoreError> {
+        quality::quality_counts(&self.db.pool, session_id).await
     }
 
     async fn decided_reviews(

@@ -14,6 +14,7 @@ pub mod console;
 pub mod held;
 pub mod inputs;
 pub mod pause_rule;
+pub mod quality;
 pub mod reads;
 pub mod rechecks;
 pub mod review;

@@ -11,8 +11,8 @@ use super::codec::*;
 use super::leases::save;
 use crate::domain::ids::{L2JobId, QuestId, SubmissionId};
 use crate::domain::verify::{self, L2JobStatus, Question};
-use crate::domain::work;
 use crate::domain::{EventKind, Phase};
+use crate::domain::{quality, work};
 use crate::store::common::{set_status, status_of};
 use crate::store::{L2AnswerRow, L2Job, L2Recorded, NewL2Answer, QuestRow, StoreError};
 
@@ -200,7 +200,22 @@ async fn finish_verification(
         Some(_) => super::calibration::advisory(tx, quest.session_id).await?,
         None => Vec::new(),
     };
-    let decision = verify::decide_with(&questions, &outcomes, &config.tally(quest.id, &advisory));
+    // The audit draw, made where the quest would become PASS: the session's
+    // key is derived from the server's secret, read in this transaction.
+    let audit = match session.config.audit_rate() {
+        Some(rate) => {
+            let secret = super::secrets::server_secret(
+                tx,
+                quality::AUDIT_SECRET.to_owned(),
+                quality::new_server_secret(),
+            )
+            .await?;
+            let key = quality::session_key(&secret, session.id);
+            quality::drawn(&key, quest.id, rate).then_some(rate)
+        }
+        None => None,
+    };
+    let decision = verify::decide_with(&questions, &outcomes, &config.tally(audit, &advisory));
     let before = status_of(&quest);
     let (next, decided_by) = work::on_verified(before, decision.flagged)?;
     let submission = tx

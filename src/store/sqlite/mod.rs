@@ -31,8 +31,8 @@ mod verdicts;
 mod writer;
 
 use sql::{
-    calibration, console, held, inputs, pause_rule, reads, rechecks, review, secrets, tokens,
-    verify,
+    calibration, console, held, inputs, pause_rule, quality, reads, rechecks, review, secrets,
+    tokens, verify,
 };
 
 use writer::WriteCtx as Tx;
@@ -462,6 +462,10 @@ impl Store for SqliteStore {
         let (name, candidate) = (name.to_owned(), candidate.to_owned());
         single!(self, |ctx| secrets::server_secret(ctx, name, candidate)
             .await)
+    }
+
+    async fn quality_counts(&self, session_id: SessionId) -> Result<QualityCounts, StoreError> {
+        quality::quality_counts(&self.read, session_id).await
     }
 
     async fn decided_reviews(

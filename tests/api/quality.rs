@@ -1,0 +1,216 @@
+//! The error bound of an export (issue 22, point 5): with `audit.rate` a
+//! keyed share of the quests that would become PASS goes to a person first;
+//! the decisions on those audits bound the share of wrong PASS rows, shown
+//! by `GET /v1/sessions/{id}/quality` and on every export.
+
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, assigned, companies, contact_config, spawn_app};
+
+/// A session of `n` quests with the schema gate and `audit.rate = rate`, and its agent.
+async fn audited_session(app: &TestApp, n: usize, rate: f64) -> (String, String) {
+    let mut config = contact_config(3);
+    config["audit"] = json!({"rate": rate});
+    let session = app.scan(config, companies(n)).await;
+    let agent = app
+        .token("agent", &format!("agent-{}", &session[..8]))
+        .await;
+    (session, agent)
+}
+
+/// Works every quest of the session with a result the gate passes; the answers.
+async fn work_all(app: &TestApp, agent: &str, session: &str, n: usize) -> Vec<Value> {
+    let mut answers = Vec::new();
+    for i in 0..n {
+        let (quest, lease) = assigned(&app.next(agent, session, "bot").await);
+        let result = json!({"email": format!("person{i}@firm.test"), "confidence": "high"});
+        let mut answer = app
+            .submit(agent, &quest, &lease, result)
+            .await
+            .expect(200)
+            .to_owned();
+        answer["id"] = quest.into();
+        answers.push(answer);
+    }
+    answers
+}
+
+fn audit_fact(answer: &Value) -> Option<&Value> {
+    answer["facts"]
+        .as_array()?
+        .iter()
+        .find(|f| f["check"] == "audit")
+}
+
+async fn quality(app: &TestApp, session: &str) -> Value {
+    let path = format!("/v1/sessions/{session}/quality");
+    app.get(&path, &app.admin).await.expect(200).to_owned()
+}
+
+/// The export's `X-Quest-Error-Bound` header.
+async fn export_bound(app: &TestApp, session: &str) -> String {
+    let response = app
+        .client
+        .get(format!(
+            "{}/v1/sessions/{session}/export?format=csv",
+            app.base
+        ))
+        .bearer_auth(&app.admin)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    response.headers()["x-quest-error-bound"]
+        .to_str()
+        .unwrap()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_keyed_share_of_would_be_passes_goes_to_a_person_first() {
+    let app = spawn_app().await;
+    let (session, agent) = audited_session(&app, 40, 0.5).await;
+    let answers = work_all(&app, &agent, &session, 40).await;
+    let (mut audited, mut passed) = (0, 0);
+    for answer in &answers {
+        match audit_fact(answer) {
+            Some(fact) => {
+                audited += 1;
+                assert_eq!(answer["verdict"], "REVIEW", "{answer}");
+                assert_eq!(
+                    fact["actual"],
+                    "drawn for the audit sample (audit.rate 0.5)"
+                );
+                assert!(
+                    fact["hint"]
+                        .as_str()
+                        .unwrap()
+                        .starts_with("the gate passed this quest")
+                );
+            }
+            None => {
+                passed += 1;
+                assert_eq!(answer["verdict"], "PASS", "{answer}");
+            }
+        }
+    }
+    // 40 draws at one half: 8 to 32 holds but for about 1 in 10^4.
+    assert!(
+        (8..=32).contains(&audited),
+        "{audited} audited, {passed} passed"
+    );
+    let status = app.status(&session).await;
+    assert_eq!(
+        (status["review"].as_u64(), status["pass"].as_u64()),
+        (Some(audited), Some(passed))
+    );
+    // The audits are in the review queue under their own check.
+    let queue = app
+        .get(
+            &format!("/v1/review?session={session}&check=audit"),
+            &app.admin,
+        )
+        .await
+        .expect(200)
+        .to_owned();
+    assert_eq!(queue.as_array().unwrap().len() as u64, audited);
+}
+
+#[tokio::test]
+async fn the_bound_is_not_measured_before_an_audit_and_then_reads_as_clopper_pearson() {
+    let app = spawn_app().await;
+    let (session, agent) = audited_session(&app, 300, 1.0).await;
+    let answers = work_all(&app, &agent, &session, 300).await;
+    assert!(
+        answers.iter().all(|a| audit_fact(a).is_some()),
+        "audit.rate 1 draws every quest"
+    );
+
+    let before = quality(&app, &session).await;
+    assert_eq!(before["measured"], false, "{before}");
+    assert_eq!(
+        before["error_bound"],
+        Value::Null,
+        "never 0 without an audit: {before}"
+    );
+    assert_eq!(before["pending_audits"], 300);
+    assert!(
+        before["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("not measured"),
+        "{before}"
+    );
+    assert_eq!(export_bound(&app, &session).await, "not-measured");
+
+    // A person rejects 3 of the 300 audited results and approves the rest.
+    let reviewer = app.token("reviewer", "rita").await;
+    for (i, answer) in answers.iter().enumerate() {
+        let id = answer["id"].as_str().unwrap();
+        let body = match i {
+            0..3 => json!({"decision": "reject", "note": "not this company's address"}),
+            _ => json!({"decision": "approve", "note": ""}),
+        };
+        app.post(&format!("/v1/review/{id}"), &reviewer, body)
+            .await
+            .expect(200);
+    }
+    let after = quality(&app, &session).await;
+    assert_eq!(
+        (
+            after["measured"].as_bool(),
+            after["audited"].as_u64(),
+            after["errors"].as_u64()
+        ),
+        (Some(true), Some(300), Some(3)),
+        "{after}"
+    );
+    // One-sided 95% Clopper-Pearson, 3 errors in 300: 2.56%.
+    let bound = after["error_bound"].as_f64().unwrap();
+    assert_eq!(format!("{:.2}%", bound * 100.0), "2.56%", "{after}");
+    assert_eq!(
+        after["strata"],
+        json!([{"stratum": "gate", "audited": 300, "errors": 3, "error_bound": bound}])
+    );
+    assert_eq!(
+        (
+            after["covered"].as_u64(),
+            after["decided_by_person"].as_u64()
+        ),
+        (Some(297), Some(0)),
+        "{after}"
+    );
+    assert_eq!(after["pending_audits"], 0);
+    assert!(
+        after["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("at most 2.56% of 297 PASS rows are wrong"),
+        "{after}"
+    );
+    let header = export_bound(&app, &session).await;
+    assert_eq!(
+        header,
+        format!("{bound:.6}; confidence=0.95; audited=300; errors=3")
+    );
+}
+
+#[tokio::test]
+async fn an_audit_rate_outside_0_to_1_is_refused_saying_so() {
+    let app = spawn_app().await;
+    let mut config = contact_config(3);
+    config["audit"] = json!({"rate": 1.5});
+    let answer = app
+        .post(
+            "/v1/sessions",
+            &app.admin,
+            json!({"config": config, "items": companies(1)}),
+        )
+        .await;
+    answer.refused(422, "invalid_config");
+    let message = answer.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("config.audit.rate") && message.contains("between 0 and 1"),
+        "{message}"
+    );
+}
