@@ -12,6 +12,7 @@ pub mod demo;
 pub mod guard;
 pub mod mcp;
 mod operator;
+pub mod quality;
 pub mod recheck;
 pub mod review;
 mod session;
@@ -116,6 +117,8 @@ pub enum Verb {
     Scan(ScanArgs),
     /// Export the original rows plus result columns.
     Export(ExportArgs),
+    /// How wrong the session's PASS rows may be, from its random audits.
+    Quality(quality::QualityArgs),
     /// Re-check the session's PASS quests against the world as it is now (admin).
     Recheck(recheck::RecheckArgs),
     /// Work the human review queue (interactive without a subcommand).
@@ -294,6 +297,7 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
         Verb::Status(a) => status(&ctx, a).await,
         Verb::Scan(a) => scan(&ctx, a).await,
         Verb::Export(a) => export(&ctx, a).await,
+        Verb::Quality(a) => quality::run(&ctx, a).await,
         Verb::Recheck(a) => recheck::run(&ctx, a).await,
         Verb::Review(a) => review::run(&ctx, a).await,
         Verb::Token(t) => token(&ctx, t).await,

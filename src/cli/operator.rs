@@ -212,6 +212,8 @@ pub(super) async fn export(ctx: &Ctx, args: ExportArgs) -> Result<u8, CliError> 
         .await?;
     let written = backup::save(&mut response, &args.output).await?;
     eprintln!("quest: wrote {written} bytes to {}", args.output.display());
+    let quality = super::quality::of(ctx, session).await?;
+    eprintln!("quest: quality: {}", quality.summary);
     Ok(exit::OK)
 }
 

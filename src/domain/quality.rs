@@ -10,7 +10,7 @@
 use hmac::{Hmac, KeyInit, Mac};
 use sha2::Sha256;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::domain::Fact;
 use crate::domain::ids::{QuestId, SessionId};
@@ -85,7 +85,7 @@ pub fn audit_fact(rate: f64, verified: bool) -> Fact {
 
 /// Where an audited quest came from: the rate is the same in both, so the
 /// strata are reported for information and pooled for the bound.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 pub enum Stratum {
     #[serde(rename = "gate")]
     Gate,
@@ -102,7 +102,7 @@ pub struct Audits {
 }
 
 /// One stratum's figures, for information.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StratumQuality {
     pub stratum: Stratum,
     pub audited: u64,
@@ -112,11 +112,11 @@ pub struct StratumQuality {
 
 /// How wrong the delivered rows of a session may be, with every count the
 /// figure rests on.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Quality {
     /// Whether any audit was decided; without one nothing is measured (the bound is null, never 0).
     pub measured: bool,
-    pub method: &'static str,
+    pub method: String,
     pub confidence: f64,
     /// The session's `audit.rate`; null when it draws no audits.
     pub audit_rate: Option<f64>,
@@ -131,6 +131,8 @@ pub struct Quality {
     pub pending_audits: u64,
     /// PASS rows the bound covers: decided by the machine, or audited and approved.
     pub covered: u64,
+    /// Covered rows not audited: what further audits may draw from.
+    pub unaudited: u64,
     /// PASS rows a person decided outside the audit: not covered by the bound.
     pub decided_by_person: u64,
     /// The figures in one sentence.
@@ -148,6 +150,7 @@ impl Quality {
     ) -> Quality {
         let audited: u64 = audits.iter().map(|a| a.approved + a.rejected).sum();
         let errors: u64 = audits.iter().map(|a| a.rejected).sum();
+        let approved = audited - errors;
         let bound = error_bound(errors, audited);
         let strata = audits
             .iter()
@@ -177,7 +180,8 @@ impl Quality {
         };
         Quality {
             measured: bound.is_some(),
-            method: "Clopper-Pearson, one-sided, on a simple random sample of the machine-decided PASS rows",
+            method: "Clopper-Pearson, one-sided, on a simple random sample of the machine-decided PASS rows"
+                .to_owned(),
             confidence: CONFIDENCE,
             audit_rate,
             audited,
@@ -186,8 +190,29 @@ impl Quality {
             strata,
             pending_audits,
             covered,
+            unaudited: covered.saturating_sub(approved),
             decided_by_person,
             summary,
+        }
+    }
+
+    /// What `target` (a share) asks of further audits, in words: how many
+    /// more that find no error bring the bound under it, or why none can.
+    pub fn plan(&self, target: f64) -> String {
+        let percent = target * 100.0;
+        match audits_to_reach(self.errors, self.audited, target) {
+            Some(0) => format!("the bound is under {percent}% already"),
+            Some(more) if more <= self.unaudited => format!(
+                "{more} more audits that find no error bring the bound under {percent}% \
+                 (of {} PASS rows not audited)",
+                self.unaudited
+            ),
+            Some(more) => format!(
+                "unreachable: {more} more audits would be needed to bring the bound under \
+                 {percent}%, and only {} PASS rows are not audited",
+                self.unaudited
+            ),
+            None => format!("unreachable: no number of audits brings the bound under {percent}%"),
         }
     }
 
@@ -415,6 +440,31 @@ mod tests {
         assert_eq!(audits_to_reach(0, 300, 0.01), Some(0), "reached already");
         assert!(audits_to_reach(3, 300, 0.01).unwrap() > 300);
         assert_eq!(audits_to_reach(0, 10, 0.0), None);
+    }
+
+    #[test]
+    fn a_target_says_how_many_more_audits_or_that_it_is_out_of_reach() {
+        let clean = |audited, covered| {
+            let audits = [Audits {
+                stratum: Stratum::Gate,
+                approved: audited,
+                rejected: 0,
+            }];
+            Quality::of(Some(0.1), &audits, 0, covered, 0)
+        };
+        let q = clean(100, 1000);
+        assert_eq!(q.unaudited, 900);
+        assert_eq!(
+            q.plan(0.01),
+            "199 more audits that find no error bring the bound under 1% (of 900 PASS rows not audited)"
+        );
+        assert!(
+            clean(100, 250)
+                .plan(0.01)
+                .starts_with("unreachable: 199 more audits")
+        );
+        assert_eq!(clean(300, 1000).plan(0.01), "the bound is under 1% already");
+        assert!(clean(0, 10).plan(0.0).starts_with("unreachable: no number"));
     }
 
     #[test]

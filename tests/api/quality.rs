@@ -193,6 +193,42 @@ async fn the_bound_is_not_measured_before_an_audit_and_then_reads_as_clopper_pea
         header,
         format!("{bound:.6}; confidence=0.95; audited=300; errors=3")
     );
+
+    // The CLI: the bound as the export's last line, and what a target asks.
+    let ops = crate::cli::Shell::new(&app, &app.admin, Some(&session), "ops");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("out.csv");
+    let export = ops.run(&["export", "-o", file.to_str().unwrap()]).await;
+    assert_eq!(export.code, 0, "{}", export.stderr);
+    let last = export
+        .stderr
+        .trim_end()
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        last.starts_with("quest: quality: at most 2.56% of 297"),
+        "{}",
+        export.stderr
+    );
+    let plan = ops.run(&["quality", "--target", "0.05"]).await;
+    assert_eq!(plan.code, 0, "{}", plan.stderr);
+    assert!(
+        plan.stdout.contains("the bound is under 5% already"),
+        "{}",
+        plan.stdout
+    );
+    let plan = ops.run(&["quality", "--target", "0.01"]).await;
+    assert!(
+        plan.stdout.contains("unreachable:")
+            && plan.stdout.contains("only 0 PASS rows are not audited"),
+        "every PASS row was audited: {}",
+        plan.stdout
+    );
+    let bad = ops.run(&["quality", "--target", "5"]).await;
+    assert_ne!(bad.code, 0);
+    assert!(bad.stderr.contains("between 0 and 1"), "{}", bad.stderr);
 }
 
 #[tokio::test]
