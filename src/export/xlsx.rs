@@ -17,6 +17,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::{PAGE, Plan, Slot, neutralise};
+use crate::domain::quality::Quality;
 use crate::domain::table::cell_as_text;
 use crate::store::{ExportRow, Store, StoreError};
 
@@ -62,6 +63,7 @@ enum Page {
 pub async fn build(
     store: Arc<dyn Store>,
     plan: Plan,
+    quality: Quality,
     temp_dir: Option<&Path>,
     slot: Slot,
 ) -> Result<File, XlsxExportError> {
@@ -74,7 +76,7 @@ pub async fn build(
     let (pages, received) = mpsc::channel(2);
     let writer = tokio::task::spawn_blocking(move || {
         let mut slot = slot;
-        let file = write(&plan, received, temp_dir.as_deref())?;
+        let file = write(&plan, &quality, received, temp_dir.as_deref())?;
         slot.finish();
         Ok::<_, XlsxExportError>(file)
     });
@@ -99,6 +101,7 @@ pub async fn build(
 
 fn write(
     plan: &Plan,
+    quality: &Quality,
     mut pages: mpsc::Receiver<Page>,
     temp_dir: Option<&Path>,
 ) -> Result<File, XlsxExportError> {
@@ -117,7 +120,7 @@ fn write(
         match pages.blocking_recv() {
             Some(Page::Rows(rows)) => {
                 for row in &rows {
-                    write_row(sheet, line, &plan.values(row))?;
+                    write_row(sheet, line, 0, &plan.values(row))?;
                     line += 1;
                 }
             }
@@ -125,6 +128,7 @@ fn write(
             None => return Err(XlsxExportError::Cancelled),
         }
     }
+    write_quality(&mut book, quality, &bold)?;
     let mut file = match temp_dir {
         Some(dir) => tempfile::tempfile_in(dir)?,
         None => tempfile::tempfile()?,
@@ -134,10 +138,51 @@ fn write(
     Ok(file)
 }
 
-fn write_row(sheet: &mut Worksheet, line: u32, values: &[Value]) -> Result<(), XlsxError> {
+/// The `quality` sheet: how wrong the PASS rows may be, the method and
+/// every count the bound rests on (the figures of `GET …/quality`).
+fn write_quality(book: &mut Workbook, q: &Quality, bold: &Format) -> Result<(), XlsxError> {
+    let sheet = book.add_worksheet();
+    sheet.set_name("quality")?;
+    let share = |x: Option<f64>| x.map_or(Value::Null, Value::from);
+    let mut rows: Vec<(&str, Value)> = vec![
+        ("summary", q.summary.clone().into()),
+        ("measured", q.measured.into()),
+        ("method", q.method.clone().into()),
+        ("confidence", q.confidence.into()),
+        ("error_bound", share(q.error_bound)),
+        ("audited", q.audited.into()),
+        ("errors", q.errors.into()),
+        ("audit_rate", share(q.audit_rate)),
+        ("pending_audits", q.pending_audits.into()),
+        ("covered", q.covered.into()),
+        ("unaudited", q.unaudited.into()),
+        ("decided_by_person", q.decided_by_person.into()),
+    ];
+    for s in &q.strata {
+        let name = serde_json::to_value(s.stratum).expect("plain data serialises");
+        let name = name.as_str().unwrap_or_default();
+        rows.push((
+            "stratum",
+            format!("{name}: {} wrong in {} audits", s.errors, s.audited).into(),
+        ));
+    }
+    for (line, (name, value)) in rows.iter().enumerate() {
+        sheet.write_string_with_format(line as u32, 0, *name, bold)?;
+        write_row(sheet, line as u32, 1, std::slice::from_ref(value))?;
+    }
+    Ok(())
+}
+
+/// Writes `values` on `line` from column `first` on.
+fn write_row(
+    sheet: &mut Worksheet,
+    line: u32,
+    first: u16,
+    values: &[Value],
+) -> Result<(), XlsxError> {
     for (col, value) in values.iter().enumerate() {
         // The header has at most MAX_COLUMNS columns, checked before writing.
-        let col = col as u16;
+        let col = first + col as u16;
         match value {
             Value::Null => {}
             Value::Number(n) if n.as_f64().is_some() => {

@@ -46,19 +46,25 @@ impl Service {
         let plan = Plan::new(self.store.as_ref(), id, declared).await?;
         Ok(match format {
             ExportFormat::Xlsx => {
-                let file =
-                    export::xlsx::build(self.store.clone(), plan, self.exports.temp_dir(), slot)
-                        .await
-                        .map_err(|e| match e {
-                            export::xlsx::XlsxExportError::Store(e) => ServiceError::Store(e),
-                            e @ export::xlsx::XlsxExportError::TooWide(_) => {
-                                invalid("export_failed", e.to_string())
-                            }
-                            e @ (export::xlsx::XlsxExportError::Write(_)
-                            | export::xlsx::XlsxExportError::Cancelled) => {
-                                ServiceError::Fault(format!("the XLSX export failed: {e}"))
-                            }
-                        })?;
+                let quality = self.get_session_quality(id).await?;
+                let file = export::xlsx::build(
+                    self.store.clone(),
+                    plan,
+                    quality,
+                    self.exports.temp_dir(),
+                    slot,
+                )
+                .await
+                .map_err(|e| match e {
+                    export::xlsx::XlsxExportError::Store(e) => ServiceError::Store(e),
+                    e @ export::xlsx::XlsxExportError::TooWide(_) => {
+                        invalid("export_failed", e.to_string())
+                    }
+                    e @ (export::xlsx::XlsxExportError::Write(_)
+                    | export::xlsx::XlsxExportError::Cancelled) => {
+                        ServiceError::Fault(format!("the XLSX export failed: {e}"))
+                    }
+                })?;
                 Export::File(file)
             }
             _ => Export::Stream(Box::pin(export::stream(

@@ -35,6 +35,18 @@ async fn work_all(app: &TestApp, agent: &str, session: &str, n: usize) -> Vec<Va
     answers
 }
 
+/// The XLSX export's `quality` sheet, by its first column.
+fn quality_sheet(bytes: Vec<u8>) -> std::collections::HashMap<String, calamine::Data> {
+    use calamine::Reader;
+    let mut book = calamine::Xlsx::new(std::io::Cursor::new(bytes)).expect("a readable workbook");
+    assert_eq!(book.sheet_names(), ["quests", "quality"]);
+    let range = book.worksheet_range("quality").expect("a quality sheet");
+    range
+        .rows()
+        .map(|row| (row[0].to_string(), row[1].clone()))
+        .collect()
+}
+
 fn audit_fact(answer: &Value) -> Option<&Value> {
     answer["facts"]
         .as_array()?
@@ -193,6 +205,22 @@ async fn the_bound_is_not_measured_before_an_audit_and_then_reads_as_clopper_pea
         header,
         format!("{bound:.6}; confidence=0.95; audited=300; errors=3")
     );
+
+    // The XLSX export carries the figures in a sheet of their own.
+    let (status, xlsx) = app
+        .bytes(&format!("/v1/sessions/{session}/export?format=xlsx"))
+        .await;
+    assert_eq!(status, 200);
+    let sheet = quality_sheet(xlsx);
+    assert_eq!(sheet["error_bound"], calamine::Data::Float(bound));
+    assert_eq!(sheet["audited"], calamine::Data::Float(300.0));
+    assert_eq!(sheet["errors"], calamine::Data::Float(3.0));
+    assert_eq!(sheet["measured"], calamine::Data::Bool(true));
+    assert!(
+        sheet["summary"].to_string().starts_with("at most 2.56%"),
+        "{sheet:?}"
+    );
+    assert_eq!(sheet["stratum"].to_string(), "gate: 3 wrong in 300 audits");
 
     // The CLI: the bound as the export's last line, and what a target asks.
     let ops = crate::cli::Shell::new(&app, &app.admin, Some(&session), "ops");
