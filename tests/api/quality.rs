@@ -254,6 +254,24 @@ async fn the_bound_is_not_measured_before_an_audit_and_then_reads_as_clopper_pea
         "every PASS row was audited: {}",
         plan.stdout
     );
+    // The session's page says it too.
+    let vera = crate::console::sign_in(&app, &app.token("viewer", "vera").await).await;
+    let page = crate::console::get(&app, &format!("/ui/sessions/{session}"), Some(&vera)).await;
+    let html = page.expect(200).to_owned();
+    let line = html
+        .split("data-quality")
+        .nth(1)
+        .and_then(|r| r.split("</p>").next())
+        .unwrap();
+    assert!(
+        line.contains(&format!(r#"data-error-bound="{bound}""#)),
+        "{line}"
+    );
+    assert!(
+        line.contains("Error of the PASS rows: at most 2.56% of 297 PASS rows are wrong"),
+        "{line}"
+    );
+
     let bad = ops.run(&["quality", "--target", "5"]).await;
     assert_ne!(bad.code, 0);
     assert!(bad.stderr.contains("between 0 and 1"), "{}", bad.stderr);

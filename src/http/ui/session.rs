@@ -23,7 +23,9 @@ pub async fn page(
     let filter = Filter::parse(t)?;
     let overview = state.service.session_overview(id, &filter.query()).await?;
     let reviewers = state.service.get_session_reviewers(id).await?;
-    let page = session_page::build(id, filter, overview, reviewers, state.service.now());
+    let quality = state.service.get_session_quality(id).await?;
+    let now = state.service.now();
+    let page = session_page::build(id, filter, overview, reviewers, quality, now);
     templates::page("session.html", &signed.me, page)
 }
 

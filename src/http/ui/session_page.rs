@@ -109,6 +109,7 @@ pub struct SessionPage {
     verifiers: Option<crate::api::Verifiers>,
     pauses: Vec<PauseView>,
     reviewers: crate::api::Reviewers,
+    quality: crate::domain::quality::Quality,
 }
 
 fn parse_mark(s: Option<&str>) -> Result<Option<Mark>, PageError> {
@@ -230,6 +231,7 @@ pub fn build(
     filter: Filter,
     o: SessionOverview,
     reviewers: crate::api::Reviewers,
+    quality: crate::domain::quality::Quality,
     now: DateTime<Utc>,
 ) -> SessionPage {
     let base = format!("/ui/sessions/{id}");
@@ -271,6 +273,7 @@ pub fn build(
         verifiers: o.verifiers,
         pauses: o.pauses.into_iter().map(PauseView::from).collect(),
         reviewers,
+        quality,
         session: SessionView::from(&o.session),
     }
 }
