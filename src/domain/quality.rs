@@ -146,11 +146,11 @@ impl Quality {
         audits: &[Audits],
         pending_audits: u64,
         covered: u64,
+        unaudited: u64,
         decided_by_person: u64,
     ) -> Quality {
         let audited: u64 = audits.iter().map(|a| a.approved + a.rejected).sum();
         let errors: u64 = audits.iter().map(|a| a.rejected).sum();
-        let approved = audited - errors;
         let bound = error_bound(errors, audited);
         let strata = audits
             .iter()
@@ -190,7 +190,7 @@ impl Quality {
             strata,
             pending_audits,
             covered,
-            unaudited: covered.saturating_sub(approved),
+            unaudited,
             decided_by_person,
             summary,
         }
@@ -450,7 +450,7 @@ mod tests {
                 approved: audited,
                 rejected: 0,
             }];
-            Quality::of(Some(0.1), &audits, 0, covered, 0)
+            Quality::of(Some(0.1), &audits, 0, covered, covered - audited, 0)
         };
         let q = clean(100, 1000);
         assert_eq!(q.unaudited, 900);

@@ -113,6 +113,8 @@ pub enum Refusal {
     /// A held decision whose quest changed stage before it was due (its
     /// looks disagreed meanwhile): it is not recorded as something else.
     ReviewChanged,
+    /// A post-hoc audit that has its label already: a label is final.
+    AuditLabelled,
     /// An L2 answer for a quest that is no longer verified for that job.
     NotVerifying,
     /// The token already holds as many leases as its cap allows.
@@ -161,6 +163,7 @@ impl Refusal {
             Refusal::AlreadyLooked { .. } => "already_reviewed",
             Refusal::AdjudicationNeeded { .. } => "adjudication_needed",
             Refusal::ReviewChanged => "review_changed",
+            Refusal::AuditLabelled => "audit_labelled",
             Refusal::NotVerifying => "not_verifying",
             Refusal::LeaseCap { .. } => "lease_cap",
             Refusal::Illegal(_) | Refusal::Ratchet(_) => "illegal_transition",
@@ -238,6 +241,9 @@ impl fmt::Display for Refusal {
             Refusal::ReviewChanged => f.write_str(
                 "the quest's reviewers disagreed while your decision was held, so it is an adjudicator's now; \
                  your decision was not recorded",
+            ),
+            Refusal::AuditLabelled => f.write_str(
+                "this audit has its label already, and a label is final; audit another quest",
             ),
             Refusal::NotVerifying => f.write_str("the quest is not being verified for this job"),
             Refusal::LeaseCap { cap } => write!(

@@ -279,6 +279,7 @@ mod tests {
                 "adjudication_needed",
             ),
             (Refusal::ReviewChanged, "review_changed"),
+            (Refusal::AuditLabelled, "audit_labelled"),
             (Refusal::NotVerifying, "not_verifying"),
             (Refusal::LeaseCap { cap: 2 }, "lease_cap"),
             (Refusal::Illegal("no".into()), "illegal_transition"),

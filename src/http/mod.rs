@@ -171,6 +171,8 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(review::list_verifiers))
         .routes(routes!(review::get_session_reviewers))
         .routes(routes!(quality::get_session_quality))
+        .routes(routes!(quality::draw_audits, quality::list_pending_audits))
+        .routes(routes!(quality::decide_audit))
         .routes(routes!(tokens::create_token, tokens::list_tokens))
         .routes(routes!(tokens::revoke_token))
         .routes(routes!(ops::healthz))

@@ -3,6 +3,12 @@
 
 use super::*;
 use crate::domain::quality::Quality;
+use crate::domain::work::ReviewerId;
+
+/// The most post-hoc audits one request draws.
+pub const MAX_AUDITS_DRAWN: u32 = 10_000;
+/// The most pending audits one listing gives.
+const MAX_AUDITS_LISTED: u32 = 500;
 
 impl Service {
     /// A session's quality figures: the error bound from its decided audits,
@@ -10,14 +16,60 @@ impl Service {
     pub async fn get_session_quality(&self, id: SessionId) -> Result<Quality, ServiceError> {
         let session = self.session(id).await?;
         let c = self.store.quality_counts(id).await?;
-        // An approved audit is a PASS a person decided, and one the bound covers.
-        let approved: u64 = c.audits.iter().map(|a| a.approved).sum();
+        // An audit approved where it would become PASS is a PASS row a person
+        // decided, and one the bound covers.
+        let approved = c.approved_at_pass;
         Ok(Quality::of(
             session.config.audit_rate(),
             &c.audits,
             c.pending_audits,
             c.pass.saturating_sub(c.pass_by_person) + approved,
+            c.unaudited,
             c.pass_by_person.saturating_sub(approved),
         ))
+    }
+
+    /// Draws up to `count` of the session's unaudited machine-decided PASS
+    /// quests, uniformly, for post-hoc audits: label-only reviews whose
+    /// labels join the bound's pool. Their ids.
+    pub async fn draw_audits(
+        &self,
+        id: SessionId,
+        count: u32,
+    ) -> Result<Vec<QuestId>, ServiceError> {
+        if !(1..=MAX_AUDITS_DRAWN).contains(&count) {
+            return Err(invalid(
+                "invalid_count",
+                format!("draw from 1 to {MAX_AUDITS_DRAWN} audits at once"),
+            ));
+        }
+        self.session(id).await?;
+        Ok(self.store.draw_audits(id, count).await?)
+    }
+
+    /// The session's post-hoc audits waiting for a label, oldest first.
+    pub async fn pending_audits(&self, id: SessionId) -> Result<Vec<api::Quest>, ServiceError> {
+        self.session(id).await?;
+        let mut out = Vec::new();
+        for quest in self.store.pending_audits(id, MAX_AUDITS_LISTED).await? {
+            out.push(self.with_history(quest).await?);
+        }
+        Ok(out)
+    }
+
+    /// A reviewer's label on a post-hoc audit: approve (the row is right) or
+    /// reject it with a note (wrong). The quest stays PASS either way.
+    pub async fn decide_audit(
+        &self,
+        reviewer: &ReviewerId,
+        quest: QuestId,
+        decision: Decision,
+        note: &str,
+    ) -> Result<(), ServiceError> {
+        super::review::check_note(decision, note)?;
+        Ok(self
+            .store
+            .decide_audit(quest, reviewer, decision, note)
+            .await?)
     }
 }

@@ -283,6 +283,27 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<crate::domain::agreement::Decided>, StoreError>;
     /// What the session's random audits found, and its PASS rows.
     async fn quality_counts(&self, session_id: SessionId) -> Result<QualityCounts, StoreError>;
+    /// Draws up to `count` unaudited machine-decided PASS quests of the
+    /// session, uniformly, for post-hoc audits; their ids.
+    async fn draw_audits(
+        &self,
+        session_id: SessionId,
+        count: u32,
+    ) -> Result<Vec<QuestId>, StoreError>;
+    /// The session's post-hoc audits waiting for a label, oldest first.
+    async fn pending_audits(
+        &self,
+        session_id: SessionId,
+        limit: u32,
+    ) -> Result<Vec<QuestRow>, StoreError>;
+    /// Labels a post-hoc audit (once); the quest's state never changes.
+    async fn decide_audit(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        decision: Decision,
+        note: &str,
+    ) -> Result<(), StoreError>;
     /// Holds a reviewer's decision for `seconds` (the review page's undo
     /// window), keeping their claim on the quest at least that long.
     async fn hold_review(

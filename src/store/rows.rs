@@ -106,6 +106,11 @@ pub struct QualityCounts {
     pub pass: u64,
     /// PASS rows a person decided, audits included.
     pub pass_by_person: u64,
+    /// Machine-decided PASS rows no audit drew.
+    pub unaudited: u64,
+    /// Audits drawn where the quest would become PASS that a person approved
+    /// (PASS rows decided by a person, and covered by the bound).
+    pub approved_at_pass: u64,
 }
 
 /// A quest of the review queue, with where it stands with its reviewers.

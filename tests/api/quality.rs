@@ -296,3 +296,143 @@ async fn an_audit_rate_outside_0_to_1_is_refused_saying_so() {
         "{message}"
     );
 }
+
+/// Post-hoc audits on a finished session: drawn uniformly from the unaudited
+/// PASS rows, labelled by a person without changing any state, and counted
+/// in the bound's pool; a label is final.
+#[tokio::test]
+async fn post_hoc_audits_of_a_finished_session_join_the_pool_and_change_no_state() {
+    let app = spawn_app().await;
+    let (session, agent) = audited_session(&app, 20, 0.0).await;
+    let answers = work_all(&app, &agent, &session, 20).await;
+    assert!(
+        answers.iter().all(|a| a["state"] == "PASS"),
+        "audit.rate 0 draws none"
+    );
+    assert_eq!(quality(&app, &session).await["unaudited"], 20);
+
+    let reviewer = app.token("reviewer", "rita").await;
+    let draw = |count: u32| {
+        let app = &app;
+        let session = session.clone();
+        async move {
+            let path = format!("/v1/sessions/{session}/audits");
+            app.post(&path, &app.admin, json!({"count": count})).await
+        }
+    };
+    draw(0).await.refused(422, "invalid_count");
+    // Only an admin draws.
+    let path = format!("/v1/sessions/{session}/audits");
+    assert_eq!(
+        app.post(&path, &reviewer, json!({"count": 1})).await.status,
+        403
+    );
+    let drawn = draw(8).await.expect(201);
+    let ids: Vec<String> = drawn["quests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!((drawn["drawn"].as_u64(), ids.len()), (Some(8), 8));
+    let pending = app.get(&path, &reviewer).await.expect(200);
+    assert_eq!(pending.as_array().unwrap().len(), 8);
+    assert_eq!(quality(&app, &session).await["pending_audits"], 8);
+
+    for (i, id) in ids.iter().enumerate() {
+        let body = match i {
+            0 => json!({"decision": "reject", "note": "another company's address"}),
+            _ => json!({"decision": "approve"}),
+        };
+        let label = app.post(&format!("/v1/audits/{id}"), &reviewer, body).await;
+        assert_eq!(label.status, 204, "{}", label.body);
+        assert_eq!(
+            app.quest(id).await["state"],
+            "PASS",
+            "a label changes no state"
+        );
+    }
+    let again = app
+        .post(
+            &format!("/v1/audits/{}", ids[0]),
+            &reviewer,
+            json!({"decision": "approve"}),
+        )
+        .await;
+    again.refused(409, "audit_labelled");
+    let not_drawn = answers
+        .iter()
+        .map(|a| a["id"].as_str().unwrap())
+        .find(|id| !ids.iter().any(|d| d == id))
+        .unwrap();
+    app.post(
+        &format!("/v1/audits/{not_drawn}"),
+        &reviewer,
+        json!({"decision": "approve"}),
+    )
+    .await
+    .refused(404, "not_found");
+
+    let q = quality(&app, &session).await;
+    assert_eq!(
+        (
+            q["audited"].as_u64(),
+            q["errors"].as_u64(),
+            q["pending_audits"].as_u64(),
+            q["unaudited"].as_u64()
+        ),
+        (Some(8), Some(1), Some(0), Some(12)),
+        "{q}"
+    );
+    assert_eq!(
+        q["covered"], 20,
+        "a rejected post-hoc audit stays a PASS row: {q}"
+    );
+    // The rest are drawn; no quest is drawn twice.
+    let rest = draw(100).await.expect(201);
+    assert_eq!(rest["drawn"], 12);
+    let rest: Vec<&str> = rest["quests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q.as_str().unwrap())
+        .collect();
+    assert!(
+        rest.iter().all(|id| !ids.iter().any(|d| d == id)),
+        "a quest is audited once"
+    );
+    assert_eq!(draw(1).await.expect(201)["drawn"], 0);
+}
+
+/// On every backend: raw SQL cannot change an audit's label once given, and
+/// no label moves the quest.
+#[tokio::test]
+async fn raw_sql_cannot_rewrite_an_audits_label() {
+    let test = "raw_sql_cannot_rewrite_an_audits_label";
+    for app in crate::ratchet::ratchet_apps(test).await {
+        let (session, agent) = audited_session(&app, 2, 0.0).await;
+        work_all(&app, &agent, &session, 2).await;
+        let path = format!("/v1/sessions/{session}/audits");
+        let drawn = app
+            .post(&path, &app.admin, json!({"count": 1}))
+            .await
+            .expect(201);
+        let id = drawn["quests"][0].as_str().unwrap().to_owned();
+        let body = json!({"decision": "reject", "note": "wrong"});
+        assert_eq!(
+            app.post(&format!("/v1/audits/{id}"), &app.admin, body)
+                .await
+                .status,
+            204
+        );
+        let mut db = crate::ratchet::raw(&app).await;
+        let rewrite =
+            format!("UPDATE audit_reviews SET decision = 'approve' WHERE quest_id = '{id}'");
+        let err = db.execute(&rewrite).await.expect_err("a label is final");
+        assert!(
+            crate::ratchet::refused_by_a_rule(&err) && err.contains("label is final"),
+            "{err}"
+        );
+        assert_eq!(app.quest(&id).await["state"], "PASS");
+    }
+}

@@ -253,6 +253,11 @@ fn fixture() -> Vec<String> {
          VALUES ('{}', '{s1}', '{TOKEN}', '{TOKEN}/bot-2', 'consecutive_done', '3 of 3', 1, now())",
         id(OTHER, 6)
     ));
+    sql.push(format!(
+        "INSERT INTO audit_reviews (quest_id, session_id, drawn_at, decision, reviewer, note, decided_at)
+         VALUES ('{}', '{s1}', now(), 'approve', 'rita', '', now())",
+        q(4)
+    ));
     sql
 }
 
@@ -536,6 +541,13 @@ fn cases() -> Vec<Case> {
         case(
             "pauses are never deleted",
             format!("DELETE FROM token_pauses WHERE id = '{pause}'"),
+        ),
+        case(
+            "an audit's label is final",
+            format!(
+                "UPDATE audit_reviews SET decision = 'reject', note = 'n' WHERE quest_id = '{}'",
+                q(4)
+            ),
         ),
     ];
     // TRUNCATE skips row triggers: each append-only table refuses it too. A

@@ -443,6 +443,39 @@ impl Store for PgStore {
         quality::quality_counts(&self.db.pool, session_id).await
     }
 
+    async fn draw_audits(
+        &self,
+        session_id: SessionId,
+        count: u32,
+    ) -> Result<Vec<QuestId>, StoreError> {
+        self.write((session_id, count), |tx, (s, n)| {
+            Box::pin(quality::draw_audits(tx, s, n))
+        })
+        .await
+    }
+
+    async fn pending_audits(
+        &self,
+        session_id: SessionId,
+        limit: u32,
+    ) -> Result<Vec<QuestRow>, StoreError> {
+        quality::pending_audits(&self.db.pool, session_id, limit).await
+    }
+
+    async fn decide_audit(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        decision: Decision,
+        note: &str,
+    ) -> Result<(), StoreError> {
+        let args = (quest_id, reviewer.clone(), decision, note.to_owned());
+        self.write(args, |tx, (q, r, d, n)| {
+            Box::pin(quality::decide_audit(tx, q, r, d, n))
+        })
+        .await
+    }
+
     async fn decided_reviews(
         &self,
         session_id: SessionId,

@@ -468,6 +468,37 @@ impl Store for SqliteStore {
         quality::quality_counts(&self.read, session_id).await
     }
 
+    async fn draw_audits(
+        &self,
+        session_id: SessionId,
+        count: u32,
+    ) -> Result<Vec<QuestId>, StoreError> {
+        single!(self, |ctx| quality::draw_audits(ctx, session_id, count)
+            .await)
+    }
+
+    async fn pending_audits(
+        &self,
+        session_id: SessionId,
+        limit: u32,
+    ) -> Result<Vec<QuestRow>, StoreError> {
+        quality::pending_audits(&self.read, session_id, limit).await
+    }
+
+    async fn decide_audit(
+        &self,
+        quest_id: QuestId,
+        reviewer: &ReviewerId,
+        decision: Decision,
+        note: &str,
+    ) -> Result<(), StoreError> {
+        let (reviewer, note) = (reviewer.clone(), note.to_owned());
+        single!(self, |ctx| quality::decide_audit(
+            ctx, quest_id, reviewer, decision, note
+        )
+        .await)
+    }
+
     async fn decided_reviews(
         &self,
         session_id: SessionId,
