@@ -126,6 +126,11 @@ pub struct Status {
     /// `GET /v1/verifiers?session=`).
     #[serde(default)]
     pub calibration: Vec<VerifierCalibration>,
+    /// How wrong the PASS rows may be (`GET /v1/sessions/{id}/quality`):
+    /// given by `GET …/status` only (`measured: false` before any audit is
+    /// decided), not in the session list or the event streams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<crate::domain::quality::Quality>,
 }
 
 impl Status {
@@ -171,6 +176,7 @@ impl Status {
             rechecked_at: None,
             recheck: None,
             calibration: Vec::new(),
+            quality: None,
         }
     }
 

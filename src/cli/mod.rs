@@ -594,6 +594,7 @@ mod tests {
             rechecked_at: None,
             recheck: None,
             calibration: Vec::new(),
+            quality: None,
         };
         assert_eq!(bar(&s, 10), "[####?x....]");
     }

@@ -102,7 +102,7 @@ pub struct Audits {
 }
 
 /// One stratum's figures, for information.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct StratumQuality {
     pub stratum: Stratum,
     pub audited: u64,
@@ -112,7 +112,7 @@ pub struct StratumQuality {
 
 /// How wrong the delivered rows of a session may be, with every count the
 /// figure rests on.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Quality {
     /// Whether any audit was decided; without one nothing is measured (the bound is null, never 0).
     pub measured: bool,

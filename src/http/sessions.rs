@@ -196,7 +196,9 @@ pub async fn get_status(
     _caller: Caller<Read>,
     Path(id): Path<SessionId>,
 ) -> Result<Json<Status>, ApiError> {
-    Ok(Json(state.service.get_session_status(id).await?))
+    let mut status = state.service.get_session_status(id).await?;
+    status.quality = Some(state.service.get_session_quality(id).await?);
+    Ok(Json(status))
 }
 
 /// The uploaded file, byte for byte, streamed from the database piece by piece.

@@ -154,6 +154,11 @@ async fn the_bound_is_not_measured_before_an_audit_and_then_reads_as_clopper_pea
         "{before}"
     );
     assert_eq!(export_bound(&app, &session).await, "not-measured");
+    let status = app.status(&session).await;
+    assert_eq!(
+        status["quality"]["measured"], false,
+        "status carries it too: {status}"
+    );
 
     // A person rejects 3 of the 300 audited results and approves the rest.
     let reviewer = app.token("reviewer", "rita").await;
@@ -180,6 +185,11 @@ async fn the_bound_is_not_measured_before_an_audit_and_then_reads_as_clopper_pea
     // One-sided 95% Clopper-Pearson, 3 errors in 300: 2.56%.
     let bound = after["error_bound"].as_f64().unwrap();
     assert_eq!(format!("{:.2}%", bound * 100.0), "2.56%", "{after}");
+    assert_eq!(
+        app.status(&session).await["quality"],
+        after,
+        "the status's figures are the same"
+    );
     assert_eq!(
         after["strata"],
         json!([{"stratum": "gate", "audited": 300, "errors": 3, "error_bound": bound}])
