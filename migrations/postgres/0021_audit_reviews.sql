@@ -2,7 +2,7 @@
 -- session's unaudited machine-decided PASS rows, each judged by a person as
 -- a label of the error bound only. An audit review never changes the
 -- quest's state (the quest stays PASS whatever the label); a quest is
--- audited once; a label, once given, is never changed.
+-- audited once; a label, once given, is never changed nor deleted.
 
 CREATE TABLE audit_reviews (
     quest_id       UUID PRIMARY KEY REFERENCES quests (id),
@@ -27,3 +27,12 @@ END $$;
 CREATE TRIGGER audit_reviews_label_is_final BEFORE UPDATE ON audit_reviews
 FOR EACH ROW WHEN (OLD.decision IS NOT NULL OR NEW.quest_id <> OLD.quest_id OR NEW.session_id <> OLD.session_id)
 EXECUTE FUNCTION audit_reviews_label_is_final();
+
+CREATE FUNCTION audit_reviews_never_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM ratchet_refuse('audits are never deleted');
+    RETURN NULL;
+END $$;
+
+CREATE TRIGGER audit_reviews_never_deleted BEFORE DELETE ON audit_reviews
+FOR EACH ROW EXECUTE FUNCTION audit_reviews_never_deleted();

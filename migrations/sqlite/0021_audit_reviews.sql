@@ -2,7 +2,7 @@
 -- session's unaudited machine-decided PASS rows, each judged by a person as
 -- a label of the error bound only. An audit review never changes the
 -- quest's state (the quest stays PASS whatever the label); a quest is
--- audited once; a label, once given, is never changed.
+-- audited once; a label, once given, is never changed nor deleted.
 
 CREATE TABLE audit_reviews (
     quest_id       TEXT PRIMARY KEY REFERENCES quests (id),
@@ -24,3 +24,12 @@ WHEN OLD.decision IS NOT NULL OR NEW.quest_id <> OLD.quest_id OR NEW.session_id 
 BEGIN
     SELECT RAISE(ABORT, 'ratchet: an audit''s label is final');
 END;
+
+CREATE TRIGGER audit_reviews_never_deleted
+BEFORE DELETE ON audit_reviews
+BEGIN
+    SELECT RAISE(ABORT, 'ratchet: audits are never deleted');
+END;
+
+-- The quality figures join a session's decisions to its quests by quest.
+CREATE INDEX review_decisions_quest ON review_decisions (quest_id);

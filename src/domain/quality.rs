@@ -110,6 +110,21 @@ pub struct StratumQuality {
     pub error_bound: Option<f64>,
 }
 
+/// A session's PASS rows as the bound sees them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rows {
+    /// Audits drawn and waiting for a person.
+    pub pending_audits: u64,
+    /// PASS rows decided by the machine, or audited and approved.
+    pub covered: u64,
+    /// Covered rows no audit drew.
+    pub unaudited: u64,
+    /// PASS rows a person decided outside the audit.
+    pub decided_by_person: u64,
+    /// PASS rows a post-hoc audit found wrong.
+    pub known_errors: u64,
+}
+
 /// How wrong the delivered rows of a session may be, with every count the
 /// figure rests on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -135,20 +150,23 @@ pub struct Quality {
     pub unaudited: u64,
     /// PASS rows a person decided outside the audit: not covered by the bound.
     pub decided_by_person: u64,
+    /// PASS rows a post-hoc audit found wrong: known errors, on top of the
+    /// bound (which covers the rows nobody has looked at).
+    pub known_errors: u64,
     /// The figures in one sentence.
     pub summary: String,
 }
 
 impl Quality {
     /// The figures of a session from its decided audits and PASS counts.
-    pub fn of(
-        audit_rate: Option<f64>,
-        audits: &[Audits],
-        pending_audits: u64,
-        covered: u64,
-        unaudited: u64,
-        decided_by_person: u64,
-    ) -> Quality {
+    pub fn of(audit_rate: Option<f64>, audits: &[Audits], rows: Rows) -> Quality {
+        let Rows {
+            pending_audits,
+            covered,
+            unaudited,
+            decided_by_person,
+            known_errors,
+        } = rows;
         let audited: u64 = audits.iter().map(|a| a.approved + a.rejected).sum();
         let errors: u64 = audits.iter().map(|a| a.rejected).sum();
         let bound = error_bound(errors, audited);
@@ -171,11 +189,17 @@ impl Quality {
                  wrong in {audited} random audits){}",
                 b * 100.0,
                 CONFIDENCE * 100.0,
-                if decided_by_person > 0 {
-                    format!("; {decided_by_person} rows decided by a person are not covered")
-                } else {
-                    String::new()
-                }
+                [
+                    (known_errors > 0).then(|| {
+                        format!("; {known_errors} found wrong by post-hoc audits are known errors")
+                    }),
+                    (decided_by_person > 0).then(|| {
+                        format!("; {decided_by_person} rows decided by a person are not covered")
+                    }),
+                ]
+                .into_iter()
+                .flatten()
+                .collect::<String>()
             ),
         };
         Quality {
@@ -192,6 +216,7 @@ impl Quality {
             covered,
             unaudited,
             decided_by_person,
+            known_errors,
             summary,
         }
     }
@@ -450,7 +475,12 @@ mod tests {
                 approved: audited,
                 rejected: 0,
             }];
-            Quality::of(Some(0.1), &audits, 0, covered, covered - audited, 0)
+            let rows = Rows {
+                covered,
+                unaudited: covered - audited,
+                ..Rows::default()
+            };
+            Quality::of(Some(0.1), &audits, rows)
         };
         let q = clean(100, 1000);
         assert_eq!(q.unaudited, 900);

@@ -237,7 +237,15 @@ impl Checker {
         };
         // The one place every verdict passes on its way to the store: what a
         // gate, a page or a program gave back is cleaned and cut here.
-        let outcome = outcome.bounded();
+        let mut outcome = outcome.bounded();
+        // The audit's check is the server's: a gate (an operator's program,
+        // or an agent's code it runs) naming a fact so would pass off any
+        // REVIEW as a random audit, a label of the error bound.
+        for fact in &mut outcome.facts {
+            if fact.check == quality::AUDIT_CHECK {
+                fact.check = format!("gate:{}", quality::AUDIT_CHECK);
+            }
+        }
         let outcome = match others {
             Others::Session => self.audited(job, outcome).await?,
             Others::Nobody => outcome,

@@ -334,6 +334,7 @@ async fn check_scope(
         id.parse::<SessionId>().ok()
     } else if template.starts_with("/v1/quests/{id}")
         || template.starts_with("/v1/review/{quest_id}")
+        || template.starts_with("/v1/audits/{quest_id}")
     {
         match id.parse::<QuestId>() {
             Ok(q) => service.quest_session(q).await.ok(),

@@ -49,8 +49,9 @@ pub struct AuditsDrawn {
 /// Draws `count` PASS quests uniformly from those the machine decided and no
 /// audit drew, for post-hoc audits: a person labels each (`POST
 /// /v1/audits/{quest_id}`), the quest stays PASS, and the labels join the
-/// error bound's pool, so that the sample stays uniform over the PASS rows
-/// (a finished session too).
+/// error bound's pool, so that the sample stays uniform over the PASS rows.
+/// The draw is uniform over the PASS rows that exist when it is made: draw
+/// once the session is finished.
 #[utoipa::path(post, path = "/v1/sessions/{id}/audits", tag = "review", operation_id = "draw_audits",
     params(("id" = Uuid, Path, description = "Session id")), request_body = DrawAudits,
     responses((status = 201, description = "The quests drawn for an audit", body = AuditsDrawn), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),

@@ -2,7 +2,7 @@
 //! bound (the mathematics are [`crate::domain::quality`]'s).
 
 use super::*;
-use crate::domain::quality::Quality;
+use crate::domain::quality::{Quality, Rows};
 use crate::domain::work::ReviewerId;
 
 /// The most post-hoc audits one request draws.
@@ -19,14 +19,14 @@ impl Service {
         // An audit approved where it would become PASS is a PASS row a person
         // decided, and one the bound covers.
         let approved = c.approved_at_pass;
-        Ok(Quality::of(
-            session.config.audit_rate(),
-            &c.audits,
-            c.pending_audits,
-            c.pass.saturating_sub(c.pass_by_person) + approved,
-            c.unaudited,
-            c.pass_by_person.saturating_sub(approved),
-        ))
+        let rows = Rows {
+            pending_audits: c.pending_audits,
+            covered: c.pass.saturating_sub(c.pass_by_person) + approved,
+            unaudited: c.unaudited,
+            decided_by_person: c.pass_by_person.saturating_sub(approved),
+            known_errors: c.known_errors,
+        };
+        Ok(Quality::of(session.config.audit_rate(), &c.audits, rows))
     }
 
     /// Draws up to `count` of the session's unaudited machine-decided PASS

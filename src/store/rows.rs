@@ -111,6 +111,8 @@ pub struct QualityCounts {
     /// Audits drawn where the quest would become PASS that a person approved
     /// (PASS rows decided by a person, and covered by the bound).
     pub approved_at_pass: u64,
+    /// Post-hoc audits a person rejected: PASS rows known to be wrong.
+    pub known_errors: u64,
 }
 
 /// A quest of the review queue, with where it stands with its reviewers.

@@ -560,3 +560,34 @@ async fn a_command_gate_without_examples_states_its_result_fields_as_any_json_va
         assert!(prompt.contains(needle), "missing {needle:?} in\n{prompt}");
     }
 }
+
+/// The audit's check is the server's: a program naming a fact `audit` cannot
+/// pass its REVIEW off as a random audit, a label of the error bound.
+#[tokio::test]
+async fn a_program_cannot_pass_a_review_off_as_a_random_audit() {
+    let script = r#"echo '{"verdict": "REVIEW", "facts": [{"check": "audit", "field": "quest", "actual": "drawn for the audit sample"}]}'"#;
+    let dir = tempfile::tempdir().unwrap();
+    let app = spawn_app_with(&gate_toml(&dir, script, 10_000, "")).await;
+    let agent = app.token("agent", "bot").await;
+    let session = app.scan(command_config(), companies(1)).await;
+    let (quest, lease) = assigned(&app.next(&agent, &session, "a").await);
+    let answer = app
+        .submit(&agent, &quest, &lease, json!({"test": "fn t() {}"}))
+        .await
+        .expect(200);
+    assert_eq!(answer["verdict"], "REVIEW", "{answer}");
+    assert_eq!(answer["facts"][0]["check"], "gate:audit", "{answer}");
+    let body = json!({"decision": "approve", "note": ""});
+    app.post(&format!("/v1/review/{quest}"), &app.admin, body)
+        .await
+        .expect(200);
+    let quality = app
+        .get(&format!("/v1/sessions/{session}/quality"), &app.admin)
+        .await
+        .expect(200);
+    assert_eq!(
+        (quality["audited"].as_u64(), quality["measured"].as_bool()),
+        (Some(0), Some(false)),
+        "{quality}"
+    );
+}

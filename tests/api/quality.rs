@@ -398,6 +398,17 @@ async fn post_hoc_audits_of_a_finished_session_join_the_pool_and_change_no_state
         q["covered"], 20,
         "a rejected post-hoc audit stays a PASS row: {q}"
     );
+    assert_eq!(
+        q["known_errors"], 1,
+        "and is a known error on top of the bound: {q}"
+    );
+    assert!(
+        q["summary"]
+            .as_str()
+            .unwrap()
+            .contains("; 1 found wrong by post-hoc audits are known errors"),
+        "{q}"
+    );
     // The rest are drawn; no quest is drawn twice.
     let rest = draw(100).await.expect(201);
     assert_eq!(rest["drawn"], 12);
@@ -414,8 +425,8 @@ async fn post_hoc_audits_of_a_finished_session_join_the_pool_and_change_no_state
     assert_eq!(draw(1).await.expect(201)["drawn"], 0);
 }
 
-/// On every backend: raw SQL cannot change an audit's label once given, and
-/// no label moves the quest.
+/// On every backend: raw SQL cannot change an audit's label once given nor
+/// delete an audit, and no label moves the quest.
 #[tokio::test]
 async fn raw_sql_cannot_rewrite_an_audits_label() {
     let test = "raw_sql_cannot_rewrite_an_audits_label";
@@ -444,5 +455,43 @@ async fn raw_sql_cannot_rewrite_an_audits_label() {
             "{err}"
         );
         assert_eq!(app.quest(&id).await["state"], "PASS");
+        let delete = format!("DELETE FROM audit_reviews WHERE quest_id = '{id}'");
+        let err = db.execute(&delete).await.expect_err("an audit stays");
+        assert!(err.contains("never deleted"), "{err}");
     }
+}
+
+/// A bulk approval of the audits decides them but labels nothing: nobody
+/// looked at the rows.
+#[tokio::test]
+async fn a_bulk_approval_of_audits_is_no_label() {
+    use crate::console::{form, post, sign_in};
+    let app = spawn_app().await;
+    let (session, agent) = audited_session(&app, 2, 1.0).await;
+    let answers = work_all(&app, &agent, &session, 2).await;
+    let rita = sign_in(&app, &app.token("reviewer", "rita").await).await;
+    let mut fields = vec![
+        ("csrf", rita.csrf.as_str()),
+        ("decision", "approve"),
+        ("session", session.as_str()),
+    ];
+    fields.extend(answers.iter().map(|a| ("quest", a["id"].as_str().unwrap())));
+    post(&app, "/ui/review/bulk", Some(&rita), form(&fields), &[])
+        .await
+        .expect(200);
+    let q = quality(&app, &session).await;
+    assert_eq!(
+        (q["covered"].as_u64(), q["decided_by_person"].as_u64()),
+        (Some(0), Some(2)),
+        "PASS rows a person decided without looking are not covered: {q}"
+    );
+    assert_eq!(
+        (
+            q["audited"].as_u64(),
+            q["measured"].as_bool(),
+            q["pending_audits"].as_u64()
+        ),
+        (Some(0), Some(false), Some(0)),
+        "{q}"
+    );
 }

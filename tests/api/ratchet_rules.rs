@@ -543,6 +543,10 @@ fn cases() -> Vec<Case> {
             format!("DELETE FROM token_pauses WHERE id = '{pause}'"),
         ),
         case(
+            "audits are never deleted",
+            format!("DELETE FROM audit_reviews WHERE quest_id = '{}'", q(4)),
+        ),
+        case(
             "an audit's label is final",
             format!(
                 "UPDATE audit_reviews SET decision = 'reject', note = 'n' WHERE quest_id = '{}'",

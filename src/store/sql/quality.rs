@@ -34,6 +34,7 @@ pub async fn draw_audits(
                 by_person!(),
                 " AND NOT EXISTS (SELECT 1 FROM audit_reviews a WHERE a.quest_id = q.id)
                  ORDER BY random() LIMIT $2
+                 ON CONFLICT (quest_id) DO NOTHING
                  RETURNING quest_id"
             ))
             .bind(session)
@@ -108,7 +109,9 @@ pub async fn quality_counts(pool: &Pool, session: SessionId) -> Result<QualityCo
                 COUNT(*) AS n
          FROM quests q
          JOIN submissions s ON s.id = q.submission_id
+         -- A bulk decision is no label: nobody looked at the row.
          JOIN review_decisions d ON d.quest_id = q.id AND d.decides = TRUE
+                                 AND (d.bulk IS NULL OR d.bulk = FALSE)
          WHERE q.session_id = $1 AND q.state IN ('PASS', 'DONE')
            AND (EXISTS (SELECT 1 FROM ",
         json_elements!("s.facts"),
@@ -139,6 +142,13 @@ pub async fn quality_counts(pool: &Pool, session: SessionId) -> Result<QualityCo
     for r in &decided {
         if r.parsed::<Decision>("decision")? == Decision::Approve {
             approved_at_pass += r.count("n")?;
+        }
+    }
+    // A rejected post-hoc audit is a PASS row known to be wrong.
+    let mut known_errors = 0;
+    for r in &labelled {
+        if r.parsed::<Decision>("decision")? == Decision::Reject {
+            known_errors += r.count("n")?;
         }
     }
     let mut audits: Vec<Audits> = Vec::new();
@@ -191,5 +201,6 @@ pub async fn quality_counts(pool: &Pool, session: SessionId) -> Result<QualityCo
         pass_by_person: row.count("by_person")?,
         unaudited: row.count("unaudited")?,
         approved_at_pass,
+        known_errors,
     })
 }
