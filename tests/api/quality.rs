@@ -13,7 +13,7 @@ async fn audited_session(app: &TestApp, n: usize, rate: f64) -> (String, String)
     config["audit"] = json!({"rate": rate});
     let session = app.scan(config, companies(n)).await;
     let agent = app
-        .token("agent", &format!("agent-{}", &session[..8]))
+        .token("agent", &format!("agent-{}", &session[session.len() - 8..]))
         .await;
     (session, agent)
 }
@@ -362,6 +362,18 @@ async fn post_hoc_audits_of_a_finished_session_join_the_pool_and_change_no_state
             "a label changes no state"
         );
     }
+    // A reviewer token limited to another session labels none of these.
+    let (elsewhere, _) = audited_session(&app, 1, 0.0).await;
+    let body = json!({"name": "scoped", "role": "reviewer", "sessions": [elsewhere]});
+    let scoped = app.post("/v1/tokens", &app.admin, body).await.expect(201)["secret"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let label = json!({"decision": "approve"});
+    let refused = app
+        .post(&format!("/v1/audits/{}", ids[1]), &scoped, label)
+        .await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
     let again = app
         .post(
             &format!("/v1/audits/{}", ids[0]),
