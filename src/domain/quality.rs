@@ -511,10 +511,12 @@ mod tests {
         let hits = quests.iter().filter(|q| drawn(&key, **q, 0.25)).count();
         // 4000 draws at 0.25: mean 1000, sd ≈ 27; ±5 sd.
         assert!((865..=1135).contains(&hits), "{hits}");
+        // The key is derived again after a restart: the same draws.
+        let again = session_key("server secret", session);
         assert!(
             quests
                 .iter()
-                .all(|q| drawn(&key, *q, 0.25) == drawn(&key, *q, 0.25))
+                .all(|q| drawn(&key, *q, 0.25) == drawn(&again, *q, 0.25))
         );
         let same = quests
             .iter()

@@ -561,6 +561,7 @@ async fn an_audit_sample_sends_quests_the_verifiers_pass_to_review_marked_as_aud
             companies(3),
         )
         .await;
+    let mut flagged = Value::Null;
     for i in 0..3 {
         let quest = work_next(&app, &agent, &all).await;
         assert_eq!(quest["state"], "REVIEW", "{quest}");
@@ -569,6 +570,7 @@ async fn an_audit_sample_sends_quests_the_verifiers_pass_to_review_marked_as_aud
                 audit_fact(&quest).is_none(),
                 "a flagged quest is no audit sample: {quest}"
             );
+            flagged = quest;
             continue;
         }
         let fact = audit_fact(&quest).unwrap_or_else(|| panic!("an audit fact: {quest}"));
@@ -598,6 +600,19 @@ async fn an_audit_sample_sends_quests_the_verifiers_pass_to_review_marked_as_aud
             "{r}"
         );
     }
+    // They are the error bound's labels too, in the verifiers' stratum; the
+    // flagged quest, decided by a person, is none.
+    decide(&app, &reviewer, &flagged, true).await;
+    let quality = app
+        .get(&format!("/v1/sessions/{all}/quality"), &app.admin)
+        .await
+        .expect(200);
+    assert_eq!(
+        quality["strata"],
+        json!([{"stratum": "gate+verifiers", "audited": 2, "errors": 0, "error_bound": quality["error_bound"]}]),
+        "{quality}"
+    );
+    assert_eq!(quality["pending_audits"], 0, "{quality}");
 
     // audit_rate 0.5: each quest's fate is a keyed draw (the key is the
     // server's; see domain::quality for its unpredictability), and over 23
