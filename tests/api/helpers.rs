@@ -141,6 +141,12 @@ async fn spawn_app_world(
     .await
 }
 
+/// Starts a server on an existing data dir whose clock is `clock` (a restart
+/// after time has passed).
+pub async fn spawn_app_in_clocked(data_dir: TempDir, clock: Arc<ManualClock>) -> TestApp {
+    spawn_app_clocked(data_dir, None, |_| {}, None, clock).await
+}
+
 /// Starts a server on `data_dir` with a world for the email gate whose parts
 /// (a page cache, a fetcher) tell time by the server's own `clock`.
 pub async fn spawn_app_in_world(
