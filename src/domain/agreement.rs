@@ -52,6 +52,17 @@ pub struct PairFigures {
     pub kappa_reason: Option<String>,
 }
 
+/// The share of the pairs' shared quests on which two reviewers decided
+/// differently, pooled over every pair; `None` with no shared quest.
+pub fn disagreement(pairs: &[PairFigures]) -> Option<f64> {
+    let shared: u64 = pairs.iter().map(|p| p.shared).sum();
+    let apart: f64 = pairs
+        .iter()
+        .map(|p| p.shared as f64 * (1.0 - p.agreement.unwrap_or(1.0)))
+        .sum();
+    (shared > 0).then(|| apart / shared as f64)
+}
+
 /// Who a decision is by: its token, or (decisions older than kept tokens) its name.
 fn who(d: &Decided) -> (Option<TokenId>, String) {
     (d.token, d.name.clone())
@@ -287,5 +298,21 @@ mod tests {
                 .iter()
                 .all(|p| p.a == "ana" && p.b == "ben" && p.shared == 1)
         );
+    }
+
+    #[test]
+    fn disagreement_pools_the_pairs_by_their_shared_quests() {
+        let pair = |shared, agreement| PairFigures {
+            a: "a".into(),
+            b: "b".into(),
+            shared,
+            agreement: Some(agreement),
+            kappa: None,
+            kappa_reason: None,
+        };
+        assert_eq!(disagreement(&[]), None);
+        // 10 quests at 0.9 and 30 at 0.5: (1 + 15) / 40.
+        let pooled = disagreement(&[pair(10, 0.9), pair(30, 0.5)]).unwrap();
+        assert!((pooled - 16.0 / 40.0).abs() < 1e-12, "{pooled}");
     }
 }

@@ -153,6 +153,10 @@ pub struct Quality {
     /// PASS rows a post-hoc audit found wrong: known errors, on top of the
     /// bound (which covers the rows nobody has looked at).
     pub known_errors: u64,
+    /// With several reviewers, the share of their shared quests on which
+    /// two decided differently: how far the rows people decided can be
+    /// trusted. Null with no shared quest.
+    pub reviewer_disagreement: Option<f64>,
     /// The figures in one sentence.
     pub summary: String,
 }
@@ -217,6 +221,7 @@ impl Quality {
             unaudited,
             decided_by_person,
             known_errors,
+            reviewer_disagreement: None,
             summary,
         }
     }

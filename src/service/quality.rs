@@ -26,7 +26,13 @@ impl Service {
             decided_by_person: c.pass_by_person.saturating_sub(approved),
             known_errors: c.known_errors,
         };
-        Ok(Quality::of(session.config.audit_rate(), &c.audits, rows))
+        let mut quality = Quality::of(session.config.audit_rate(), &c.audits, rows);
+        if session.config.reviewers() > 1 {
+            let decided = self.store.decided_reviews(id).await?;
+            let (_, pairs) = crate::domain::agreement::figures(&decided);
+            quality.reviewer_disagreement = crate::domain::agreement::disagreement(&pairs);
+        }
+        Ok(quality)
     }
 
     /// Draws up to `count` of the session's unaudited machine-decided PASS

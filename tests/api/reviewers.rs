@@ -412,6 +412,15 @@ async fn the_reviewers_agreement_is_measured_with_cohens_kappa() {
         (Some("ana"), Some("ben"), Some(12))
     );
     assert_eq!(pair["agreement"], 0.75);
+    // The quality figures put the same beside the rows people decided.
+    let session = session_of(&app, &quests[0]).await;
+    let quality = app
+        .get(&format!("/v1/sessions/{session}/quality"), &app.admin)
+        .await
+        .expect(200);
+    assert_eq!(quality["reviewer_disagreement"], 0.25, "{quality}");
+    // PASS: the 6 both approved and the 1 the adjudicator approved.
+    assert_eq!(quality["decided_by_person"], 7, "{quality}");
     // po = 9/12; ana rejects 4/12, ben 5/12; pe = (4*5 + 8*7) / 144 = 76/144; kappa = 32/68.
     assert!(
         (pair["kappa"].as_f64().unwrap() - 32.0 / 68.0).abs() < 1e-9,
