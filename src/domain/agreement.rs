@@ -63,8 +63,11 @@ pub fn disagreement(pairs: &[PairFigures]) -> Option<f64> {
     (shared > 0).then(|| apart / shared as f64)
 }
 
-/// Who a decision is by: its token, or (decisions older than kept tokens) its name.
-fn who(d: &Decided) -> (Option<TokenId>, String) {
+/// Who a decision is by: its token and name (two tokens of one name are two
+/// reviewers; decisions older than kept tokens have a name only).
+type Who = (Option<TokenId>, String);
+
+fn who(d: &Decided) -> Who {
     (d.token, d.name.clone())
 }
 
@@ -75,11 +78,8 @@ pub fn figures(decisions: &[Decided]) -> (Vec<ReviewerFigures>, Vec<PairFigures>
     for d in decisions {
         by_quest.entry(d.quest).or_default().push(d);
     }
-    let mut people: BTreeMap<(Option<TokenId>, String), ReviewerFigures> = BTreeMap::new();
-    let mut times: BTreeMap<(Option<TokenId>, String), (DateTime<Utc>, DateTime<Utc>)> =
-        BTreeMap::new();
-    // Keyed like the reviewers: by token and name (two tokens of one name are two reviewers).
-    type Who = (Option<TokenId>, String);
+    let mut people: BTreeMap<Who, ReviewerFigures> = BTreeMap::new();
+    let mut times: BTreeMap<Who, (DateTime<Utc>, DateTime<Utc>)> = BTreeMap::new();
     let mut pairs: BTreeMap<(Who, Who), Confusion> = BTreeMap::new();
     for d in decisions {
         let f = people.entry(who(d)).or_insert_with(|| ReviewerFigures {

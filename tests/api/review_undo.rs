@@ -231,47 +231,47 @@ async fn a_held_decision_refused_when_due_records_nothing_and_the_page_says_so_o
 /// A decision held when the server stops is recorded after the next start.
 #[tokio::test]
 async fn a_held_decision_outlives_a_restart_and_is_recorded_when_due() {
-    let app = spawn_app().await;
-    let (session, agent) = session(&app, 2).await;
-    let ids = reviews(&app, &agent, &session, 1).await;
-    let ana = sign_in(&app, &app.token("reviewer", "ana").await).await;
-    review_page(&app, &ana, "/ui/review").await;
-    decide(&app, &ana, &ids[0], true).await;
-    let dir = app.stop().await;
+    let (dir, quest) = held_then_stopped().await;
     let app = spawn_app_in(dir).await;
-    let q = app.fall_due(&ids[0]).await;
+    let q = app.fall_due(&quest).await;
     assert_eq!(
         (q["state"].as_str(), q["decided_by"].as_str()),
         (Some("PASS"), Some("reviewer:ana"))
     );
 }
 
+/// A server with ana's decision held on a quest in review, stopped: its data
+/// dir, and the quest.
+async fn held_then_stopped() -> (tempfile::TempDir, String) {
+    let app = spawn_app().await;
+    let (session, agent) = session(&app, 2).await;
+    let quest = reviews(&app, &agent, &session, 1).await.remove(0);
+    let ana = sign_in(&app, &app.token("reviewer", "ana").await).await;
+    review_page(&app, &ana, "/ui/review").await;
+    decide(&app, &ana, &quest, true).await;
+    assert_eq!(app.quest(&quest).await["state"], "REVIEW", "held");
+    (app.stop().await, quest)
+}
+
 /// A decision that fell due while the server was down is recorded at start,
 /// with no time passing after it.
 #[tokio::test]
 async fn a_decision_due_while_the_server_was_down_is_recorded_at_start() {
-    let app = spawn_app().await;
-    let (session, agent) = session(&app, 2).await;
-    let ids = reviews(&app, &agent, &session, 1).await;
-    let ana = sign_in(&app, &app.token("reviewer", "ana").await).await;
-    review_page(&app, &ana, "/ui/review").await;
-    decide(&app, &ana, &ids[0], true).await;
-    assert_eq!(app.quest(&ids[0]).await["state"], "REVIEW", "held");
-    let dir = app.stop().await;
+    let (dir, quest) = held_then_stopped().await;
     // The server comes back a minute later: the 5 s window is long past.
     let clock = std::sync::Arc::new(quest::testing::ManualClock::new());
     clock.advance(std::time::Duration::from_secs(60));
     let app = crate::helpers::spawn_app_in_clocked(dir, clock).await;
     let mut state = Value::Null;
     for _ in 0..1500 {
-        state = app.quest(&ids[0]).await["state"].clone();
+        state = app.quest(&quest).await["state"].clone();
         if state != "REVIEW" {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     assert_eq!(state, "PASS", "recorded at start, the clock unmoved");
-    assert_eq!(app.quest(&ids[0]).await["decided_by"], "reviewer:ana");
+    assert_eq!(app.quest(&quest).await["decided_by"], "reviewer:ana");
 }
 
 /// With several reviewers, each holds a decision of their own on one quest,
