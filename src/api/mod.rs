@@ -16,18 +16,20 @@ pub use verifiers::{VerifierAgreement, VerifierStatus};
 
 use crate::domain::session::SessionConfig;
 use crate::domain::verify::{Answer, FlagOn};
-use crate::domain::{Decision, Fact, Phase, Role, State, SubmissionVerdict};
+use crate::domain::{Decision, Fact, Phase, State, SubmissionVerdict};
 use crate::store::{
     Counts, L2AnswerRow, QuestRow, RecheckRow, RecheckSummary, ReviewDecisionRow, SessionRow,
-    SessionStatus, SubmissionRow, TokenRow,
+    SessionStatus, SubmissionRow,
 };
 
 mod pauses;
 mod recheck;
 mod reviewers;
+mod tokens;
 pub use pauses::{NextPaused, Pause};
 pub use recheck::{Recheck, RecheckRun};
 pub use reviewers::{ReviewerPair, ReviewerStats, Reviewers};
+pub use tokens::{CreateTokenRequest, CreatedToken, Token};
 
 /// The body of every refusal.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
@@ -590,76 +592,6 @@ pub struct ReviewClaim {
     pub quest_id: QuestId,
     pub claimed_by: String,
     pub expires_at: DateTime<Utc>,
-}
-
-/// The body of token creation.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CreateTokenRequest {
-    pub name: String,
-    pub role: Role,
-    /// The most leases the token may hold at once, over all sessions (1 to
-    /// 1000000). Left out: 64 for an agent token, no cap for an admin token;
-    /// reviewer and viewer tokens lease nothing and take none.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 1000000)]
-    pub max_leases: Option<u32>,
-    /// The sessions the token is limited to (1 to 1000 existing ids; not
-    /// for an admin token). Left out: every session. A limited token is
-    /// refused (403 `out_of_scope`) on any other session or its quests, and
-    /// lists only its own sessions.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sessions: Option<Vec<SessionId>>,
-    /// A reviewer token that may adjudicate: decide a quest whose reviewers
-    /// disagree (with `review.reviewers` above 1), unless it gave that quest
-    /// a look. Admin tokens adjudicate without it; other roles may not.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub adjudicate: bool,
-}
-
-/// A token's public part.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct Token {
-    pub id: TokenId,
-    pub name: String,
-    pub role: Role,
-    /// The most leases it may hold at once; `null`: no cap. Past it, `next`
-    /// is refused with 409 `lease_cap`.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 1000000)]
-    pub max_leases: Option<u32>,
-    /// The sessions it is limited to; `null`: every session.
-    #[serde(default)]
-    pub sessions: Option<Vec<SessionId>>,
-    /// Whether it adjudicates reviewers who disagree (admins always do).
-    #[serde(default)]
-    pub adjudicate: bool,
-    pub created_at: DateTime<Utc>,
-    pub revoked_at: Option<DateTime<Utc>>,
-}
-
-impl From<TokenRow> for Token {
-    fn from(t: TokenRow) -> Self {
-        Token {
-            id: t.id,
-            name: t.name,
-            role: t.role,
-            max_leases: t.max_leases,
-            sessions: t.sessions,
-            adjudicate: t.adjudicate,
-            created_at: t.created_at,
-            revoked_at: t.revoked_at,
-        }
-    }
-}
-
-/// A new token, with its secret shown this once.
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
-pub struct CreatedToken {
-    #[serde(flatten)]
-    pub token: Token,
-    /// The bearer secret. It is stored only as a hash and cannot be shown again.
-    pub secret: String,
 }
 
 /// The query of export.

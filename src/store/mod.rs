@@ -39,11 +39,13 @@ mod columns;
 mod common;
 #[macro_use]
 mod decode;
+mod check_rows;
 mod decision;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
 
+pub use check_rows::*;
 pub use rows::*;
 
 use crate::domain::ids::{
