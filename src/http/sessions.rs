@@ -326,11 +326,10 @@ pub async fn export_session(
     })?;
     let (media_type, ext) = format.media_type();
     let name = format!("session-{id}.{ext}");
-    let export = state
+    let (export, quality) = state
         .service
         .export_session(id, format, caller.token_id)
         .await?;
-    let quality = state.service.get_session_quality(id).await?;
     let body = export_body(export);
     Ok(with_error_bound(
         attachment(media_type, &name, body),

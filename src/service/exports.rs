@@ -2,20 +2,22 @@
 //! export slots, and the uploaded file as it came.
 
 use crate::domain::ids::{SessionId, TokenId};
+use crate::domain::quality::Quality;
 use crate::export::{self, ExportFormat, Plan};
 
 use super::{Export, Service, ServiceError, Source, invalid};
 
 impl Service {
     /// An export of a session in `format` for `token`, when an export slot
-    /// is free for it. Its columns are the session's, the quest's, and the
-    /// gate's declared fields.
+    /// is free for it, with the quality figures taken as it starts (the XLSX
+    /// sheet and the caller's header give the same ones). Its columns are the
+    /// session's, the quest's, and the gate's declared fields.
     pub async fn export_session(
         &self,
         id: SessionId,
         format: ExportFormat,
         token: TokenId,
-    ) -> Result<Export, ServiceError> {
+    ) -> Result<(Export, Quality), ServiceError> {
         let session = self.session(id).await?;
         let declared = self
             .checker
@@ -44,13 +46,13 @@ impl Service {
             }
         })?;
         let plan = Plan::new(self.store.as_ref(), id, declared).await?;
-        Ok(match format {
+        let quality = self.get_session_quality(id).await?;
+        let export = match format {
             ExportFormat::Xlsx => {
-                let quality = self.get_session_quality(id).await?;
                 let file = export::xlsx::build(
                     self.store.clone(),
                     plan,
-                    quality,
+                    quality.clone(),
                     self.exports.temp_dir(),
                     slot,
                 )
@@ -74,7 +76,8 @@ impl Service {
                 slot,
                 self.exports.idle(),
             ))),
-        })
+        };
+        Ok((export, quality))
     }
 
     /// The uploaded file of a session, read one stored piece at a time.

@@ -202,6 +202,21 @@ pub async fn two_reviewer_quests(app: &TestApp, n: usize) -> Vec<String> {
     reviews(app, &agent, &session, n).await
 }
 
+/// Two reviewers' decisions on 12 shared quests, the first's then the
+/// second's, whose Cohen's kappa is 32/68 by hand: both reject 3, the first
+/// rejects and the second approves 1, the first approves and the second
+/// rejects 2, both approve 6.
+pub fn kappa_table() -> impl Iterator<Item = (&'static str, &'static str)> {
+    [
+        (3, "reject", "reject"),
+        (1, "reject", "approve"),
+        (2, "approve", "reject"),
+        (6, "approve", "approve"),
+    ]
+    .into_iter()
+    .flat_map(|(n, a, b)| std::iter::repeat_n((a, b), n))
+}
+
 /// A reviewer token's secret; with `adjudicate`, one that may adjudicate.
 pub async fn reviewer_token(app: &TestApp, name: &str, adjudicate: bool) -> String {
     let body = json!({"name": name, "role": "reviewer", "adjudicate": adjudicate});

@@ -49,11 +49,10 @@ pub async fn export(
         ))
     })?;
     let (media_type, ext) = format.media_type();
-    let export = state
+    let (export, quality) = state
         .service
         .export_session(id, format, signed.me.token_id)
         .await?;
-    let quality = state.service.get_session_quality(id).await?;
     let body = sessions::export_body(export);
     let file = sessions::attachment(media_type, &format!("session-{id}.{ext}"), body);
     Ok(sessions::with_error_bound(file, &quality))
