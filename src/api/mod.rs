@@ -22,10 +22,12 @@ use crate::store::{
     SessionStatus, SubmissionRow,
 };
 
+mod gold;
 mod pauses;
 mod recheck;
 mod reviewers;
 mod tokens;
+pub use gold::{AddGold, GoldAdded, GoldItem, GoldItemView, SessionGold, TokenGold};
 pub use pauses::{NextPaused, Pause};
 pub use recheck::{Recheck, RecheckRun};
 pub use reviewers::{ReviewerPair, ReviewerStats, Reviewers};

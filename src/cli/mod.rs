@@ -9,6 +9,7 @@ pub mod agent;
 pub mod backup;
 pub mod client;
 pub mod demo;
+mod gold;
 pub mod guard;
 pub mod mcp;
 mod operator;
@@ -119,6 +120,9 @@ pub enum Verb {
     Export(ExportArgs),
     /// How wrong the session's PASS rows may be, from its random audits.
     Quality(quality::QualityArgs),
+    /// Known-answer items that measure the session's agents.
+    #[command(subcommand)]
+    Gold(gold::GoldVerb),
     /// Re-check the session's PASS quests against the world as it is now (admin).
     Recheck(recheck::RecheckArgs),
     /// Work the human review queue (interactive without a subcommand).
@@ -298,6 +302,7 @@ pub async fn run(args: ClientArgs, verb: Verb) -> ExitCode {
         Verb::Scan(a) => scan(&ctx, a).await,
         Verb::Export(a) => export(&ctx, a).await,
         Verb::Quality(a) => quality::run(&ctx, a).await,
+        Verb::Gold(v) => gold::run(&ctx, v).await,
         Verb::Recheck(a) => recheck::run(&ctx, a).await,
         Verb::Review(a) => review::run(&ctx, a).await,
         Verb::Token(t) => token(&ctx, t).await,

@@ -25,6 +25,11 @@ macro_rules! id_type {
                 $name(Uuid::now_v7())
             }
 
+            /// A fresh random id (v4), which tells nothing of when it was made.
+            pub fn random() -> $name {
+                $name(Uuid::new_v4())
+            }
+
             /// The UUID behind the id.
             pub fn as_uuid(self) -> Uuid {
                 self.0
@@ -77,6 +82,8 @@ id_type! {
     TokenId;
     /// One question put to one AI verifier about one submission.
     L2JobId;
+    /// A known-answer item of a session, the template of its gold quests.
+    GoldItemId;
     /// One re-check run over a session's PASS quests.
     RecheckRunId;
 }

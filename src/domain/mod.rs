@@ -42,6 +42,7 @@ macro_rules! text_enum {
 pub mod agreement;
 pub mod backlog;
 pub mod fair;
+pub mod gold;
 pub mod ids;
 pub mod pause;
 pub mod prompt;

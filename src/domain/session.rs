@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
+use super::gold::GoldConfig;
 use super::recheck::Every;
 use super::verify::VerifyConfig;
 
@@ -65,6 +66,10 @@ pub struct SessionConfig {
     /// The random audit that bounds the error of the delivered rows.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit: Option<AuditConfig>,
+    /// Known-answer (gold) quests that measure every agent. A session made
+    /// with this section can be given gold items, and its quest ids are random.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gold: Option<GoldConfig>,
 }
 
 /// A session's random audit: a share of the quests that would become PASS
@@ -299,6 +304,9 @@ impl SessionConfig {
                     "and verify.audit_rate (its older name) disagree: set audit.rate only",
                 );
             }
+        }
+        if let Some(Err((field, message))) = config.gold.as_ref().map(GoldConfig::check) {
+            return bad(field, message);
         }
         if let Some(rate) = config.review.as_ref().and_then(|r| r.overlap_rate) {
             if !(0.0..=1.0).contains(&rate) {

@@ -269,23 +269,97 @@ impl<N: Need> FromRequestParts<AppState> for Caller<N> {
                 ),
             ));
         }
-        if let Some(scope) = principal.sessions.as_deref() {
-            check_scope(parts, state, scope).await?;
+        // An agent's own work is never refused for the session's gold: its
+        // hot path looks nothing up for that.
+        let template = parts.extensions.get::<MatchedPath>().map(|m| m.as_str());
+        let beyond_work = template.is_none_or(|t| !AGENT_WORK[..6].contains(&t));
+        if principal.sessions.is_some() || (principal.role == Role::Agent && beyond_work) {
+            let named = named_sessions(parts, state).await?;
+            if let Some(scope) = principal.sessions.as_deref() {
+                check_scope(&named, scope)?;
+            }
+            if principal.role == Role::Agent {
+                check_agent_work(parts, state, &principal, &named).await?;
+            }
         }
         Ok(Caller(principal, PhantomData))
     }
 }
 
+/// What a request names, for the rules on who may see what: the sessions
+/// in its `session` query parameters and the one its path names (through a
+/// quest, a review of one or a submission), and whether it is a list that
+/// would span sessions without naming one (`/v1/verifiers`, `/v1/review`).
+/// An id that does not parse or exist is left to the handler (400, 404).
+struct Named {
+    template: String,
+    queried: Vec<SessionId>,
+    path: Option<SessionId>,
+    unnamed_list: bool,
+    submission: Option<SubmissionId>,
+}
+
+impl Named {
+    fn sessions(&self) -> impl Iterator<Item = SessionId> + '_ {
+        self.queried.iter().copied().chain(self.path)
+    }
+}
+
+async fn named_sessions(parts: &mut Parts, state: &AppState) -> Result<Named, ApiError> {
+    let template = parts
+        .extensions
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_owned())
+        .unwrap_or_default();
+    let queried: Vec<SessionId> =
+        url::form_urlencoded::parse(parts.uri.query().unwrap_or_default().as_bytes())
+            .filter(|(k, _)| k == "session")
+            .filter_map(|(_, v)| v.parse::<SessionId>().ok())
+            .collect();
+    let unnamed_list =
+        queried.is_empty() && (template == "/v1/verifiers" || template == "/v1/review");
+    let params = RawPathParams::from_request_parts(parts, state).await.ok();
+    let id = params.as_ref().and_then(|ps| {
+        ps.iter()
+            .find(|(k, _)| *k == "id" || *k == "quest_id")
+            .map(|(_, v)| v.to_owned())
+    });
+    let service = &state.service;
+    let mut submission = None;
+    let path = match id {
+        None => None,
+        Some(id) if template.starts_with("/v1/sessions/{id}") => id.parse::<SessionId>().ok(),
+        Some(id)
+            if template.starts_with("/v1/quests/{id}")
+                || template.starts_with("/v1/review/{quest_id}")
+                || template.starts_with("/v1/audits/{quest_id}") =>
+        {
+            match id.parse::<QuestId>() {
+                Ok(q) => service.quest_session(q).await.ok(),
+                Err(_) => None,
+            }
+        }
+        Some(id) if template.starts_with("/v1/submissions/{id}") => {
+            submission = id.parse::<SubmissionId>().ok();
+            match submission {
+                Some(s) => service.submission_session(s).await.ok(),
+                None => None,
+            }
+        }
+        Some(_) => None,
+    };
+    Ok(Named {
+        template,
+        queried,
+        path,
+        unnamed_list,
+        submission,
+    })
+}
+
 /// Refuses a token limited to `scope` anything outside it, before the
-/// handler runs: a session named in the path or by a `session` query
-/// parameter, a quest (or a review of one), a submission. Lists that would
-/// span sessions without naming one (`/v1/verifiers`, `/v1/review`) must
-/// name one. An id that does not parse or exist is left to the handler (400, 404).
-async fn check_scope(
-    parts: &mut Parts,
-    state: &AppState,
-    scope: &[SessionId],
-) -> Result<(), ApiError> {
+/// handler runs. Lists that would span sessions without naming one must name one.
+fn check_scope(named: &Named, scope: &[SessionId]) -> Result<(), ApiError> {
     let out_of_scope = |what: &str| {
         ApiError::new(
             StatusCode::FORBIDDEN,
@@ -300,58 +374,64 @@ async fn check_scope(
             ),
         )
     };
-    let template = parts
-        .extensions
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_default();
-    let queried: Vec<String> =
-        url::form_urlencoded::parse(parts.uri.query().unwrap_or_default().as_bytes())
-            .filter(|(k, _)| k == "session")
-            .map(|(_, v)| v.into_owned())
-            .collect();
-    for s in &queried {
-        if let Ok(id) = s.parse::<SessionId>()
-            && !in_scope(Some(scope), id)
-        {
-            return Err(out_of_scope(&format!("session {id}")));
-        }
+    if let Some(id) = named.sessions().find(|s| !in_scope(Some(scope), *s)) {
+        return Err(out_of_scope(&format!("session {id}")));
     }
-    if queried.is_empty() && (template == "/v1/verifiers" || template == "/v1/review") {
+    if named.unnamed_list {
         return Err(out_of_scope("every session at once")
             .with_message_suffix(" (name one with `?session=<id>`)"));
     }
-    let params = RawPathParams::from_request_parts(parts, state).await.ok();
-    let Some(id) = params.as_ref().and_then(|ps| {
-        ps.iter()
-            .find(|(k, _)| *k == "id" || *k == "quest_id")
-            .map(|(_, v)| v.to_owned())
-    }) else {
-        return Ok(());
-    };
+    Ok(())
+}
+
+/// What an agent-role token may do in a session with known answers: its
+/// own work only (the last, a submission, must be its own). Anything more (the source, the export, the events, other
+/// quests, the config, the console) would let it tell gold quests apart.
+const AGENT_WORK: [&str; 7] = [
+    "/v1/sessions/{id}/next",
+    "/v1/sessions/{id}/status",
+    "/v1/sessions/{id}/lease",
+    "/v1/quests/{id}/submit",
+    "/v1/quests/{id}/heartbeat",
+    "/v1/quests/{id}/release",
+    "/v1/submissions/{id}",
+];
+
+/// Refuses an agent-role token what lies beyond its own work in a session
+/// with gold (a submission must be its own).
+async fn check_agent_work(
+    parts: &Parts,
+    state: &AppState,
+    principal: &Principal,
+    named: &Named,
+) -> Result<(), ApiError> {
     let service = &state.service;
-    let session = if template.starts_with("/v1/sessions/{id}") {
-        id.parse::<SessionId>().ok()
-    } else if template.starts_with("/v1/quests/{id}")
-        || template.starts_with("/v1/review/{quest_id}")
-        || template.starts_with("/v1/audits/{quest_id}")
-    {
-        match id.parse::<QuestId>() {
-            Ok(q) => service.quest_session(q).await.ok(),
-            Err(_) => None,
-        }
-    } else if template.starts_with("/v1/submissions/{id}") {
-        match id.parse::<SubmissionId>() {
-            Ok(s) => service.submission_session(s).await.ok(),
-            Err(_) => None,
-        }
-    } else {
-        None
-    };
-    match session {
-        Some(s) if !in_scope(Some(scope), s) => Err(out_of_scope(&format!("session {s}"))),
-        _ => Ok(()),
+    let mut gold = false;
+    for session in named.sessions() {
+        gold |= service.has_gold(session).await.unwrap_or(false);
     }
+    if !gold {
+        return Ok(());
+    }
+    let refuse = || {
+        ApiError::new(
+            StatusCode::FORBIDDEN,
+            "needs_viewer",
+            format!(
+                "this session measures its agents with known answers, so an agent token may only                  lease, submit, heartbeat, release and read its own lease, submissions and the                  session's remaining count; `{} {}` needs a viewer token or above",
+                parts.method, named.template
+            ),
+        )
+    };
+    if !AGENT_WORK.contains(&named.template.as_str()) {
+        return Err(refuse());
+    }
+    if let Some(id) = named.submission
+        && service.submission_token(id).await.ok() != Some(principal.token_id)
+    {
+        return Err(refuse());
+    }
+    Ok(())
 }
 
 /// A JSON body that may be left out entirely: an empty body is `T::default()`.

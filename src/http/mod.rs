@@ -7,6 +7,7 @@ mod agents;
 mod document;
 pub mod error;
 pub mod extract;
+mod gold;
 mod ops;
 mod pauses;
 mod quality;
@@ -171,6 +172,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(review::list_verifiers))
         .routes(routes!(review::get_session_reviewers))
         .routes(routes!(quality::get_session_quality))
+        .routes(routes!(gold::add_gold_items, gold::get_session_gold))
         .routes(routes!(quality::draw_audits, quality::list_pending_audits))
         .routes(routes!(quality::decide_audit))
         .routes(routes!(tokens::create_token, tokens::list_tokens))

@@ -1,5 +1,6 @@
 //! Sessions: scan, list, read, status, events, export and the uploaded source.
 
+use crate::domain::Role;
 use crate::domain::ids::SessionId;
 use std::convert::Infallible;
 
@@ -170,7 +171,7 @@ pub async fn list_sessions(
     Ok(Json(
         state
             .service
-            .list_sessions(caller.sessions.as_deref())
+            .list_sessions(caller.sessions.as_deref(), caller.role)
             .await?,
     ))
 }
@@ -193,9 +194,12 @@ pub async fn get_session(
     responses((status = 200, description = "The session's counts and progress", body = Status), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_status(
     State(state): State<AppState>,
-    _caller: Caller<Read>,
+    caller: Caller<Read>,
     Path(id): Path<SessionId>,
 ) -> Result<Json<Status>, ApiError> {
+    if caller.role == Role::Agent && state.service.has_gold(id).await? {
+        return Ok(Json(state.service.agent_status(id).await?));
+    }
     let mut status = state.service.get_session_status(id).await?;
     status.quality = Some(state.service.get_session_quality(id).await?);
     Ok(Json(status))

@@ -38,6 +38,7 @@ mod cache;
 mod calibration;
 pub mod console;
 mod exports;
+mod gold;
 mod pauses;
 mod quality;
 mod recheck;
@@ -179,6 +180,8 @@ pub struct Service {
     held_posted: Arc<tokio::sync::Notify>,
     /// The server's key of the overlap draws, read (or made) once.
     review_key: tokio::sync::OnceCell<String>,
+    /// The server's key of the gold draws, read (or made) once.
+    gold_key: tokio::sync::OnceCell<String>,
 }
 
 impl Service {
@@ -205,6 +208,7 @@ impl Service {
             rechecker: None,
             held_posted: Arc::new(tokio::sync::Notify::new()),
             review_key: tokio::sync::OnceCell::new(),
+            gold_key: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -360,8 +364,11 @@ impl Service {
         agent: &AgentId,
     ) -> Result<NextResponse, ServiceError> {
         check_agent(agent)?;
-        let session = self.session(session_id).await?;
-        let outcome = self.store.lease_next(session_id, agent).await?;
+        let session = self.public_session(session_id).await?;
+        let outcome = match self.gold_lease(&session, agent).await? {
+            Some((quest, lease)) => LeaseOutcome::Assigned { quest, lease },
+            None => self.store.lease_next(session_id, agent).await?,
+        };
         Ok(match outcome {
             LeaseOutcome::Assigned { quest, lease } => {
                 metrics::counter!("quest_leases_total").increment(1);
@@ -461,8 +468,32 @@ impl Service {
         idempotency_key: Option<IdempotencyKey>,
         wait: Duration,
     ) -> Result<SubmitResponse, ServiceError> {
-        let result = Value::Object(result);
         let (quest, session) = self.quest_and_session(quest_id).await?;
+        let gold_of = session.gold_of;
+        let (lease, key) = (lease_id, idempotency_key);
+        let args = (token_id, quest_id, lease, result, key, wait);
+        let mut response = self.record_result(quest, session, args).await?;
+        if let Some(real) = gold_of {
+            // A gold quest answers as a real one does: `remaining` is its session's.
+            response.remaining = self.store.session_status(real).await?.counts.remaining();
+        }
+        Ok(response)
+    }
+
+    async fn record_result(
+        &self,
+        quest: Arc<QuestInput>,
+        session: Arc<SessionRow>,
+        (token_id, quest_id, lease_id, result, idempotency_key, wait): (
+            TokenId,
+            QuestId,
+            LeaseId,
+            Map<String, Value>,
+            Option<IdempotencyKey>,
+            Duration,
+        ),
+    ) -> Result<SubmitResponse, ServiceError> {
+        let result = Value::Object(result);
         let limit = session.config.max_result_bytes;
         let size = crate::domain::text::json_len(&result);
         if size > limit as usize {
@@ -581,7 +612,8 @@ impl Service {
 
     /// A quest with its full history.
     pub async fn get_quest(&self, id: QuestId) -> Result<api::Quest, ServiceError> {
-        let quest = self.store.get_quest(id).await?;
+        let mut quest = self.store.get_quest(id).await?;
+        quest.session_id = self.outer_session(quest.session_id).await?;
         self.with_history(quest).await
     }
 

@@ -38,23 +38,31 @@ impl Service {
 
     /// The session of a quest.
     pub async fn quest_session(&self, id: QuestId) -> Result<SessionId, ServiceError> {
-        Ok(self.store.get_quest(id).await?.session_id)
+        self.outer_session(self.store.get_quest(id).await?.session_id)
+            .await
     }
 
     /// The session of a submission.
     pub async fn submission_session(&self, id: SubmissionId) -> Result<SessionId, ServiceError> {
-        Ok(self.store.get_submission(id).await?.session_id)
+        self.outer_session(self.store.get_submission(id).await?.session_id)
+            .await
     }
 
     /// Every session a token limited to `scope` may see (`None`: every
-    /// session), newest first, with its status.
+    /// session), newest first, with its status; an agent token does not
+    /// see the sessions with gold.
     pub async fn list_sessions(
         &self,
         scope: Option<&[SessionId]>,
+        role: Role,
     ) -> Result<Vec<Session>, ServiceError> {
         let mut out = Vec::new();
         for row in self.store.list_sessions().await? {
             if !in_scope(scope, row.id) {
+                continue;
+            }
+            // An agent of a session with gold may not read its config.
+            if role == Role::Agent && row.config.gold.is_some() {
                 continue;
             }
             let status = self.store.session_status(row.id).await?;

@@ -20,7 +20,7 @@ use uuid::Uuid;
 use uuid::fmt::Hyphenated;
 
 use crate::domain::ids::{
-    L2JobId, LeaseId, QuestId, RecheckRunId, SessionId, SubmissionId, TokenId,
+    GoldItemId, L2JobId, LeaseId, QuestId, RecheckRunId, SessionId, SubmissionId, TokenId,
 };
 use crate::store::StoreError;
 
@@ -102,7 +102,8 @@ id_columns!(
     SubmissionId,
     TokenId,
     L2JobId,
-    RecheckRunId
+    RecheckRunId,
+    GoldItemId
 );
 
 fn null(col: &str) -> StoreError {

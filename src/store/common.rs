@@ -28,6 +28,10 @@ pub enum Turn<'a> {
     Pause(SessionId, TokenId),
     /// Ensuring the token of a name (replicas starting together).
     Token(&'a str),
+    /// Adding gold items to a session (and its companion, once).
+    GoldItems(SessionId),
+    /// Handing a gold quest to a token in a session.
+    GoldHandOut(SessionId, TokenId),
 }
 
 /// A token's scope as stored: the JSON array of its session ids, or NULL

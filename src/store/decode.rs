@@ -12,7 +12,7 @@ use crate::store::{
 /// A session's columns, as `session_row` reads them (a macro, for `concat!`).
 macro_rules! session_columns {
     () => {
-        "id, name, key_column, config, columns, source_name, total, created_by, created_at"
+        "id, name, key_column, config, columns, source_name, total, created_by, created_at, gold_of"
     };
 }
 
@@ -29,6 +29,7 @@ pub fn session_row(r: &impl Columns) -> Result<SessionRow, StoreError> {
         total: r.count("total")?,
         created_by: r.text("created_by")?,
         created_at: r.at("created_at")?,
+        gold_of: r.opt_id("gold_of")?,
     })
 }
 

@@ -41,11 +41,13 @@ mod common;
 mod decode;
 mod check_rows;
 mod decision;
+mod gold_rows;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
 
 pub use check_rows::*;
+pub use gold_rows::*;
 pub use rows::*;
 
 use crate::domain::ids::{
@@ -276,6 +278,30 @@ pub trait Store: Send + Sync + 'static {
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError>;
+    /// Adds gold items to a session (not a gold companion); how many it holds now.
+    async fn add_gold(
+        &self,
+        session_id: SessionId,
+        items: Vec<NewGoldItem>,
+    ) -> Result<u64, StoreError>;
+    /// A session's gold items, in the order they were added.
+    async fn gold_items(&self, session_id: SessionId) -> Result<Vec<GoldItemRow>, StoreError>;
+    /// What `next` reads to decide whether the agent's assignment is gold.
+    async fn gold_standing(
+        &self,
+        session_id: SessionId,
+        agent: &AgentId,
+    ) -> Result<GoldStanding, StoreError>;
+    /// Hands the agent a new gold quest and leases it, if it still may have
+    /// one with `golds` gold quests so far ([`GoldStanding`]); else `None`.
+    async fn lease_gold(
+        &self,
+        session_id: SessionId,
+        agent: &AgentId,
+        golds: u64,
+    ) -> Result<Option<(QuestRow, LeaseRow)>, StoreError>;
+    /// The session's decided gold quests, with their last answers.
+    async fn gold_answers(&self, session_id: SessionId) -> Result<Vec<GoldAnswerRow>, StoreError>;
     /// The server's secret `name`, kept as `candidate` on first use.
     async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError>;
     /// A session's review decisions on its decided quests (for its reviewers' agreement).

@@ -26,6 +26,9 @@ pub struct SessionRow {
     pub total: u64,
     pub created_by: String,
     pub created_at: DateTime<Utc>,
+    /// For a session's gold companion (the session that holds its gold
+    /// quests, never listed nor served), the session it belongs to.
+    pub gold_of: Option<SessionId>,
 }
 
 /// What a scan stores: the session, the uploaded bytes and one quest per row.
@@ -48,6 +51,15 @@ pub struct NewSession {
 }
 
 impl NewSession {
+    /// A new quest's id: random in a session with gold, so that no id tells
+    /// when its quest was made (a gold quest is made when it is handed out).
+    pub fn quest_id(&self) -> QuestId {
+        match self.config.gold {
+            Some(_) => QuestId::random(),
+            None => QuestId::new(),
+        }
+    }
+
     /// How many looks the new quest `id` needs in REVIEW.
     pub fn looks_required(&self, id: QuestId) -> u32 {
         match &self.review_key {

@@ -32,6 +32,7 @@ mod contract_replicas;
 mod exports;
 mod fairness;
 mod fake_llm;
+mod gold;
 mod guard;
 mod helpers;
 mod idempotency;

@@ -258,6 +258,27 @@ fn fixture() -> Vec<String> {
          VALUES ('{}', '{s1}', now(), 'approve', 'rita', '', now())",
         q(4)
     ));
+    // Session 1's gold companion, one gold item and its hand-out (to quest 4: raw SQL).
+    sql.push(format!(
+        "INSERT INTO sessions (id, name, key_column, gate_kind, config, columns, source_name,
+                               source_type, total, max_tries, max_lapses, lease_seconds,
+                               created_by, created_at, gold_of)
+         SELECT '{}', name, key_column, gate_kind, config, columns, source_name, source_type, 0,
+                max_tries, max_lapses, lease_seconds, created_by, created_at, id
+         FROM sessions WHERE id = '{s1}'",
+        id(SESSION, 9)
+    ));
+    sql.push(format!(
+        "INSERT INTO gold_items (id, session_id, seq, kind, input, expected, created_at)
+         VALUES ('{}', '{s1}', 0, 'gold', '{{}}', '{{}}', now())",
+        id(OTHER, 7)
+    ));
+    sql.push(format!(
+        "INSERT INTO gold_quests (quest_id, item_id, session_id, token_id, handed_at)
+         VALUES ('{}', '{}', '{s1}', '{TOKEN}', now())",
+        q(4),
+        id(OTHER, 7)
+    ));
     sql
 }
 
@@ -553,6 +574,32 @@ fn cases() -> Vec<Case> {
                 q(4)
             ),
         ),
+        case(
+            "a gold companion belongs to its session for good",
+            format!(
+                "UPDATE sessions SET gold_of = NULL WHERE id = '{}'",
+                id(SESSION, 9)
+            ),
+        ),
+        case(
+            "gold items are never changed nor deleted",
+            "UPDATE gold_items SET input = '{\"x\": 1}'",
+        ),
+        case(
+            "gold items are never changed nor deleted",
+            "DELETE FROM gold_items",
+        ),
+        case(
+            "gold hand-outs are never changed nor deleted",
+            format!(
+                "UPDATE gold_quests SET token_id = token_id WHERE quest_id = '{}'",
+                q(4)
+            ),
+        ),
+        case(
+            "gold hand-outs are never changed nor deleted",
+            "DELETE FROM gold_quests",
+        ),
     ];
     // TRUNCATE skips row triggers: each append-only table refuses it too. A
     // table that others reference is refused by its foreign keys first, so
@@ -564,6 +611,10 @@ fn cases() -> Vec<Case> {
         ("token endings are append-only", "token_endings"),
         ("pauses are never deleted", "token_pauses"),
         ("re-checks are append-only", "rechecks"),
+        (
+            "gold hand-outs are never changed nor deleted",
+            "gold_quests",
+        ),
     ] {
         cases.push(case(rule, format!("TRUNCATE {table}")));
     }

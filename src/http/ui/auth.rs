@@ -236,6 +236,9 @@ impl<N: Need> FromRequestParts<AppState> for Signed<N> {
         if let Some(limit) = session.sessions.as_deref() {
             scope::check_address(parts, state, limit).await?;
         }
+        if session.role == Role::Agent {
+            scope::check_agent(parts, state).await?;
+        }
         Ok(Signed {
             me: session.into(),
             cookie,

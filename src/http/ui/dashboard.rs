@@ -27,7 +27,7 @@ pub async fn page(
 ) -> Result<Html<String>, PageError> {
     let sessions: Vec<SessionView> = state
         .service
-        .list_sessions(signed.me.sessions.as_deref())
+        .list_sessions(signed.me.sessions.as_deref(), signed.me.role)
         .await?
         .iter()
         .map(SessionView::from)

@@ -25,7 +25,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use super::PageError;
 use super::auth::Signed;
 use super::view::{Live, LiveStatus};
-use crate::domain::{EventKind, QuestEvent};
+use crate::domain::{EventKind, QuestEvent, Role};
 use crate::http::AppState;
 use crate::http::extract::Read;
 use crate::service::Service;
@@ -62,11 +62,25 @@ pub async fn stream(
     } else {
         for id in &ids {
             state.service.get_session(*id).await?;
+            if signed.me.role == Role::Agent && state.service.has_gold(*id).await? {
+                return Err(PageError::new(
+                    axum::http::StatusCode::FORBIDDEN,
+                    "Not allowed",
+                    "This session measures its agents with known answers: an agent token may                      not follow it. Sign in with a viewer token or above.",
+                ));
+            }
         }
         Some(ids)
     };
     let (tx, rx) = mpsc::channel(64);
-    tokio::spawn(pump(state.service.clone(), signed.cookie, watched, tx));
+    let role = signed.me.role;
+    tokio::spawn(pump(
+        state.service.clone(),
+        signed.cookie,
+        watched,
+        role,
+        tx,
+    ));
     Ok(Sse::new(ReceiverStream::new(rx).map(Ok)).keep_alive(KeepAlive::default()))
 }
 
@@ -75,6 +89,7 @@ async fn pump(
     service: Arc<Service>,
     cookie: String,
     watched: Option<HashSet<SessionId>>,
+    role: Role,
     tx: mpsc::Sender<Event>,
 ) {
     let mut events = service.subscribe();
@@ -83,6 +98,7 @@ async fn pump(
         service,
         cookie,
         watched,
+        role,
         tx,
         dirty: HashSet::new(),
         flush_at: None,
@@ -113,6 +129,8 @@ struct Pump {
     cookie: String,
     /// The sessions it follows; every session when `None`.
     watched: Option<HashSet<SessionId>>,
+    /// The signed-in token's role (an agent's "every session" leaves out those with gold).
+    role: Role,
     tx: mpsc::Sender<Event>,
     dirty: HashSet<SessionId>,
     /// When the changed sessions' statuses go out; `None` while nothing changed.
@@ -133,7 +151,7 @@ impl Pump {
             Some(ids) => ids.clone(),
             None => self
                 .service
-                .list_sessions(None)
+                .list_sessions(None, self.role)
                 .await
                 .map(|all| all.into_iter().map(|s| s.id).collect())
                 .unwrap_or_default(),

@@ -258,7 +258,7 @@ async fn sessions(
     selected: Option<SessionId>,
 ) -> Result<Vec<SessionOption>, PageError> {
     Ok(service
-        .list_sessions(me.sessions.as_deref())
+        .list_sessions(me.sessions.as_deref(), me.role)
         .await?
         .into_iter()
         .map(|s| SessionOption {

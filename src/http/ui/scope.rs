@@ -44,6 +44,15 @@ fn path_id(template: &str) -> Option<PathId> {
     }
 }
 
+/// What the address's path `{id}` names, and its text.
+async fn path_target(parts: &mut Parts, state: &AppState) -> Option<(PathId, String)> {
+    let template = parts.extensions.get::<MatchedPath>()?.as_str().to_owned();
+    let kind = path_id(&template)?;
+    let params = RawPathParams::from_request_parts(parts, state).await.ok()?;
+    let id = params.iter().find(|(k, _)| *k == "id")?.1.to_owned();
+    Some((kind, id))
+}
+
 /// Refuses the request when its path or query names a session outside
 /// `scope`, or a quest of one. An id that does not parse or exist is left
 /// to the handler (a 400 or 404 page).
@@ -55,20 +64,7 @@ pub async fn check_address(
     let query = parts.uri.query().unwrap_or_default().to_owned();
     let pairs = Fields::parse(query.as_bytes());
     check_named(state, scope, &pairs).await?;
-    let template = parts
-        .extensions
-        .get::<MatchedPath>()
-        .map(|m| m.as_str().to_owned())
-        .unwrap_or_default();
-    let Some(kind) = path_id(&template) else {
-        return Ok(());
-    };
-    let params = RawPathParams::from_request_parts(parts, state).await.ok();
-    let Some(id) = params.as_ref().and_then(|ps| {
-        ps.iter()
-            .find(|(k, _)| *k == "id")
-            .map(|(_, v)| v.to_owned())
-    }) else {
+    let Some((kind, id)) = path_target(parts, state).await else {
         return Ok(());
     };
     match kind {
@@ -132,4 +128,32 @@ pub fn out_of_scope() -> PageError {
         "This token is limited to other sessions: open one of its sessions, or sign in with a \
          token of this one.",
     )
+}
+
+/// Refuses an agent token any page of a session with known answers, or of
+/// a quest of one: there it may only do its own work, through the API.
+pub async fn check_agent(parts: &mut Parts, state: &AppState) -> Result<(), PageError> {
+    let Some((kind, id)) = path_target(parts, state).await else {
+        return Ok(());
+    };
+    let session = match kind {
+        PathId::Session => id.parse::<SessionId>().ok(),
+        PathId::Quest => match id.parse::<QuestId>() {
+            Ok(q) => state.service.quest_session(q).await.ok(),
+            Err(_) => None,
+        },
+    };
+    let gold = match session {
+        Some(s) => state.service.has_gold(s).await.unwrap_or(false),
+        None => false,
+    };
+    if gold {
+        return Err(PageError::new(
+            StatusCode::FORBIDDEN,
+            "Not allowed",
+            "This session measures its agents with known answers, so an agent token does its own \
+             work through the API only; sign in with a viewer token or above to see it.",
+        ));
+    }
+    Ok(())
 }

@@ -82,3 +82,11 @@ macro_rules! review_decisions_json {
         )
     };
 }
+
+/// A quest's copy of its session's `max_tries` (a column on PostgreSQL
+/// only, where a `CHECK` holds `tries <= max_tries`): `$sep` then `$value`.
+macro_rules! quest_max_tries {
+    ($sep:literal, $value:literal) => {
+        concat!($sep, " ", $value)
+    };
+}

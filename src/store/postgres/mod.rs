@@ -42,8 +42,8 @@ mod verdicts;
 mod writes;
 
 use sql::{
-    calibration, console, held, inputs, pause_rule, quality, reads, rechecks, review, secrets,
-    tokens, verify,
+    calibration, console, gold, held, inputs, pause_rule, quality, reads, rechecks, review,
+    secrets, tokens, verify,
 };
 
 use std::str::FromStr;
@@ -66,6 +66,7 @@ use crate::domain::review::Viewer;
 use crate::domain::work::ReviewerId;
 use crate::domain::{Clock, QuestEvent};
 use batch::Batcher;
+pub use open::describe_open_error;
 use tx::{Db, Op, Tx};
 
 /// The key of the advisory lock under which replicas starting together run
@@ -99,25 +100,6 @@ pub struct PgStore {
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgStore").finish_non_exhaustive()
-    }
-}
-
-/// Why the database named by a URL cannot be used, in one line.
-pub fn describe_open_error(e: &StoreError) -> String {
-    match e {
-        StoreError::Database(sqlx::Error::Configuration(c)) => format!("bad database URL: {c}"),
-        StoreError::Database(sqlx::Error::Io(io)) => format!("cannot reach the database: {io}"),
-        StoreError::Database(sqlx::Error::PoolTimedOut) => {
-            format!(
-                "cannot reach the database: no connection within {} seconds",
-                CONNECT_WITHIN.as_secs()
-            )
-        }
-        StoreError::Database(sqlx::Error::Tls(t)) => format!("TLS to the database failed: {t}"),
-        StoreError::Database(sqlx::Error::Database(d)) => {
-            format!("the database refused: {}", d.message())
-        }
-        other => other.to_string(),
     }
 }
 
@@ -329,6 +311,46 @@ impl Store for PgStore {
             Box::pin(review::decide_review(tx, q, r, d, n, review::Kind::Bulk))
         })
         .await
+    }
+
+    async fn add_gold(
+        &self,
+        session: SessionId,
+        items: Vec<NewGoldItem>,
+    ) -> Result<u64, StoreError> {
+        self.write((session, items), |tx, (s, i)| {
+            Box::pin(gold::add_gold(tx, s, i))
+        })
+        .await
+    }
+
+    async fn gold_items(&self, session_id: SessionId) -> Result<Vec<GoldItemRow>, StoreError> {
+        gold::gold_items(&self.db.pool, session_id).await
+    }
+
+    async fn gold_standing(
+        &self,
+        session: SessionId,
+        agent: &AgentId,
+    ) -> Result<GoldStanding, StoreError> {
+        gold::gold_standing(&self.db.pool, session, agent).await
+    }
+
+    async fn lease_gold(
+        &self,
+        session: SessionId,
+        agent: &AgentId,
+        golds: u64,
+    ) -> Result<Option<(QuestRow, LeaseRow)>, StoreError> {
+        let args = (session, agent.clone(), golds);
+        self.write(args, |tx, (s, a, g)| {
+            Box::pin(gold::lease_gold(tx, s, a, g))
+        })
+        .await
+    }
+
+    async fn gold_answers(&self, session_id: SessionId) -> Result<Vec<GoldAnswerRow>, StoreError> {
+        gold::gold_answers(&self.db.pool, session_id).await
     }
 
     async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError> {

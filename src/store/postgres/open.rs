@@ -104,3 +104,22 @@ impl PgStore {
         self.db.read_now(&self.db.pool).await
     }
 }
+
+/// Why the database named by a URL cannot be used, in one line.
+pub fn describe_open_error(e: &StoreError) -> String {
+    match e {
+        StoreError::Database(sqlx::Error::Configuration(c)) => format!("bad database URL: {c}"),
+        StoreError::Database(sqlx::Error::Io(io)) => format!("cannot reach the database: {io}"),
+        StoreError::Database(sqlx::Error::PoolTimedOut) => {
+            format!(
+                "cannot reach the database: no connection within {} seconds",
+                CONNECT_WITHIN.as_secs()
+            )
+        }
+        StoreError::Database(sqlx::Error::Tls(t)) => format!("TLS to the database failed: {t}"),
+        StoreError::Database(sqlx::Error::Database(d)) => {
+            format!("the database refused: {}", d.message())
+        }
+        other => other.to_string(),
+    }
+}

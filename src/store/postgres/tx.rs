@@ -237,6 +237,15 @@ impl Tx {
                 sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('token ' || $1, 0))")
                     .bind(name)
             }
+            Turn::GoldItems(session) => {
+                sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('gold ' || $1::text, 0))")
+                    .bind(session)
+            }
+            Turn::GoldHandOut(session, token) => sqlx::query(
+                "SELECT pg_advisory_xact_lock(hashtextextended('gold ' || $1::text || ' ' || $2::text, 0))",
+            )
+            .bind(session)
+            .bind(token),
             Turn::RecheckRun(run) => {
                 sqlx::query("SELECT 1 FROM recheck_runs WHERE id = $1 FOR UPDATE").bind(run)
             }

@@ -38,7 +38,7 @@ pub async fn create_session(tx: &mut Tx, s: Arc<NewSession>) -> Result<SessionId
     // The file lives apart from the session row, which every lease and submit reads.
     super::inputs::insert_source(tx, s.id, &s.source).await?;
     for (c, chunk) in s.rows.chunks(ROWS_PER_INSERT).enumerate() {
-        let ids: Vec<QuestId> = chunk.iter().map(|_| QuestId::new()).collect();
+        let ids: Vec<QuestId> = chunk.iter().map(|_| s.quest_id()).collect();
         let looks: Vec<i32> = ids.iter().map(|id| s.looks_required(*id) as i32).collect();
         let indexes: Vec<i64> = (0..chunk.len())
             .map(|i| (c * ROWS_PER_INSERT + i) as i64)

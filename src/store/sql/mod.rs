@@ -11,6 +11,7 @@ use super::{Tx, codec, leases, native};
 
 pub mod calibration;
 pub mod console;
+pub mod gold;
 pub mod held;
 pub mod inputs;
 pub mod pause_rule;

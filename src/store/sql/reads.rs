@@ -51,7 +51,8 @@ pub async fn list_sessions(pool: &Pool) -> Result<Vec<SessionRow>, StoreError> {
     let rows = sqlx::query(concat!(
         "SELECT ",
         session_columns!(),
-        " FROM sessions ORDER BY created_at DESC, id DESC"
+        // A gold companion is part of its session, never a session of its own.
+        " FROM sessions WHERE gold_of IS NULL ORDER BY created_at DESC, id DESC"
     ))
     .fetch_all(pool)
     .await?;
@@ -192,7 +193,11 @@ pub async fn result_holders(
              SELECT q.row_index, q.key FROM submissions s JOIN quests q ON q.id = s.quest_id
              WHERE s.verdict = 'PENDING' AND s.session_id = $1 AND s.quest_id <> $2
                AND lower({pending}) = lower($3)
-         ) holders ORDER BY row_index LIMIT $4"
+         ) holders
+         -- Gold quests (a gold companion's) are never holders: each is one
+         -- token's copy of a known-answer item.
+         WHERE NOT EXISTS (SELECT 1 FROM sessions WHERE id = $1 AND gold_of IS NOT NULL)
+         ORDER BY row_index LIMIT $4"
     )))
     .bind(session_id)
     .bind(except)

@@ -76,3 +76,11 @@ macro_rules! review_decisions_json {
         )
     };
 }
+
+/// A quest's copy of its session's `max_tries`: a column on PostgreSQL
+/// only (SQLite's trigger reads the session's), so nothing here.
+macro_rules! quest_max_tries {
+    ($sep:literal, $value:literal) => {
+        ""
+    };
+}

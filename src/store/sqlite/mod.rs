@@ -32,8 +32,8 @@ mod verdicts;
 mod writer;
 
 use sql::{
-    calibration, console, held, inputs, pause_rule, quality, reads, rechecks, review, secrets,
-    tokens, verify,
+    calibration, console, gold, held, inputs, pause_rule, quality, reads, rechecks, review,
+    secrets, tokens, verify,
 };
 
 use writer::WriteCtx as Tx;
@@ -340,6 +340,41 @@ impl Store for SqliteStore {
             review::Kind::Bulk
         )
         .await)
+    }
+
+    async fn add_gold(
+        &self,
+        session: SessionId,
+        items: Vec<NewGoldItem>,
+    ) -> Result<u64, StoreError> {
+        single!(self, |ctx| gold::add_gold(ctx, session, items).await)
+    }
+
+    async fn gold_items(&self, session_id: SessionId) -> Result<Vec<GoldItemRow>, StoreError> {
+        gold::gold_items(&self.read, session_id).await
+    }
+
+    async fn gold_standing(
+        &self,
+        session: SessionId,
+        agent: &AgentId,
+    ) -> Result<GoldStanding, StoreError> {
+        gold::gold_standing(&self.read, session, agent).await
+    }
+
+    async fn lease_gold(
+        &self,
+        session: SessionId,
+        agent: &AgentId,
+        golds: u64,
+    ) -> Result<Option<(QuestRow, LeaseRow)>, StoreError> {
+        let agent = agent.clone();
+        single!(self, |ctx| gold::lease_gold(ctx, session, agent, golds)
+            .await)
+    }
+
+    async fn gold_answers(&self, session_id: SessionId) -> Result<Vec<GoldAnswerRow>, StoreError> {
+        gold::gold_answers(&self.read, session_id).await
     }
 
     async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError> {

@@ -1,7 +1,7 @@
 //! The rare writes: scans (a session with its quests). Each runs
 //! alone inside the writer's batch (see [`super::writer::Single`]).
 
-use crate::domain::ids::{QuestId, SessionId};
+use crate::domain::ids::SessionId;
 
 use super::codec::*;
 use super::writer::WriteCtx;
@@ -46,7 +46,7 @@ pub async fn create_session(ctx: &mut WriteCtx, s: NewSession) -> Result<Session
         );
         let mut insert = sqlx::query(sqlx::AssertSqlSafe(sql));
         for (i, (key, input)) in chunk.iter().enumerate() {
-            let id = QuestId::new();
+            let id = s.quest_id();
             insert = insert
                 .bind(id.to_string())
                 .bind(session_id.clone())

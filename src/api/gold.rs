@@ -1,0 +1,87 @@
+//! Wire types of known answers: the gold items an operator adds to a
+//! session, and what the answers to them say of each token.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::domain::gold::GoldConfig;
+use crate::domain::ids::{GoldItemId, TokenId};
+
+/// One known-answer item: an input shaped like the session's rows, the
+/// result an honest agent gives for it, and how each field is compared.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GoldItem {
+    /// The row the agent is shown, by the session's column names (a name
+    /// the session does not have is refused: the row must look like its own).
+    #[schema(value_type = Object)]
+    pub input: Map<String, Value>,
+    /// The right result.
+    #[schema(value_type = Object)]
+    pub expected: Map<String, Value>,
+    /// Per field of `expected`, its rule: `exact` (the default: strings are
+    /// trimmed and their white space runs made one space), `casefold`,
+    /// `number`, `{"number": tolerance}` or `set`.
+    #[schema(value_type = Object)]
+    #[serde(default)]
+    pub compare: Map<String, Value>,
+}
+
+/// Gold items to add to a session.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AddGold {
+    /// 1 to 1000 items per request.
+    pub items: Vec<GoldItem>,
+}
+
+/// What an addition of gold left.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct GoldAdded {
+    pub added: usize,
+    /// The items the session holds now.
+    pub items: u64,
+}
+
+/// A gold item as stored, with how often it was handed out.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct GoldItemView {
+    pub id: GoldItemId,
+    #[schema(value_type = Object)]
+    pub input: Map<String, Value>,
+    #[schema(value_type = Object)]
+    pub expected: Map<String, Value>,
+    #[schema(value_type = Object)]
+    pub compare: Map<String, Value>,
+    pub handed_out: u64,
+    pub created_at: DateTime<Utc>,
+}
+
+/// What one token's answers to gold say. Agent names are shown, not
+/// counted apart: an agent chooses its name.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TokenGold {
+    pub token_id: TokenId,
+    /// The token's name, when it still exists.
+    pub token: Option<String>,
+    /// The agent names that answered under it.
+    pub agents: Vec<String>,
+    /// Its gold answers (decided gold quests).
+    pub answered: u64,
+    pub correct: u64,
+    /// The one-sided 95% Wilson lower bound on its accuracy; null before any answer.
+    pub accuracy_lower_bound: Option<f64>,
+}
+
+/// A session's known answers: its settings, items and every token's score.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct SessionGold {
+    pub config: GoldConfig,
+    pub items: Vec<GoldItemView>,
+    /// Gold quests handed out, in all.
+    pub handed_out: u64,
+    /// Per token that answered gold, most answers first.
+    pub tokens: Vec<TokenGold>,
+}

@@ -1,0 +1,378 @@
+//! Known answers: a session's gold items, and the gold quests handed out
+//! from them. A session's gold quests live in its gold companion, a session
+//! row that names it in `gold_of`, made with the first item: so they are
+//! never among the real session's counts, exports, claims, quality figures
+//! or result holders, on either engine, without a rule to say so anywhere
+//! else. `next` reads the agent's standing on the pool
+//! ([`gold_standing`]) and writes only when the draw says gold
+//! ([`lease_gold`]).
+
+use super::Tx;
+use super::codec::*;
+use crate::domain::ids::{GoldItemId, LeaseId, QuestId, SessionId};
+use crate::domain::work::{self, AgentId};
+use crate::domain::{EventKind, QuestStatus, Transition};
+use crate::store::common::Turn;
+use crate::store::decode::quest_row;
+use crate::store::{
+    GoldAnswerRow, GoldItemRow, GoldStanding, LeaseRow, NewGoldItem, QuestRow, StoreError,
+};
+
+/// Whether agent `$2` is one of token `$1`'s (agents are `<token id>/<name>`).
+macro_rules! agent_of_token {
+    ($agent:literal) => {
+        concat!($agent, " >= $2 || '/' AND ", $agent, " < $2 || '0'")
+    };
+}
+
+/// The session's gold companion, if it has one.
+async fn companion(tx: &mut Tx, session: SessionId) -> Result<Option<SessionId>, StoreError> {
+    let row = tx
+        .row(sqlx::query("SELECT id FROM sessions WHERE gold_of = $1").bind(session))
+        .await?;
+    row.map(|r| r.id("id")).transpose()
+}
+
+/// Adds gold items to a session (making its companion with the first);
+/// the number of items it holds now.
+pub async fn add_gold(
+    tx: &mut Tx,
+    session: SessionId,
+    items: Vec<NewGoldItem>,
+) -> Result<u64, StoreError> {
+    tx.take_turns(Turn::GoldItems(session)).await?;
+    let real = tx.session(session).await?;
+    if real.gold_of.is_some() {
+        return Err(StoreError::NotFound("session"));
+    }
+    if companion(tx, session).await?.is_none() {
+        // The companion copies the session's settings: its gold quests are
+        // leased, decided and verified as the session's own are.
+        tx.exec(
+            sqlx::query(
+                "INSERT INTO sessions (id, name, key_column, gate_kind, config, columns, source_name,
+                                       source_type, total, max_tries, max_lapses, lease_seconds,
+                                       created_by, created_at, gold_of)
+                 SELECT $2, name, key_column, gate_kind, config, columns, source_name, source_type, 0,
+                        max_tries, max_lapses, lease_seconds, created_by, $3, id
+                 FROM sessions WHERE id = $1",
+            )
+            .bind(session)
+            .bind(SessionId::random())
+            .bind(at(tx.now)),
+        )
+        .await?;
+    }
+    let next = tx
+        .row(
+            sqlx::query("SELECT COUNT(*) AS n FROM gold_items WHERE session_id = $1").bind(session),
+        )
+        .await?
+        .map(|r| r.count("n"))
+        .transpose()?
+        .unwrap_or(0);
+    let added = items.len() as u64;
+    for (i, item) in items.into_iter().enumerate() {
+        tx.exec(
+            sqlx::query(
+                "INSERT INTO gold_items (id, session_id, seq, kind, input, expected, compare, created_at)
+                 VALUES ($1, $2, $3, 'gold', $4, $5, $6, $7)",
+            )
+            .bind(GoldItemId::random())
+            .bind(session)
+            .bind((next + i as u64) as i64)
+            .bind(doc(&item.input))
+            .bind(doc(&item.expected))
+            .bind(doc(&item.compare))
+            .bind(at(tx.now)),
+        )
+        .await?;
+    }
+    Ok(next + added)
+}
+
+/// A session's gold items, in the order they were added, each with how
+/// often it was handed out.
+pub async fn gold_items(pool: &Pool, session: SessionId) -> Result<Vec<GoldItemRow>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT i.*, (SELECT COUNT(*) FROM gold_quests g WHERE g.item_id = i.id) AS handed_out
+         FROM gold_items i WHERE i.session_id = $1 AND i.kind = 'gold' ORDER BY i.seq",
+    )
+    .bind(session)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(GoldItemRow {
+                id: r.id("id")?,
+                seq: r.count("seq")?,
+                input: r.json("input")?,
+                expected: r.json("expected")?,
+                compare: r.json("compare")?,
+                created_at: r.at("created_at")?,
+                handed_out: r.count("handed_out")?,
+            })
+        })
+        .collect()
+}
+
+/// The quest an agent holds in `session`, with its lease, if any.
+const HELD: &str = "SELECT q.*, l.id AS held_lease, l.expires_at AS held_until
+     FROM leases l JOIN quests q ON q.id = l.quest_id
+     WHERE l.session_id = $1 AND l.agent = $2 AND l.ended_at IS NULL";
+
+fn held(row: &impl Columns, agent: &AgentId) -> Result<(QuestRow, LeaseRow), StoreError> {
+    let quest = quest_row(row)?;
+    let lease = LeaseRow {
+        id: row.id("held_lease")?,
+        quest_id: quest.id,
+        agent: agent.clone(),
+        expires_at: row.at("held_until")?,
+    };
+    Ok((quest, lease))
+}
+
+/// What `next` needs to decide whether the agent's assignment is gold.
+pub async fn gold_standing(
+    pool: &Pool,
+    session: SessionId,
+    agent: &AgentId,
+) -> Result<GoldStanding, StoreError> {
+    let mut conn = pool.acquire().await?;
+    let companion: Option<SessionId> = sqlx::query("SELECT id FROM sessions WHERE gold_of = $1")
+        .bind(session)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|r| r.id("id"))
+        .transpose()?;
+    let Some(companion) = companion else {
+        return Ok(GoldStanding::default());
+    };
+    let name = agent.to_string();
+    let held_gold = sqlx::query(HELD)
+        .bind(companion)
+        .bind(&name)
+        .fetch_optional(&mut *conn)
+        .await?
+        .map(|r| held(&r, agent))
+        .transpose()?;
+    let holds_real = sqlx::query(HELD)
+        .bind(session)
+        .bind(&name)
+        .fetch_optional(&mut *conn)
+        .await?
+        .is_some();
+    let token = agent.token.to_string();
+    let row = sqlx::query(concat!(
+        "SELECT (SELECT CAST(COALESCE(SUM(leased), 0) AS BIGINT) FROM console_agent_stats
+                 WHERE session_id IN ($1, $3) AND ",
+        agent_of_token!("agent"),
+        ") AS assignments,
+                (SELECT COUNT(*) FROM gold_quests WHERE session_id = $1 AND token_id = $4) AS golds"
+    ))
+    .bind(session)
+    .bind(&token)
+    .bind(companion)
+    .bind(agent.token)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(GoldStanding {
+        companion: Some(companion),
+        held: held_gold,
+        holds_real,
+        assignments: row.count("assignments")?,
+        golds: row.count("golds")?,
+    })
+}
+
+/// Hands the agent a new gold quest of `session`, made from an item its
+/// token has not had, and leases it: only when the agent holds nothing
+/// there, is not paused, a real quest is open (so that gold takes the place
+/// of a real assignment), its token is under its lease cap, and it still
+/// has `golds` gold quests (the standing the draw was made on). `None`: the
+/// agent is to be assigned a real quest as usual.
+pub async fn lease_gold(
+    tx: &mut Tx,
+    session: SessionId,
+    agent: AgentId,
+    golds: u64,
+) -> Result<Option<(QuestRow, LeaseRow)>, StoreError> {
+    tx.take_turns(Turn::GoldHandOut(session, agent.token))
+        .await?;
+    let Some(companion) = companion(tx, session).await? else {
+        return Ok(None);
+    };
+    let token = agent.token.to_string();
+    let row = tx
+        .row(
+            sqlx::query(concat!(
+                "SELECT EXISTS (SELECT 1 FROM leases WHERE session_id IN ($1, $3) AND ended_at IS NULL
+                                AND agent = $5) AS holds,
+                        EXISTS (SELECT 1 FROM token_pauses WHERE session_id = $1 AND token_id = $4
+                                AND resumed_at IS NULL) AS paused,
+                        EXISTS (SELECT 1 FROM quests WHERE session_id = $1 AND phase = 'open') AS open,
+                        (SELECT COUNT(*) FROM gold_quests WHERE session_id = $1 AND token_id = $4) AS golds,
+                        (SELECT t.max_leases FROM tokens t WHERE t.id = $4) AS max_leases,
+                        (SELECT COUNT(*) FROM leases WHERE ended_at IS NULL AND ",
+                agent_of_token!("agent"),
+                ") AS live"
+            ))
+            .bind(session)
+            .bind(&token)
+            .bind(companion)
+            .bind(agent.token)
+            .bind(agent.to_string()),
+        )
+        .await?
+        .ok_or(StoreError::NotFound("session"))?;
+    let capped = row
+        .opt_int("max_leases")?
+        .is_some_and(|max| row.count("live").is_ok_and(|live| live as i64 >= max));
+    if row.flag("holds")?
+        || row.flag("paused")?
+        || !row.flag("open")?
+        || row.count("golds")? != golds
+        || capped
+    {
+        return Ok(None);
+    }
+    let Some(item) = tx
+        .row(
+            sqlx::query(
+                "SELECT i.id, i.input FROM gold_items i
+                 WHERE i.session_id = $1 AND i.kind = 'gold'
+                   AND NOT EXISTS (SELECT 1 FROM gold_quests g WHERE g.item_id = i.id AND g.token_id = $2)
+                 ORDER BY random() LIMIT 1",
+            )
+            .bind(session)
+            .bind(agent.token),
+        )
+        .await?
+    else {
+        return Ok(None);
+    };
+    let companion_row = tx.session(companion).await?;
+    let real = tx.session(session).await?;
+    let (quest_id, lease_id) = (QuestId::random(), LeaseId::new());
+    let leased = work::step(QuestStatus::new(), Transition::Lease)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let row_index = tx
+        .row(sqlx::query("SELECT COUNT(*) AS n FROM quests WHERE session_id = $1").bind(companion))
+        .await?
+        .map(|r| r.count("n"))
+        .transpose()?
+        .unwrap_or(0);
+    // Its key is read from the session's key column, as a real quest's is.
+    let input: serde_json::Map<String, serde_json::Value> = item.json("input")?;
+    let key = match input.get(&real.key_column) {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
+        Some(v) if !v.is_null() && !v.as_str().is_some_and(str::is_empty) => v.to_string(),
+        _ => format!("{}", real.total + row_index + 1),
+    };
+    tx.exec(
+        sqlx::query(concat!(
+            "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at,
+                                 reviews_required",
+            quest_max_tries!(",", "max_tries"),
+            ") VALUES ($1, $2, $3, $4, $5, 'TODO', 'open', $6, $7",
+            quest_max_tries!(",", "(SELECT max_tries FROM sessions WHERE id = $2)"),
+            ")"
+        ))
+        .bind(quest_id)
+        .bind(companion)
+        .bind(row_index as i64)
+        .bind(key)
+        .bind(doc(&input))
+        .bind(at(tx.now))
+        .bind(companion_row.config.reviewers() as i32),
+    )
+    .await?;
+    let expires_at = tx.now + chrono::Duration::seconds(companion_row.config.lease_seconds as i64);
+    tx.exec(
+        sqlx::query(
+            "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(lease_id)
+        .bind(quest_id)
+        .bind(companion)
+        .bind(agent.to_string())
+        .bind(at(tx.now))
+        .bind(at(expires_at)),
+    )
+    .await?;
+    let updated = tx
+        .row(
+            sqlx::query(
+                "UPDATE quests SET phase = $2, lease_id = $3, leases = leases + 1, updated_at = $4
+                 WHERE id = $1 RETURNING *",
+            )
+            .bind(quest_id)
+            .bind(leased.phase.map(|p| p.as_str()))
+            .bind(lease_id)
+            .bind(at(tx.now)),
+        )
+        .await?
+        .ok_or(StoreError::NotFound("quest"))?;
+    tx.exec(
+        sqlx::query(
+            "INSERT INTO gold_quests (quest_id, item_id, session_id, token_id, handed_at)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(quest_id)
+        .bind(item.id::<GoldItemId>("id")?)
+        .bind(session)
+        .bind(agent.token)
+        .bind(at(tx.now)),
+    )
+    .await?;
+    let quest = quest_row(&updated)?;
+    tx.moved_from(EventKind::Leased, &quest, QuestStatus::new(), None);
+    let lease = LeaseRow {
+        id: lease_id,
+        quest_id,
+        agent,
+        expires_at,
+    };
+    Ok(Some((quest, lease)))
+}
+
+/// The session's decided gold quests, oldest decision first, each with the
+/// result of its last submission.
+pub async fn gold_answers(
+    pool: &Pool,
+    session: SessionId,
+) -> Result<Vec<GoldAnswerRow>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT g.quest_id, g.token_id, g.item_id, i.expected, i.compare, q.updated_at,
+                (SELECT s.result FROM submissions s WHERE s.quest_id = q.id
+                 ORDER BY s.created_at DESC, s.id DESC LIMIT 1) AS answer,
+                (SELECT s.agent FROM submissions s WHERE s.quest_id = q.id
+                 ORDER BY s.created_at DESC, s.id DESC LIMIT 1) AS agent
+         FROM gold_quests g
+         JOIN gold_items i ON i.id = g.item_id
+         JOIN quests q ON q.id = g.quest_id
+         WHERE g.session_id = $1 AND q.state <> 'TODO'
+         ORDER BY q.updated_at, g.quest_id",
+    )
+    .bind(session)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(GoldAnswerRow {
+                quest_id: r.id("quest_id")?,
+                token: r.id("token_id")?,
+                item: r.id("item_id")?,
+                expected: r.json("expected")?,
+                compare: r.json("compare")?,
+                answer: r.opt_json("answer")?,
+                agent: r.opt_text("agent")?.map(|a| {
+                    a.split_once('/')
+                        .map_or(a.clone(), |(_, name)| name.to_owned())
+                }),
+                decided_at: r.at("updated_at")?,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,430 @@
+//! Known answers (issue 22, points 1 and 2): gold items an operator adds to
+//! a session are handed out by `next` in place of real quests, at the
+//! session's rate and within each token's warm-up, never counted nor
+//! exported; an agent token of such a session sees only its own work; each
+//! token's answers to gold are compared per field and scored.
+
+use std::collections::HashSet;
+
+use serde_json::{Value, json};
+
+use crate::helpers::{TestApp, assigned, companies, contact_config, spawn_app};
+
+/// A session of `n` real quests with `gold` settings, and `golds` gold items
+/// whose expected email is `gold<i>@firm.test` (compared case-folded).
+async fn gold_session(app: &TestApp, n: usize, gold: Value, golds: usize) -> String {
+    let mut config = contact_config(3);
+    config["gold"] = gold;
+    let session = app.scan(config, companies(n)).await;
+    if golds > 0 {
+        let items: Vec<Value> = (0..golds)
+            .map(|i| {
+                json!({
+                    "input": {"company": format!("Gold {i:04}"), "city": "Busan"},
+                    "expected": {"email": format!("gold{i}@firm.test")},
+                    "compare": {"email": "casefold"},
+                })
+            })
+            .collect();
+        let added = app
+            .post(
+                &format!("/v1/sessions/{session}/gold"),
+                &app.admin,
+                json!({"items": items}),
+            )
+            .await
+            .expect(201);
+        assert_eq!(added, json!({"added": golds, "items": golds}));
+    }
+    session
+}
+
+fn is_gold(next: &Value) -> bool {
+    next["quest"]["key"].as_str().unwrap().starts_with("Gold ")
+}
+
+/// Whether a UUID's text is a random one (version 4).
+fn is_v4(id: &str) -> bool {
+    uuid::Uuid::parse_str(id).unwrap().get_version_num() == 4
+}
+
+/// Works one assignment with the right answer (gold or real); whether it was gold.
+async fn work_one(app: &TestApp, token: &str, session: &str, agent: &str) -> Option<bool> {
+    let next = app.next(token, session, agent).await;
+    if next["status"] != "assigned" {
+        return None;
+    }
+    let gold = is_gold(&next);
+    let (quest, lease) = assigned(&next);
+    let key = next["quest"]["key"].as_str().unwrap().to_owned();
+    let email = match key.strip_prefix("Gold ") {
+        Some(i) => format!("GOLD{}@firm.test", i.parse::<u32>().unwrap()),
+        None => format!("{}@firm.test", key.replace(' ', "")),
+    };
+    let answer = app
+        .submit(
+            token,
+            &quest,
+            &lease,
+            json!({"email": email, "confidence": "high"}),
+        )
+        .await
+        .expect(200);
+    assert_eq!(answer["state"], "PASS", "{answer}");
+    Some(gold)
+}
+
+#[tokio::test]
+async fn gold_is_handed_out_in_each_warm_up_and_at_its_rate_never_twice_and_never_counted() {
+    let app = spawn_app().await;
+    let session = gold_session(&app, 300, json!({"rate": 0.2, "warmup": 3}), 120).await;
+    // Every token's warm-up holds a gold quest.
+    let mut warm_golds = 0;
+    for t in 0..8 {
+        let token = app.token("agent", &format!("warm-{t}")).await;
+        let mut golds = 0;
+        for _ in 0..3 {
+            golds += u64::from(work_one(&app, &token, &session, "bot").await.unwrap());
+        }
+        assert!(golds >= 1, "token {t} had no gold in its warm-up");
+        warm_golds += golds;
+    }
+    // Past it, gold comes at its rate, each item at most once per token.
+    let token = app.token("agent", "steady").await;
+    let (mut golds, mut keys) = (0u64, HashSet::new());
+    for _ in 0..200 {
+        let next = app.next(&token, &session, "bot").await;
+        let (quest, lease) = assigned(&next);
+        assert!(
+            is_v4(&quest),
+            "quest ids of a gold session are random: {quest}"
+        );
+        if is_gold(&next) {
+            golds += 1;
+            assert!(
+                keys.insert(next["quest"]["key"].clone()),
+                "an item twice: {next}"
+            );
+        }
+        let result = json!({"email": "someone@firm.test", "confidence": "high"});
+        app.submit(&token, &quest, &lease, result).await.expect(200);
+    }
+    // 197 draws at 0.2 past the warm-up, plus at most 3 in it: 39 expected, sd ≈ 5.6.
+    assert!(
+        (14..=75).contains(&golds),
+        "{golds} gold quests in 200 assignments"
+    );
+    // Gold is never counted: the session's figures are its 300 real rows.
+    let status = app.status(&session).await;
+    let real = 8 * 3 + 200 - warm_golds - golds;
+    assert_eq!(status["total"], 300);
+    assert_eq!(status["pass"], real, "gold quests were counted: {status}");
+    assert_eq!(status["remaining"], 300 - real, "{status}");
+    // … nor exported.
+    let (code, csv) = app
+        .bytes(&format!("/v1/sessions/{session}/export?format=csv"))
+        .await;
+    assert_eq!(code, 200);
+    let csv = String::from_utf8(csv).unwrap();
+    assert_eq!(csv.lines().count(), 301);
+    assert!(!csv.contains("Gold "), "a gold quest was exported");
+    // The items count their hand-outs.
+    let gold = app
+        .get(&format!("/v1/sessions/{session}/gold"), &app.admin)
+        .await
+        .expect(200);
+    let handed: u64 = gold["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["handed_out"].as_u64().unwrap())
+        .sum();
+    assert_eq!(gold["handed_out"], handed);
+    assert_eq!(handed, warm_golds + golds, "{gold}");
+}
+
+#[tokio::test]
+async fn gold_takes_the_place_of_an_open_real_quest_only() {
+    let app = spawn_app().await;
+    let session = gold_session(&app, 1, json!({"rate": 1.0, "warmup": 0}), 2).await;
+    let first = app.token("agent", "first").await;
+    // At rate 1 every assignment is gold while the token has items left, then real.
+    assert_eq!(work_one(&app, &first, &session, "bot").await, Some(true));
+    assert_eq!(work_one(&app, &first, &session, "bot").await, Some(true));
+    let real = app.next(&first, &session, "bot").await;
+    assert!(!is_gold(&real), "{real}");
+    // Held, it is the agent's answer to `next` again.
+    assert_eq!(
+        app.next(&first, &session, "bot").await["quest"]["id"],
+        real["quest"]["id"]
+    );
+    // With no real quest open, another token hears `wait`, not gold.
+    let second = app.token("agent", "second").await;
+    let next = app.next(&second, &session, "bot").await;
+    assert_eq!(next["status"], "wait", "{next}");
+    // A held gold quest is the answer to `next` until it is decided.
+    let third_session = gold_session(&app, 5, json!({"rate": 1.0, "warmup": 0}), 1).await;
+    let held = app.next(&second, &third_session, "bot").await;
+    assert!(is_gold(&held));
+    assert_eq!(
+        app.next(&second, &third_session, "bot").await["quest"]["id"],
+        held["quest"]["id"]
+    );
+}
+
+#[tokio::test]
+async fn an_agent_token_of_a_gold_session_sees_only_its_own_work() {
+    let app = spawn_app().await;
+    let session = gold_session(&app, 20, json!({"rate": 0.5, "warmup": 2}), 10).await;
+    let agent = app.token("agent", "bot").await;
+    let viewer = app.token("viewer", "watcher").await;
+    // The same fields and prompt for gold and real quests.
+    let (mut gold, mut real) = (None, None);
+    while gold.is_none() || real.is_none() {
+        let next = app.next(&agent, &session, "bot").await;
+        let (quest, lease) = assigned(&next);
+        let keys: Vec<String> = next["quest"].as_object().unwrap().keys().cloned().collect();
+        let prompt = next["prompt"]
+            .as_str()
+            .unwrap()
+            .replace(next["quest"]["key"].as_str().unwrap(), "KEY");
+        let shape = (
+            keys,
+            next["quest"]["session_id"].clone(),
+            prompt.lines().count(),
+        );
+        let result = json!({"email": "a@firm.test", "confidence": "high"});
+        let answer = app.submit(&agent, &quest, &lease, result).await.expect(200);
+        let seen = (
+            shape,
+            answer
+                .as_object()
+                .unwrap()
+                .keys()
+                .cloned()
+                .collect::<Vec<_>>(),
+            quest,
+            answer["submission_id"].clone(),
+        );
+        if is_gold(&next) {
+            gold.get_or_insert(seen);
+        } else {
+            real.get_or_insert(seen);
+        }
+    }
+    let (gold, real) = (gold.unwrap(), real.unwrap());
+    assert_eq!(
+        gold.0, real.0,
+        "a gold quest's assignment differs from a real one's"
+    );
+    assert_eq!(
+        gold.1, real.1,
+        "a gold quest's answer differs from a real one's"
+    );
+    assert_eq!(gold.0.1, json!(session), "a gold quest names its session");
+    // Beyond its own work, the agent is refused: source, export, events, config, quests, gold.
+    for path in [
+        format!("/v1/sessions/{session}"),
+        format!("/v1/sessions/{session}/source"),
+        format!("/v1/sessions/{session}/export?format=csv"),
+        format!("/v1/sessions/{session}/gold"),
+        format!("/v1/sessions/{session}/quality"),
+        format!("/v1/quests/{}", gold.2),
+        format!("/v1/quests/{}", real.2),
+    ] {
+        app.get(&path, &agent).await.refused(403, "needs_viewer");
+        app.get(&path, &viewer).await.expect(200);
+    }
+    let events = format!("/v1/sessions/{session}/events");
+    app.get(&events, &agent).await.refused(403, "needs_viewer");
+    // Its own submissions it may read, another token's not.
+    let own = format!("/v1/submissions/{}", gold.3.as_str().unwrap());
+    app.get(&own, &agent).await.expect(200);
+    let other = app.token("agent", "other").await;
+    app.get(&own, &other).await.refused(403, "needs_viewer");
+    // The session list leaves it out, and its status says only what remains.
+    let list = app.get("/v1/sessions", &agent).await.expect(200);
+    assert!(!list.to_string().contains(&session), "{list}");
+    let status = app
+        .get(&format!("/v1/sessions/{session}/status"), &agent)
+        .await
+        .expect(200);
+    let full = app.status(&session).await;
+    assert_eq!(status["remaining"], full["remaining"]);
+    assert_eq!(status["open"], 1);
+    assert_eq!(
+        (status["pass"].clone(), status["submissions"].clone()),
+        (json!(0), json!(0)),
+        "{status}"
+    );
+    assert!(full["pass"].as_u64().unwrap() > 0);
+    // A viewer sees the gold quest under its session.
+    let view = app
+        .get(&format!("/v1/quests/{}", gold.2), &viewer)
+        .await
+        .expect(200);
+    assert_eq!(view["session_id"], json!(session));
+}
+
+#[tokio::test]
+async fn gold_answers_are_compared_per_field_and_score_their_token() {
+    let app = spawn_app().await;
+    let mut config = contact_config(3);
+    config["gold"] = json!({"rate": 1.0, "warmup": 0});
+    let session = app.scan(config, companies(30)).await;
+    let items: Vec<Value> = (0..12)
+        .map(|i| {
+            json!({
+                "input": {"company": format!("Gold {i:04}"), "city": "Busan"},
+                "expected": {"email": format!("Gold{i}@Firm.test"), "confidence": "high"},
+                "compare": {"email": "casefold"},
+            })
+        })
+        .collect();
+    app.post(
+        &format!("/v1/sessions/{session}/gold"),
+        &app.admin,
+        json!({"items": items}),
+    )
+    .await
+    .expect(201);
+    let good = app.token("agent", "good").await;
+    let sloppy = app.token("agent", "sloppy").await;
+    for (token, wrong_every) in [(&good, None), (&sloppy, Some(2))] {
+        for n in 0..12 {
+            let next = app.next(token, &session, "bot").await;
+            assert!(is_gold(&next), "{next}");
+            let (quest, lease) = assigned(&next);
+            let i: u32 = next["quest"]["key"].as_str().unwrap()[5..].parse().unwrap();
+            let email = if wrong_every.is_some_and(|k| n % k == 1) {
+                format!("other{i}@firm.test")
+            } else {
+                format!("  gold{i}@FIRM.test ")
+            };
+            app.submit(
+                token,
+                &quest,
+                &lease,
+                json!({"email": email.trim(), "confidence": "high"}),
+            )
+            .await
+            .expect(200);
+        }
+    }
+    let gold = app
+        .get(&format!("/v1/sessions/{session}/gold"), &app.admin)
+        .await
+        .expect(200);
+    let tokens = gold["tokens"].as_array().unwrap();
+    let score = |name: &str| tokens.iter().find(|t| t["token"] == name).unwrap().clone();
+    let (g, s) = (score("good"), score("sloppy"));
+    assert_eq!(
+        (g["answered"].clone(), g["correct"].clone()),
+        (json!(12), json!(12)),
+        "{g}"
+    );
+    assert_eq!(
+        (s["answered"].clone(), s["correct"].clone()),
+        (json!(12), json!(6)),
+        "{s}"
+    );
+    assert_eq!(g["agents"], json!(["bot"]));
+    // One-sided 95% Wilson lower bounds, computed here apart: 12/12 and 6/12.
+    let wilson = |k: f64, n: f64| {
+        let (z, p) = (1.645_f64, k / n);
+        (p + z * z / (2.0 * n) - z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt())
+            / (1.0 + z * z / n)
+    };
+    for (t, k) in [(&g, 12.0), (&s, 6.0)] {
+        let bound = t["accuracy_lower_bound"].as_f64().unwrap();
+        assert!((bound - wilson(k, 12.0)).abs() < 1e-9, "{t}");
+    }
+}
+
+#[tokio::test]
+async fn gold_needs_a_gold_section_and_items_shaped_like_the_rows() {
+    let app = spawn_app().await;
+    let plain = app.scan(contact_config(3), companies(2)).await;
+    let item = json!({"input": {"company": "Gold"}, "expected": {"email": "a@b.test"}});
+    app.post(
+        &format!("/v1/sessions/{plain}/gold"),
+        &app.admin,
+        json!({"items": [item]}),
+    )
+    .await
+    .refused(422, "no_gold");
+    let session = gold_session(&app, 2, json!({}), 0).await;
+    let path = format!("/v1/sessions/{session}/gold");
+    for (item, says) in [
+        (
+            json!({"input": {"firm": "x"}, "expected": {"email": "a@b.test"}}),
+            "`firm`, which is not a column",
+        ),
+        (
+            json!({"input": {"company": "x"}, "expected": {}}),
+            "expected is empty",
+        ),
+        (
+            json!({"input": {"company": "x"}, "expected": {"email": "a@b.test"}, "compare": {"email": "fuzzy"}}),
+            "items[0]: compare.email",
+        ),
+    ] {
+        let answer = app.post(&path, &app.admin, json!({"items": [item]})).await;
+        answer.refused(422, "invalid_gold");
+        assert!(answer.body.to_string().contains(says), "{}", answer.body);
+    }
+    let agent = app.token("agent", "bot").await;
+    app.post(&path, &agent, json!({"items": [item]}))
+        .await
+        .refused(403, "forbidden");
+    // Nothing was added by the refusals.
+    let gold = app.get(&path, &app.admin).await.expect(200);
+    assert_eq!(gold["items"], json!([]));
+    assert_eq!(gold["config"], json!({"rate": 0.05, "warmup": 3}));
+}
+
+#[tokio::test]
+async fn quest_gold_adds_items_from_a_file_and_prints_the_scores() {
+    let app = spawn_app().await;
+    let session = gold_session(&app, 5, json!({"rate": 1.0, "warmup": 0}), 0).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("gold.jsonl");
+    let lines: Vec<String> = (0..3)
+        .map(|i| {
+            json!({"input": {"company": format!("Gold {i:04}")}, "expected": {"email": format!("gold{i}@firm.test")},
+                   "compare": {"email": "casefold"}})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&file, lines.join("\n")).unwrap();
+    let ops = crate::cli::Shell::new(&app, &app.admin, Some(&session), "ops");
+    let add = ops.run(&["gold", "add", file.to_str().unwrap()]).await;
+    assert_eq!(add.code, 0, "{}", add.stderr);
+    assert!(
+        add.stdout
+            .contains("added 3 gold items; the session holds 3"),
+        "{}",
+        add.stdout
+    );
+    let agent = app.token("agent", "scored").await;
+    assert_eq!(work_one(&app, &agent, &session, "bot").await, Some(true));
+    let scores = ops.run(&["gold", "scores"]).await;
+    assert_eq!(scores.code, 0, "{}", scores.stderr);
+    assert!(
+        scores.stdout.contains("3 gold items, handed out 1 times"),
+        "{}",
+        scores.stdout
+    );
+    assert!(
+        scores
+            .stdout
+            .contains("scored: 1 of 1 right, accuracy at least"),
+        "{}",
+        scores.stdout
+    );
+    // A file that holds no items is refused, and adds nothing.
+    std::fs::write(&file, "{\"input\": 1}").unwrap();
+    let bad = ops.run(&["gold", "add", file.to_str().unwrap()]).await;
+    assert_eq!(bad.code, 64, "{}", bad.stderr);
+    assert!(bad.stderr.contains("not gold items"), "{}", bad.stderr);
+}
