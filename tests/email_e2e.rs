@@ -1211,7 +1211,9 @@ async fn a_scanned_session_of_twenty_companies_is_decided_by_the_email_gate() {
             "quest_receipt",
             "quest_stale",
             "quest_rechecked_at",
-            "quest_recheck_facts"
+            "quest_recheck_facts",
+            "quest_suspect",
+            "quest_audit"
         ]
     );
     let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();

@@ -22,11 +22,13 @@ use crate::store::{
     SessionStatus, SubmissionRow,
 };
 
+mod agents;
 mod gold;
 mod pauses;
 mod recheck;
 mod reviewers;
 mod tokens;
+pub use agents::{AgentLine, GoldScore, SessionAgents, TokenAgents};
 pub use gold::{AddGold, GoldAdded, GoldItem, GoldItemView, SessionGold, TokenGold};
 pub use pauses::{NextPaused, Pause};
 pub use recheck::{Recheck, RecheckRun};
@@ -120,6 +122,9 @@ pub struct Status {
     /// PASS quests whose latest re-check found no answer from the world.
     #[serde(default)]
     pub unconfirmed: u64,
+    /// PASS quests marked suspect by the gold floor (they stay PASS and count in `pass`).
+    #[serde(default)]
+    pub suspect: u64,
     /// When the latest re-check run finished; null while it runs, or before the first.
     #[serde(default)]
     pub rechecked_at: Option<DateTime<Utc>>,
@@ -177,6 +182,7 @@ impl Status {
             agreement: s.agreement.iter().map(VerifierAgreement::from).collect(),
             stale: 0,
             unconfirmed: 0,
+            suspect: 0,
             rechecked_at: None,
             recheck: None,
             calibration: Vec::new(),
@@ -470,6 +476,11 @@ pub struct Quest {
     /// Every re-check of the quest, oldest first.
     #[serde(default)]
     pub rechecks: Vec<Recheck>,
+    /// Marked suspect by the gold floor: the token that obtained this PASS
+    /// from the gate alone later fell under the session's floor on gold.
+    /// The quest stays PASS.
+    #[serde(default)]
+    pub suspect: bool,
 }
 
 /// One AI verifier's answer to one question about an accepted submission.
@@ -553,6 +564,7 @@ impl Quest {
             rechecked_at: q.rechecked_at,
             recheck_facts: q.recheck_facts,
             rechecks: Vec::new(),
+            suspect: false,
         }
     }
 

@@ -596,6 +596,7 @@ mod tests {
             agreement: Vec::new(),
             stale: 0,
             unconfirmed: 0,
+            suspect: 0,
             rechecked_at: None,
             recheck: None,
             calibration: Vec::new(),

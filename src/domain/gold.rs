@@ -35,6 +35,17 @@ pub struct GoldConfig {
     /// one is gold (when it has gold items left): 0 to 100, 3 when left out.
     #[serde(default = "default_warmup")]
     pub warmup: u32,
+    /// The floor, 0 to 1, under which a token's accuracy may not be: once it
+    /// has `min_answers` gold answers (since its last pause) and the lower
+    /// bound on its accuracy is under it, the token is paused in the session
+    /// (`unqualified`) and its PASSes from the gate alone since its first
+    /// wrong gold answer are marked suspect. No floor when left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_accuracy: Option<f64>,
+    /// The gold answers a token gives before the floor applies: 1 to 10000,
+    /// 10 when left out.
+    #[serde(default = "default_min_answers")]
+    pub min_answers: u32,
 }
 
 impl Default for GoldConfig {
@@ -42,8 +53,14 @@ impl Default for GoldConfig {
         GoldConfig {
             rate: default_rate(),
             warmup: default_warmup(),
+            min_accuracy: None,
+            min_answers: default_min_answers(),
         }
     }
+}
+
+fn default_min_answers() -> u32 {
+    10
 }
 
 fn default_rate() -> f64 {
@@ -63,7 +80,21 @@ impl GoldConfig {
         if self.warmup > 100 {
             return Err(("config.gold.warmup", "must be between 0 and 100"));
         }
+        if self.min_accuracy.is_some_and(|m| !(0.0..=1.0).contains(&m)) {
+            return Err(("config.gold.min_accuracy", "must be between 0 and 1"));
+        }
+        if !(1..=10_000).contains(&self.min_answers) {
+            return Err(("config.gold.min_answers", "must be between 1 and 10000"));
+        }
         Ok(())
+    }
+
+    /// Whether a token with this score is under the session's floor.
+    pub fn unqualified(&self, score: &Score) -> bool {
+        self.min_accuracy.is_some_and(|floor| {
+            score.answered >= u64::from(self.min_answers)
+                && score.accuracy_lower_bound.unwrap_or(0.0) < floor
+        })
     }
 }
 
@@ -376,6 +407,7 @@ mod tests {
         let config = GoldConfig {
             rate: 0.5,
             warmup: 0,
+            ..GoldConfig::default()
         };
         let token = TokenId::new();
         let (a, b) = (
@@ -388,6 +420,25 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         assert_ne!(draws(&a), draws(&b));
+    }
+
+    #[test]
+    fn the_floor_applies_after_enough_answers() {
+        let config = GoldConfig {
+            min_accuracy: Some(0.8),
+            min_answers: 10,
+            ..GoldConfig::default()
+        };
+        assert!(
+            !config.unqualified(&Score::of(9, 0)),
+            "too few answers to judge"
+        );
+        assert!(config.unqualified(&Score::of(10, 7)));
+        assert!(!config.unqualified(&Score::of(40, 40)));
+        assert!(
+            !GoldConfig::default().unqualified(&Score::of(100, 0)),
+            "no floor"
+        );
     }
 
     #[test]

@@ -25,9 +25,12 @@ pub const MAX_SCOPE_SESSIONS: usize = 1_000;
 pub enum PauseReason {
     /// Its last `max_consecutive_done` quests of the session all ended DONE.
     ConsecutiveDone,
+    /// The lower bound on its accuracy on the session's gold fell under
+    /// `gold.min_accuracy`.
+    Unqualified,
 }
 
-text_enum!(PauseReason { ConsecutiveDone => "consecutive_done" });
+text_enum!(PauseReason { ConsecutiveDone => "consecutive_done", Unqualified => "unqualified" });
 
 /// One quest that left a token's hands, as the pause rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,6 +88,18 @@ impl fmt::Display for Pause {
                  (out of tries or lapsed); stop and tell the operator. An admin resumes it with \
                  `quest agent resume {}` or on the session's page in the console",
                 self.figures["consecutive_done"], self.token_id
+            ),
+            PauseReason::Unqualified => write!(
+                f,
+                "this token is paused in this session: its answers to quests whose right result \
+                 is known were right {} times in {} (at least {:.1}% with 95% confidence, under the \
+                 session's floor of {:.1}%); stop and tell the operator. An admin resumes it with \
+                 `quest agent resume {}` or on the session's page in the console",
+                self.figures["correct"],
+                self.figures["answered"],
+                self.figures["accuracy_lower_bound"].as_f64().unwrap_or(0.0) * 100.0,
+                self.figures["min_accuracy"].as_f64().unwrap_or(0.0) * 100.0,
+                self.token_id
             ),
         }
     }

@@ -122,6 +122,9 @@ impl Plan {
                 "quest_stale",
                 "quest_rechecked_at",
                 "quest_recheck_facts",
+                // After the re-check's: the gold floor's and the audits' marks.
+                "quest_suspect",
+                "quest_audit",
             ]
             .map(String::from),
         );
@@ -216,6 +219,15 @@ impl Plan {
         } else {
             Value::String(serde_json::to_string(&row.recheck_facts).unwrap_or_default())
         });
+        v.push(if row.suspect {
+            Value::Bool(true)
+        } else {
+            Value::Null
+        });
+        v.push(
+            row.audit
+                .map_or(Value::Null, |a| Value::String(a.to_owned())),
+        );
         if self.reviews {
             v.push(row.reviews.clone().map_or(Value::Null, Value::String));
         }
@@ -373,7 +385,9 @@ mod tests {
                 "quest_receipt",
                 "quest_stale",
                 "quest_rechecked_at",
-                "quest_recheck_facts"
+                "quest_recheck_facts",
+                "quest_suspect",
+                "quest_audit"
             ]
         );
     }

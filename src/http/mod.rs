@@ -164,6 +164,7 @@ fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(quests::heartbeat))
         .routes(routes!(quests::release))
         .routes(routes!(agents::get_agent_lease))
+        .routes(routes!(agents::list_session_agents))
         .routes(routes!(quests::get_quest))
         .routes(routes!(quests::get_submission))
         .routes(routes!(review::list_review_queue))

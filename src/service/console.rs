@@ -4,6 +4,7 @@
 //! through the same use cases as the API's, so the console cannot decide
 //! anything the API would refuse.
 
+use crate::domain::gold::Score;
 use crate::domain::ids::{QuestId, SessionId, TokenId};
 use crate::domain::review::Viewer;
 use crate::domain::work::Refusal;
@@ -85,6 +86,8 @@ pub struct AgentFigures {
     pub stale: u64,
     /// Its quests that are PASS now (the base of the stale share).
     pub pass_now: u64,
+    /// Its token's score on the session's gold; `None` in a session without gold.
+    pub gold: Option<Score>,
 }
 
 impl AgentFigures {
@@ -218,12 +221,26 @@ impl Service {
             .into_iter()
             .map(|r| (r.agent, (r.pass, r.stale)))
             .collect();
+        let gold = match session.config.gold {
+            Some(_) => Some(self.gold_tallies(id).await?),
+            None => None,
+        };
+        let gold_of = |agent: &str| {
+            let token = agent.split_once('/')?.0.parse::<TokenId>().ok()?;
+            let tallies = gold.as_ref()?;
+            Some(
+                tallies
+                    .get(&token)
+                    .map_or_else(|| Score::of(0, 0), |t| t.score()),
+            )
+        };
         let agents = self
             .store
             .agent_stats(id)
             .await?
             .into_iter()
             .map(|stats| AgentFigures {
+                gold: gold_of(&stats.agent),
                 pass_now: staleness.get(&stats.agent).map_or(0, |s| s.0),
                 stale: staleness.get(&stats.agent).map_or(0, |s| s.1),
                 name: stats

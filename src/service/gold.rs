@@ -6,7 +6,23 @@ use std::collections::BTreeMap;
 
 use super::*;
 use crate::domain::gold::{self, GOLD_SECRET, Score};
-use crate::store::{NewGoldItem, SessionStatus};
+use crate::domain::pause::PauseReason;
+use crate::store::{GoldAnswerRow, NewGoldItem, SessionStatus, UnqualifiedPause};
+
+/// One token's answers to gold.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub answered: u64,
+    pub correct: u64,
+    /// The agent names that answered, sorted.
+    pub agents: Vec<String>,
+}
+
+impl Tally {
+    pub fn score(&self) -> Score {
+        Score::of(self.answered, self.correct)
+    }
+}
 
 /// The most gold items one request adds.
 pub const MAX_ADDED: usize = 1000;
@@ -98,32 +114,14 @@ impl Service {
             .into_iter()
             .map(|t| (t.id, t.name))
             .collect();
-        let mut tokens: BTreeMap<TokenId, (u64, u64, Vec<String>)> = BTreeMap::new();
-        for answer in self.store.gold_answers(id).await? {
-            let entry = tokens.entry(answer.token).or_default();
-            entry.0 += 1;
-            let wrong = match &answer.answer {
-                Some(result) => gold::compare(&answer.expected, &answer.compare, result),
-                None => vec![String::new()],
-            };
-            if wrong.is_empty() {
-                entry.1 += 1;
-            }
-            if let Some(agent) = answer.agent
-                && !entry.2.contains(&agent)
-            {
-                entry.2.push(agent);
-            }
-        }
-        let mut tokens: Vec<api::TokenGold> = tokens
+        let mut tokens: Vec<api::TokenGold> = (self.gold_tallies(id).await?)
             .into_iter()
-            .map(|(token_id, (answered, correct, mut agents))| {
-                agents.sort();
-                let score = Score::of(answered, correct);
+            .map(|(token_id, tally)| {
+                let score = tally.score();
                 api::TokenGold {
                     token_id,
                     token: names.get(&token_id).cloned(),
-                    agents,
+                    agents: tally.agents,
                     answered: score.answered,
                     correct: score.correct,
                     accuracy_lower_bound: score.accuracy_lower_bound,
@@ -139,6 +137,155 @@ impl Service {
         })
     }
 
+    /// A session's agents by token, each token with its score on gold.
+    pub async fn get_session_agents(
+        &self,
+        id: SessionId,
+    ) -> Result<api::SessionAgents, ServiceError> {
+        let session = self.public_session(id).await?;
+        let mut tallies = match session.config.gold {
+            Some(_) => self.gold_tallies(id).await?,
+            None => BTreeMap::new(),
+        };
+        let mut tokens: BTreeMap<TokenId, api::TokenAgents> = BTreeMap::new();
+        let names: HashMap<TokenId, String> = (self.store.list_tokens().await?)
+            .into_iter()
+            .map(|t| (t.id, t.name))
+            .collect();
+        let new = |token_id: TokenId| api::TokenAgents {
+            token_id,
+            token: names.get(&token_id).cloned(),
+            agents: Vec::new(),
+            gold: None,
+        };
+        for stats in self.store.agent_stats(id).await? {
+            let Some((token, name)) = stats.agent.split_once('/') else {
+                continue;
+            };
+            let Ok(token_id) = token.parse::<TokenId>() else {
+                continue;
+            };
+            let t = tokens.entry(token_id).or_insert_with(|| new(token_id));
+            t.agents.push(api::AgentLine {
+                name: name.to_owned(),
+                leased: stats.leased,
+                submissions: stats.submissions,
+                pass: stats.pass,
+                pass_first: stats.pass_first,
+                fail: stats.fail,
+                review: stats.review,
+                done: stats.done,
+                lapses: stats.lapses,
+                last_seen: stats.last_seen,
+            });
+        }
+        if session.config.gold.is_some() {
+            let ids: Vec<TokenId> = tallies.keys().copied().collect();
+            for token_id in ids {
+                tokens.entry(token_id).or_insert_with(|| new(token_id));
+            }
+            for (token_id, t) in tokens.iter_mut() {
+                let score = tallies.remove(token_id).unwrap_or_default().score();
+                t.gold = Some(api::GoldScore {
+                    answered: score.answered,
+                    correct: score.correct,
+                    accuracy_lower_bound: score.accuracy_lower_bound,
+                });
+            }
+        }
+        Ok(api::SessionAgents {
+            session_id: id,
+            tokens: tokens.into_values().collect(),
+        })
+    }
+
+    /// Each token's answers to the session's gold, by token: its last
+    /// result on each decided gold quest, compared with the expected one.
+    pub(super) async fn gold_tallies(
+        &self,
+        id: SessionId,
+    ) -> Result<BTreeMap<TokenId, Tally>, ServiceError> {
+        let answers = self.store.gold_answers(id, None).await?;
+        Ok(tally(answers.iter()))
+    }
+
+    /// Pauses the agent's token when its gold answers since its last such
+    /// pause fall under the session's floor.
+    async fn hold_to_the_floor(
+        &self,
+        session: &SessionRow,
+        config: &gold::GoldConfig,
+        agent: &AgentId,
+    ) -> Result<(), ServiceError> {
+        if config.min_accuracy.is_none() {
+            return Ok(());
+        }
+        let token = agent.token;
+        let since = (self.store.pauses(session.id).await?)
+            .into_iter()
+            .filter(|p| p.token_id == token && p.reason == PauseReason::Unqualified)
+            .map(|p| p.created_at)
+            .max();
+        let answers: Vec<_> = (self.store.gold_answers(session.id, Some(token)).await?)
+            .into_iter()
+            .filter(|a| since.is_none_or(|s| a.decided_at > s))
+            .collect();
+        let tally = tally(answers.iter()).remove(&token).unwrap_or_default();
+        let score = tally.score();
+        if !config.unqualified(&score) {
+            return Ok(());
+        }
+        let first_wrong = answers.iter().find(|a| !right(a)).map(|a| a.decided_at);
+        let pause = UnqualifiedPause {
+            session: session.id,
+            token,
+            agent: answers
+                .last()
+                .and_then(|a| a.agent.clone())
+                .unwrap_or_default(),
+            figures: serde_json::json!({
+                "answered": score.answered,
+                "correct": score.correct,
+                "accuracy_lower_bound": score.accuracy_lower_bound,
+                "min_accuracy": config.min_accuracy,
+                "min_answers": config.min_answers,
+            }),
+            since: first_wrong,
+        };
+        self.store.pause_unqualified(pause).await?;
+        Ok(())
+    }
+}
+
+/// Whether a gold answer is right: its last result gives every expected
+/// field, each compared by its rule.
+fn right(answer: &GoldAnswerRow) -> bool {
+    answer
+        .answer
+        .as_ref()
+        .is_some_and(|result| gold::compare(&answer.expected, &answer.compare, result).is_empty())
+}
+
+/// The answers, tallied by token.
+fn tally<'a>(answers: impl Iterator<Item = &'a GoldAnswerRow>) -> BTreeMap<TokenId, Tally> {
+    let mut tallies: BTreeMap<TokenId, Tally> = BTreeMap::new();
+    for answer in answers {
+        let tally = tallies.entry(answer.token).or_default();
+        tally.answered += 1;
+        tally.correct += u64::from(right(answer));
+        if let Some(agent) = &answer.agent
+            && !tally.agents.contains(agent)
+        {
+            tally.agents.push(agent.clone());
+        }
+    }
+    for tally in tallies.values_mut() {
+        tally.agents.sort();
+    }
+    tallies
+}
+
+impl Service {
     /// The gold quest the agent is to work on instead of a real one: the
     /// one it holds, or a new one when the draw says so. `None`: lease a
     /// real quest as usual.
@@ -150,8 +297,11 @@ impl Service {
         let Some(config) = &session.config.gold else {
             return Ok(None);
         };
+        // A token under the floor is paused here: the lease below refuses it.
+        self.hold_to_the_floor(session, config, agent).await?;
         let standing = self.store.gold_standing(session.id, agent).await?;
-        if standing.companion.is_none() || standing.holds_real {
+        // A paused token hears its pause from the lease below.
+        if standing.companion.is_none() || standing.holds_real || standing.paused {
             return Ok(None);
         }
         if let Some(held) = standing.held {
@@ -166,6 +316,25 @@ impl Service {
             .store
             .lease_gold(session.id, agent, standing.golds)
             .await?)
+    }
+
+    /// The gold quest the agent holds in a session with gold, as its lease.
+    pub(super) async fn held_gold(
+        &self,
+        session: &SessionRow,
+        agent: &AgentId,
+    ) -> Result<Option<api::HeldLease>, ServiceError> {
+        if session.config.gold.is_none() {
+            return Ok(None);
+        }
+        let standing = self.store.gold_standing(session.id, agent).await?;
+        Ok(standing.held.map(|(quest, lease)| api::HeldLease {
+            id: lease.id,
+            quest_id: quest.id,
+            key: quest.key,
+            phase: quest.phase.unwrap_or(crate::domain::Phase::Leased),
+            expires_at: lease.expires_at,
+        }))
     }
 
     /// The server's secret key of the gold draws: made on first use, kept

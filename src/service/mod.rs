@@ -622,7 +622,11 @@ impl Service {
         let (submissions, reviews) = self.store.quest_history(quest.id).await?;
         let l2 = self.store.l2_answers(quest.id).await?;
         let rechecks = self.store.rechecks(quest.id).await?;
-        Ok(api::Quest::new(quest, submissions, reviews, l2).with_rechecks(rechecks))
+        let suspect = self.store.is_suspect(quest.id).await?;
+        Ok(api::Quest {
+            suspect,
+            ..api::Quest::new(quest, submissions, reviews, l2).with_rechecks(rechecks)
+        })
     }
 }
 
@@ -663,18 +667,21 @@ impl Service {
         agent: &AgentId,
     ) -> Result<api::AgentLease, ServiceError> {
         check_agent(agent)?;
-        self.session(session_id).await?;
-        let lease = self.store.agent_lease(session_id, agent).await?;
-        Ok(api::AgentLease {
-            session_id,
-            agent: agent.name.clone(),
-            lease: lease.map(|l| api::HeldLease {
+        let session = self.public_session(session_id).await?;
+        let lease = match self.store.agent_lease(session_id, agent).await? {
+            Some(l) => Some(api::HeldLease {
                 id: l.lease_id,
                 quest_id: l.quest_id,
                 key: l.key,
                 phase: l.phase,
                 expires_at: l.expires_at,
             }),
+            None => self.held_gold(&session, agent).await?,
+        };
+        Ok(api::AgentLease {
+            session_id,
+            agent: agent.name.clone(),
+            lease,
         })
     }
 }

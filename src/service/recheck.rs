@@ -33,6 +33,7 @@ impl Service {
         let summary = self.store.recheck_summary(id).await?;
         let mut full = api::Status::new(id, status).with_recheck(summary);
         full.calibration = self.session_calibration(id).await?;
+        full.suspect = self.store.suspect_count(id).await?;
         Ok(full)
     }
 }

@@ -41,6 +41,8 @@ pub struct GoldStanding {
     pub assignments: u64,
     /// The gold quests handed out to the token in the session.
     pub golds: u64,
+    /// Whether the token is paused in the session (it leases nothing there).
+    pub paused: bool,
 }
 
 /// One decided gold quest: whose it is and what its last submission said.
@@ -56,4 +58,18 @@ pub struct GoldAnswerRow {
     /// The agent name that gave it.
     pub agent: Option<String>,
     pub decided_at: DateTime<Utc>,
+}
+
+/// A pause of a token whose gold answers fell under the session's floor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UnqualifiedPause {
+    pub session: SessionId,
+    pub token: TokenId,
+    /// The agent name of its latest gold answer (shown only).
+    pub agent: String,
+    /// What caused it: answered, correct, the bound and the floor.
+    pub figures: Value,
+    /// When its first wrong gold answer was decided: its PASSes from the
+    /// gate alone since then are marked suspect (none without one).
+    pub since: Option<DateTime<Utc>>,
 }

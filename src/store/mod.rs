@@ -300,8 +300,19 @@ pub trait Store: Send + Sync + 'static {
         agent: &AgentId,
         golds: u64,
     ) -> Result<Option<(QuestRow, LeaseRow)>, StoreError>;
-    /// The session's decided gold quests, with their last answers.
-    async fn gold_answers(&self, session_id: SessionId) -> Result<Vec<GoldAnswerRow>, StoreError>;
+    /// The session's decided gold quests (or one token's), with their last answers.
+    async fn gold_answers(
+        &self,
+        session_id: SessionId,
+        token: Option<TokenId>,
+    ) -> Result<Vec<GoldAnswerRow>, StoreError>;
+    /// Pauses a token under the session's gold floor, marks its suspect
+    /// PASSes and releases its leases; whether it paused it now.
+    async fn pause_unqualified(&self, pause: UnqualifiedPause) -> Result<bool, StoreError>;
+    /// How many of the session's quests are marked suspect.
+    async fn suspect_count(&self, session_id: SessionId) -> Result<u64, StoreError>;
+    /// Whether the quest is marked suspect.
+    async fn is_suspect(&self, quest_id: QuestId) -> Result<bool, StoreError>;
     /// The server's secret `name`, kept as `candidate` on first use.
     async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError>;
     /// A session's review decisions on its decided quests (for its reviewers' agreement).

@@ -505,6 +505,11 @@ pub struct ExportRow {
     pub recheck_mark: Option<Mark>,
     pub rechecked_at: Option<DateTime<Utc>>,
     pub recheck_facts: Vec<Fact>,
+    /// Whether the gold floor marked it suspect (its token's gold answers
+    /// fell under the floor after it was decided).
+    pub suspect: bool,
+    /// Its post-hoc audit: `pending`, `approved` or `rejected`.
+    pub audit: Option<&'static str>,
     /// Every review decision of a decided quest, as JSON text, when asked for.
     pub reviews: Option<String>,
 }

@@ -72,6 +72,8 @@ async fn an_agent_cannot_widen_break_or_poison_the_export() {
         "quest_stale",
         "quest_rechecked_at",
         "quest_recheck_facts",
+        "quest_suspect",
+        "quest_audit",
     ];
     let (status, bytes) = app
         .bytes(&format!("/v1/sessions/{session}/export?format=xlsx"))

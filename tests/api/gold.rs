@@ -162,7 +162,7 @@ async fn gold_takes_the_place_of_an_open_real_quest_only() {
     let second = app.token("agent", "second").await;
     let next = app.next(&second, &session, "bot").await;
     assert_eq!(next["status"], "wait", "{next}");
-    // A held gold quest is the answer to `next` until it is decided.
+    // A held gold quest is the answer to `next` until it is decided, and the agent's lease.
     let third_session = gold_session(&app, 5, json!({"rate": 1.0, "warmup": 0}), 1).await;
     let held = app.next(&second, &third_session, "bot").await;
     assert!(is_gold(&held));
@@ -170,6 +170,15 @@ async fn gold_takes_the_place_of_an_open_real_quest_only() {
         app.next(&second, &third_session, "bot").await["quest"]["id"],
         held["quest"]["id"]
     );
+    let lease = app
+        .get(
+            &format!("/v1/sessions/{third_session}/lease?agent=bot"),
+            &second,
+        )
+        .await
+        .expect(200);
+    assert_eq!(lease["lease"]["quest_id"], held["quest"]["id"], "{lease}");
+    assert_eq!(lease["lease"]["id"], held["lease"]["id"], "{lease}");
 }
 
 #[tokio::test]
@@ -228,6 +237,7 @@ async fn an_agent_token_of_a_gold_session_sees_only_its_own_work() {
         format!("/v1/sessions/{session}/source"),
         format!("/v1/sessions/{session}/export?format=csv"),
         format!("/v1/sessions/{session}/gold"),
+        format!("/v1/sessions/{session}/agents"),
         format!("/v1/sessions/{session}/quality"),
         format!("/v1/quests/{}", gold.2),
         format!("/v1/quests/{}", real.2),
@@ -329,6 +339,21 @@ async fn gold_answers_are_compared_per_field_and_score_their_token() {
         "{s}"
     );
     assert_eq!(g["agents"], json!(["bot"]));
+    // The session's agents carry the same scores, by token.
+    let agents = app
+        .get(&format!("/v1/sessions/{session}/agents"), &app.admin)
+        .await
+        .expect(200);
+    let of = |name: &str| {
+        let tokens = agents["tokens"].as_array().unwrap();
+        tokens.iter().find(|t| t["token"] == name).unwrap()["gold"].clone()
+    };
+    for (name, score) in [("good", &g), ("sloppy", &s)] {
+        let block = of(name);
+        for field in ["answered", "correct", "accuracy_lower_bound"] {
+            assert_eq!(block[field], score[field], "{name}: {agents}");
+        }
+    }
     // One-sided 95% Wilson lower bounds, computed here apart: 12/12 and 6/12.
     let wilson = |k: f64, n: f64| {
         let (z, p) = (1.645_f64, k / n);
@@ -380,7 +405,28 @@ async fn gold_needs_a_gold_section_and_items_shaped_like_the_rows() {
     // Nothing was added by the refusals.
     let gold = app.get(&path, &app.admin).await.expect(200);
     assert_eq!(gold["items"], json!([]));
-    assert_eq!(gold["config"], json!({"rate": 0.05, "warmup": 3}));
+    assert_eq!(
+        gold["config"],
+        json!({"rate": 0.05, "warmup": 3, "min_answers": 10})
+    );
+    // Settings out of range are refused at the scan, naming the field.
+    for (gold, field) in [
+        (json!({"rate": 1.5}), "config.gold.rate"),
+        (json!({"min_accuracy": -0.1}), "config.gold.min_accuracy"),
+        (json!({"min_answers": 0}), "config.gold.min_answers"),
+    ] {
+        let mut config = contact_config(3);
+        config["gold"] = gold;
+        let answer = app
+            .post(
+                "/v1/sessions",
+                &app.admin,
+                json!({"config": config, "items": companies(1)}),
+            )
+            .await;
+        assert_eq!(answer.status, 422, "{}", answer.body);
+        assert!(answer.body.to_string().contains(field), "{}", answer.body);
+    }
 }
 
 #[tokio::test]
@@ -427,4 +473,94 @@ async fn quest_gold_adds_items_from_a_file_and_prints_the_scores() {
     let bad = ops.run(&["gold", "add", file.to_str().unwrap()]).await;
     assert_eq!(bad.code, 64, "{}", bad.stderr);
     assert!(bad.stderr.contains("not gold items"), "{}", bad.stderr);
+}
+
+#[tokio::test]
+async fn a_token_under_the_gold_floor_is_paused_with_its_gate_passes_marked_suspect_until_resumed()
+{
+    let app = spawn_app().await;
+    // 4 right of 4 is at least 59.6% (one-sided 95%), 0 of 4 at least 0%.
+    let floor = json!({"rate": 0.4, "warmup": 0, "min_accuracy": 0.5, "min_answers": 4});
+    let session = gold_session(&app, 60, floor, 40).await;
+    let sloppy = app.token("agent", "sloppy").await;
+    let careful = app.token("agent", "careful").await;
+    // The sloppy token's real results pass the gate; its gold answers are wrong.
+    let (mut real, mut golds, mut paused) = (Vec::new(), 0, None);
+    for _ in 0..80 {
+        let next = app
+            .post(
+                &format!("/v1/sessions/{session}/next"),
+                &sloppy,
+                json!({"agent": "bot"}),
+            )
+            .await;
+        if next.status == 409 {
+            paused = Some(next);
+            break;
+        }
+        let next = next.expect(200);
+        let (quest, lease) = assigned(&next);
+        let result = json!({"email": "someone@firm.test", "confidence": "high"});
+        app.submit(&sloppy, &quest, &lease, result)
+            .await
+            .expect(200);
+        if is_gold(&next) {
+            golds += 1;
+        } else {
+            real.push((quest, golds));
+        }
+        assert!(work_one(&app, &careful, &session, "bot").await.is_some());
+        // Time passes between decisions, as it does.
+        app.clock.advance(std::time::Duration::from_secs(1));
+    }
+    let paused = paused.expect("the sloppy token is paused");
+    paused.refused(409, "agent_paused");
+    assert_eq!(
+        paused.body["pause"]["reason"], "unqualified",
+        "{}",
+        paused.body
+    );
+    let figures = &paused.body["pause"]["figures"];
+    assert_eq!(
+        (figures["answered"].clone(), figures["correct"].clone()),
+        (json!(4), json!(0))
+    );
+    assert_eq!(figures["min_accuracy"], 0.5);
+    assert_eq!(golds, 4);
+    // Its gate PASSes since its first wrong gold answer are suspect, and stay PASS.
+    let mut suspects = 0;
+    for (quest, golds_before) in &real {
+        let view = app.quest(quest).await;
+        assert_eq!(view["state"], "PASS");
+        assert_eq!(view["suspect"], json!(*golds_before > 0), "{view}");
+        suspects += usize::from(*golds_before > 0);
+    }
+    assert!(
+        suspects > 0,
+        "no PASS followed a wrong gold answer: {real:?}"
+    );
+    assert_eq!(app.status(&session).await["suspect"], suspects);
+    let (_, csv) = app
+        .bytes(&format!("/v1/sessions/{session}/export?format=csv"))
+        .await;
+    let mut reader = csv::Reader::from_reader(csv.as_slice());
+    let header = reader.headers().unwrap().clone();
+    let column = header.iter().position(|h| h == "quest_suspect").unwrap();
+    assert_eq!(header.get(column + 1), Some("quest_audit"));
+    let marked = reader
+        .records()
+        .filter(|r| &r.as_ref().unwrap()[column] == "true")
+        .count();
+    assert_eq!(marked, suspects);
+    // The careful token is never paused; the sloppy one works again once resumed.
+    assert!(work_one(&app, &careful, &session, "bot").await.is_some());
+    let token = paused.body["pause"]["token_id"].as_str().unwrap();
+    app.post(
+        &format!("/v1/sessions/{session}/tokens/{token}/resume"),
+        &app.admin,
+        json!({}),
+    )
+    .await
+    .expect(200);
+    assert!(work_one(&app, &sloppy, &session, "bot").await.is_some());
 }

@@ -279,6 +279,13 @@ fn fixture() -> Vec<String> {
         q(4),
         id(OTHER, 7)
     ));
+    // Quest 4's suspect mark, under the pause of bot-2.
+    sql.push(format!(
+        "INSERT INTO suspect_marks (quest_id, session_id, token_id, pause_id, marked_at)
+         VALUES ('{}', '{s1}', '{TOKEN}', '{}', now())",
+        q(4),
+        id(OTHER, 6)
+    ));
     sql
 }
 
@@ -600,6 +607,14 @@ fn cases() -> Vec<Case> {
             "gold hand-outs are never changed nor deleted",
             "DELETE FROM gold_quests",
         ),
+        case(
+            "suspect marks are never changed nor deleted",
+            "UPDATE suspect_marks SET marked_at = now()",
+        ),
+        case(
+            "suspect marks are never changed nor deleted",
+            "DELETE FROM suspect_marks",
+        ),
     ];
     // TRUNCATE skips row triggers: each append-only table refuses it too. A
     // table that others reference is refused by its foreign keys first, so
@@ -609,11 +624,14 @@ fn cases() -> Vec<Case> {
         ("L2 decisions are append-only", "l2_decisions"),
         ("verifier switches are append-only", "verifier_switches"),
         ("token endings are append-only", "token_endings"),
-        ("pauses are never deleted", "token_pauses"),
         ("re-checks are append-only", "rechecks"),
         (
             "gold hand-outs are never changed nor deleted",
             "gold_quests",
+        ),
+        (
+            "suspect marks are never changed nor deleted",
+            "suspect_marks",
         ),
     ] {
         cases.push(case(rule, format!("TRUNCATE {table}")));

@@ -299,21 +299,28 @@ async fn a_recheck_of_a_changed_page_marks_the_quest_stale_and_unlocks_nothing()
     let mut reader = csv::Reader::from_reader(bytes.as_slice());
     let header: Vec<String> = reader.headers().unwrap().iter().map(String::from).collect();
     assert_eq!(
-        header[header.len() - 4..],
+        header[header.len() - 6..],
         [
             "quest_receipt",
             "quest_stale",
             "quest_rechecked_at",
-            "quest_recheck_facts"
+            "quest_recheck_facts",
+            "quest_suspect",
+            "quest_audit"
         ]
     );
     let row = reader.records().next().unwrap().unwrap();
     let n = row.len();
     assert_eq!(&row[1], "PASS");
-    assert_eq!(&row[n - 4], before["receipt"].as_str().unwrap());
-    assert_eq!(&row[n - 3], "stale");
-    assert!(row[n - 2].starts_with("2026-"), "{row:?}");
-    assert!(row[n - 1].contains("sales@acme.test"), "{row:?}");
+    assert_eq!(&row[n - 6], before["receipt"].as_str().unwrap());
+    assert_eq!(&row[n - 5], "stale");
+    assert!(row[n - 4].starts_with("2026-"), "{row:?}");
+    assert!(row[n - 3].contains("sales@acme.test"), "{row:?}");
+    assert_eq!(
+        (&row[n - 2], &row[n - 1]),
+        ("", ""),
+        "neither suspect nor audited"
+    );
 
     // The page is back: the next re-check clears the mark.
     site.set(Page::Html(PAGE.to_owned()));

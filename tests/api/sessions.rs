@@ -161,7 +161,9 @@ async fn the_csv_export_keeps_original_rows_and_adds_the_quest_columns() {
             "quest_receipt",
             "quest_stale",
             "quest_rechecked_at",
-            "quest_recheck_facts"
+            "quest_recheck_facts",
+            "quest_suspect",
+            "quest_audit"
         ]
     );
     let rows: Vec<Vec<String>> = reader

@@ -57,6 +57,14 @@ impl From<NamedPause> for PauseView {
                 "its last {} quests here all ended DONE (out of tries or lapsed)",
                 p.figures["consecutive_done"]
             ),
+            PauseReason::Unqualified => format!(
+                "its gold answers were right {} times in {}: at least {:.1}% with 95% confidence, \
+                 under the floor of {:.1}%",
+                p.figures["correct"],
+                p.figures["answered"],
+                p.figures["accuracy_lower_bound"].as_f64().unwrap_or(0.0) * 100.0,
+                p.figures["min_accuracy"].as_f64().unwrap_or(0.0) * 100.0
+            ),
         };
         let figures = match &p.figures {
             Value::Object(map) => map

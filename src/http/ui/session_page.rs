@@ -51,6 +51,10 @@ struct AgentView {
     pass_now: u64,
     last_seen: DateTime<Utc>,
     last_seen_ago: String,
+    /// Its token's gold answers: right of answered and the lower bound, e.g. `35 of 38 · ≥ 81%`.
+    gold: Option<String>,
+    gold_answered: u64,
+    gold_correct: u64,
 }
 
 #[derive(Serialize)]
@@ -94,6 +98,8 @@ pub struct SessionPage {
     session: SessionView,
     chart: Chart,
     agents: Vec<AgentView>,
+    /// Whether the session has gold (the agents table shows each token's score).
+    has_gold: bool,
     failing: Vec<FailingView>,
     review_reasons: Vec<FailingView>,
     quests: Vec<QuestLine>,
@@ -247,6 +253,7 @@ pub fn build(
     SessionPage {
         chart: chart::throughput(&o.throughput),
         chips: filter.chips(&base, &o.session.status),
+        has_gold: o.session.config.gold.is_some(),
         agents: o.agents.into_iter().map(|a| agent_view(now, a)).collect(),
         failing: failing(o.failing),
         review_reasons: failing(o.review_reasons),
@@ -296,6 +303,12 @@ fn agent_view(now: DateTime<Utc>, a: AgentFigures) -> AgentView {
         pass_now: a.pass_now,
         last_seen_ago: view::ago(now, a.stats.last_seen),
         last_seen: a.stats.last_seen,
+        gold: a.gold.as_ref().map(|g| match g.accuracy_lower_bound {
+            Some(b) => format!("{} of {} · ≥ {:.0}%", g.correct, g.answered, b * 100.0),
+            None => "no answer yet".to_owned(),
+        }),
+        gold_answered: a.gold.as_ref().map_or(0, |g| g.answered),
+        gold_correct: a.gold.as_ref().map_or(0, |g| g.correct),
     }
 }
 

@@ -349,8 +349,25 @@ impl Store for PgStore {
         .await
     }
 
-    async fn gold_answers(&self, session_id: SessionId) -> Result<Vec<GoldAnswerRow>, StoreError> {
-        gold::gold_answers(&self.db.pool, session_id).await
+    async fn gold_answers(
+        &self,
+        session_id: SessionId,
+        token: Option<TokenId>,
+    ) -> Result<Vec<GoldAnswerRow>, StoreError> {
+        gold::gold_answers(&self.db.pool, session_id, token).await
+    }
+
+    async fn pause_unqualified(&self, pause: UnqualifiedPause) -> Result<bool, StoreError> {
+        self.write(pause, |tx, p| Box::pin(pauses::pause_unqualified(tx, p)))
+            .await
+    }
+
+    async fn suspect_count(&self, session_id: SessionId) -> Result<u64, StoreError> {
+        gold::suspect_count(&self.db.pool, session_id).await
+    }
+
+    async fn is_suspect(&self, quest_id: QuestId) -> Result<bool, StoreError> {
+        gold::is_suspect(&self.db.pool, quest_id).await
     }
 
     async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError> {

@@ -49,6 +49,20 @@ pub async fn after_done(tx: &mut Tx) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// Pauses a token under its session's gold floor (the rows are the shared
+/// rule's) and releases its leases there.
+pub async fn pause_unqualified(
+    tx: &mut Tx,
+    pause: crate::store::UnqualifiedPause,
+) -> Result<bool, StoreError> {
+    let token = pause.token;
+    let sessions = super::sql::gold::pause_unqualified(tx, pause).await?;
+    for session in &sessions {
+        release_live_leases(tx, *session, token).await?;
+    }
+    Ok(!sessions.is_empty())
+}
+
 /// Releases the token's leased quests in the session (no try, no lapse).
 async fn release_live_leases(
     tx: &mut Tx,

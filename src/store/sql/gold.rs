@@ -9,13 +9,15 @@
 
 use super::Tx;
 use super::codec::*;
-use crate::domain::ids::{GoldItemId, LeaseId, QuestId, SessionId};
+use crate::domain::ids::{GoldItemId, LeaseId, QuestId, SessionId, TokenId};
+use crate::domain::pause::PauseReason;
 use crate::domain::work::{self, AgentId};
 use crate::domain::{EventKind, QuestStatus, Transition};
 use crate::store::common::Turn;
 use crate::store::decode::quest_row;
 use crate::store::{
     GoldAnswerRow, GoldItemRow, GoldStanding, LeaseRow, NewGoldItem, QuestRow, StoreError,
+    UnqualifiedPause,
 };
 
 /// Whether agent `$2` is one of token `$1`'s (agents are `<token id>/<name>`).
@@ -168,7 +170,9 @@ pub async fn gold_standing(
                  WHERE session_id IN ($1, $3) AND ",
         agent_of_token!("agent"),
         ") AS assignments,
-                (SELECT COUNT(*) FROM gold_quests WHERE session_id = $1 AND token_id = $4) AS golds"
+                (SELECT COUNT(*) FROM gold_quests WHERE session_id = $1 AND token_id = $4) AS golds,
+                EXISTS (SELECT 1 FROM token_pauses WHERE session_id = $1 AND token_id = $4
+                        AND resumed_at IS NULL) AS paused"
     ))
     .bind(session)
     .bind(&token)
@@ -182,6 +186,7 @@ pub async fn gold_standing(
         holds_real,
         assignments: row.count("assignments")?,
         golds: row.count("golds")?,
+        paused: row.flag("paused")?,
     })
 }
 
@@ -337,25 +342,37 @@ pub async fn lease_gold(
     Ok(Some((quest, lease)))
 }
 
-/// The session's decided gold quests, oldest decision first, each with the
-/// result of its last submission.
+/// A session's decided gold quests (or one token's), oldest decision
+/// first, each with the result and the agent of its last submission.
+macro_rules! gold_answers {
+    ($token:literal) => {
+        concat!(
+            "SELECT g.quest_id, g.token_id, g.item_id, i.expected, i.compare, q.updated_at,
+                    (SELECT s.result FROM submissions s WHERE s.quest_id = q.id
+                     ORDER BY s.created_at DESC, s.id DESC LIMIT 1) AS answer,
+                    (SELECT s.agent FROM submissions s WHERE s.quest_id = q.id
+                     ORDER BY s.created_at DESC, s.id DESC LIMIT 1) AS agent
+             FROM gold_quests g
+             JOIN gold_items i ON i.id = g.item_id
+             JOIN quests q ON q.id = g.quest_id
+             WHERE g.session_id = $1 AND q.state <> 'TODO'",
+            $token,
+            " ORDER BY q.updated_at, g.quest_id"
+        )
+    };
+}
+
 pub async fn gold_answers(
     pool: &Pool,
     session: SessionId,
+    token: Option<TokenId>,
 ) -> Result<Vec<GoldAnswerRow>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT g.quest_id, g.token_id, g.item_id, i.expected, i.compare, q.updated_at,
-                (SELECT s.result FROM submissions s WHERE s.quest_id = q.id
-                 ORDER BY s.created_at DESC, s.id DESC LIMIT 1) AS answer,
-                (SELECT s.agent FROM submissions s WHERE s.quest_id = q.id
-                 ORDER BY s.created_at DESC, s.id DESC LIMIT 1) AS agent
-         FROM gold_quests g
-         JOIN gold_items i ON i.id = g.item_id
-         JOIN quests q ON q.id = g.quest_id
-         WHERE g.session_id = $1 AND q.state <> 'TODO'
-         ORDER BY q.updated_at, g.quest_id",
-    )
-    .bind(session)
+    let rows = match token {
+        None => sqlx::query(gold_answers!("")).bind(session),
+        Some(t) => sqlx::query(gold_answers!(" AND g.token_id = $2"))
+            .bind(session)
+            .bind(t),
+    }
     .fetch_all(pool)
     .await?;
     rows.iter()
@@ -375,4 +392,102 @@ pub async fn gold_answers(
             })
         })
         .collect()
+}
+
+/// Pauses a token whose gold answers fell under the session's floor
+/// (unless it is paused there already) and marks suspect its PASSes that
+/// the gate alone decided since its first wrong gold answer. The sessions
+/// whose live leases of the token the engine then releases (the session and
+/// its gold companion): none when it was paused already.
+pub async fn pause_unqualified(
+    tx: &mut Tx,
+    p: UnqualifiedPause,
+) -> Result<Vec<SessionId>, StoreError> {
+    tx.take_turns(Turn::Pause(p.session, p.token)).await?;
+    let live = tx
+        .row(
+            sqlx::query(
+                "SELECT 1 AS live FROM token_pauses
+                 WHERE session_id = $1 AND token_id = $2 AND resumed_at IS NULL",
+            )
+            .bind(p.session)
+            .bind(p.token),
+        )
+        .await?;
+    if live.is_some() {
+        return Ok(Vec::new());
+    }
+    // The DONE run that pauses a token starts again after any pause.
+    let through = tx
+        .row(
+            sqlx::query(
+                "SELECT CAST(COALESCE(MAX(seq), 0) AS BIGINT) AS seq FROM token_endings
+                 WHERE session_id = $1 AND token_id = $2",
+            )
+            .bind(p.session)
+            .bind(p.token),
+        )
+        .await?
+        .map(|r| r.int("seq"))
+        .transpose()?
+        .unwrap_or(0);
+    let pause_id = crate::store::columns::RowId::new();
+    tx.exec(
+        sqlx::query(super::pause_rule::INSERT_PAUSE)
+            .bind(pause_id)
+            .bind(p.session)
+            .bind(p.token)
+            .bind(p.agent.clone())
+            .bind(PauseReason::Unqualified.as_str())
+            .bind(p.figures.to_string())
+            .bind(through)
+            .bind(at(tx.now)),
+    )
+    .await?;
+    let mut marked = 0;
+    if let Some(since) = p.since {
+        marked = tx
+            .exec(
+                sqlx::query(concat!(
+                    "INSERT INTO suspect_marks (quest_id, session_id, token_id, pause_id, marked_at)
+                     SELECT q.id, q.session_id, $3, $4, $5 FROM quests q
+                     JOIN submissions s ON s.id = q.submission_id
+                     WHERE q.session_id = $1 AND q.state = 'PASS' AND q.decided_by = 'gate'
+                       AND ",
+                    agent_of_token!("s.agent"),
+                    " AND s.decided_at >= $6
+                       AND NOT EXISTS (SELECT 1 FROM l2_jobs j WHERE j.submission_id = s.id)
+                     ON CONFLICT (quest_id) DO NOTHING"
+                ))
+                .bind(p.session)
+                .bind(p.token.to_string())
+                .bind(p.token)
+                .bind(pause_id)
+                .bind(at(tx.now))
+                .bind(at(since)),
+            )
+            .await?;
+    }
+    tracing::warn!(session = %p.session, token = %p.token, marked, "a token under the gold floor was paused");
+    let mut released = vec![p.session];
+    released.extend(companion(tx, p.session).await?);
+    Ok(released)
+}
+
+/// How many of a session's quests are marked suspect.
+pub async fn suspect_count(pool: &Pool, session: SessionId) -> Result<u64, StoreError> {
+    let row = sqlx::query("SELECT COUNT(*) AS n FROM suspect_marks WHERE session_id = $1")
+        .bind(session)
+        .fetch_one(pool)
+        .await?;
+    row.count("n")
+}
+
+/// Whether a quest is marked suspect.
+pub async fn is_suspect(pool: &Pool, quest: QuestId) -> Result<bool, StoreError> {
+    let row = sqlx::query("SELECT 1 AS marked FROM suspect_marks WHERE quest_id = $1")
+        .bind(quest)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.is_some())
 }

@@ -29,7 +29,7 @@ const RECENT_ENDINGS: &str = "SELECT e.seq, e.done, e.agent,
 
 /// A new pause. Binds: id, session, token, agent, reason, figures (JSON
 /// text), the last ending it counted, now.
-const INSERT_PAUSE: &str = "INSERT INTO token_pauses
+pub const INSERT_PAUSE: &str = "INSERT INTO token_pauses
         (id, session_id, token_id, agent, reason, figures, through_seq, created_at)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
     RETURNING *";

@@ -447,6 +447,9 @@ pub async fn export_page(
     let rows = sqlx::query(concat!(
         "SELECT q.row_index, q.input, q.state, q.decided_by, q.tries, q.result, q.last_facts,
                 q.receipt, q.recheck_mark, q.rechecked_at, q.recheck_facts, s.evidence,
+                EXISTS (SELECT 1 FROM suspect_marks m WHERE m.quest_id = q.id) AS suspect,
+                (SELECT COALESCE(a.decision, 'pending') FROM audit_reviews a
+                 WHERE a.quest_id = q.id) AS audit,
                 -- Every decision of a decided quest, when asked for.
                 CASE WHEN $4 AND q.state <> 'REVIEW' THEN ",
         review_decisions_json!("q.id"),
@@ -480,10 +483,26 @@ pub async fn export_page(
                 recheck_mark: r.opt_parsed("recheck_mark")?,
                 rechecked_at: r.opt_at("rechecked_at")?,
                 recheck_facts: r.json("recheck_facts")?,
+                suspect: r.flag("suspect")?,
+                audit: audit_label(r.opt_text("audit")?)?,
                 reviews: r.opt_text("reviews")?,
             })
         })
         .collect()
+}
+
+/// A post-hoc audit's label as the export writes it.
+fn audit_label(decision: Option<String>) -> Result<Option<&'static str>, StoreError> {
+    use crate::domain::Decision;
+    Ok(match decision.as_deref() {
+        None => None,
+        Some("pending") => Some("pending"),
+        Some(d) => match d.parse::<Decision>() {
+            Ok(Decision::Approve) => Some("approved"),
+            Ok(Decision::Reject) => Some("rejected"),
+            Err(_) => return Err(StoreError::Corrupt(format!("an audit's label `{d}`"))),
+        },
+    })
 }
 
 pub async fn list_tokens(pool: &Pool) -> Result<Vec<TokenRow>, StoreError> {

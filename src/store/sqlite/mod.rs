@@ -373,8 +373,24 @@ impl Store for SqliteStore {
             .await)
     }
 
-    async fn gold_answers(&self, session_id: SessionId) -> Result<Vec<GoldAnswerRow>, StoreError> {
-        gold::gold_answers(&self.read, session_id).await
+    async fn gold_answers(
+        &self,
+        session_id: SessionId,
+        token: Option<TokenId>,
+    ) -> Result<Vec<GoldAnswerRow>, StoreError> {
+        gold::gold_answers(&self.read, session_id, token).await
+    }
+
+    async fn pause_unqualified(&self, pause: UnqualifiedPause) -> Result<bool, StoreError> {
+        single!(self, |ctx| pauses::pause_unqualified(ctx, pause).await)
+    }
+
+    async fn suspect_count(&self, session_id: SessionId) -> Result<u64, StoreError> {
+        gold::suspect_count(&self.read, session_id).await
+    }
+
+    async fn is_suspect(&self, quest_id: QuestId) -> Result<bool, StoreError> {
+        gold::is_suspect(&self.read, quest_id).await
     }
 
     async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError> {

@@ -44,6 +44,25 @@ pub async fn after_done(ctx: &mut WriteCtx) -> Result<(), GroupError> {
     Ok(())
 }
 
+/// Pauses a token under its session's gold floor (the rows are the shared
+/// rule's) and releases its leases there.
+pub async fn pause_unqualified(
+    ctx: &mut WriteCtx,
+    pause: crate::store::UnqualifiedPause,
+) -> Result<bool, StoreError> {
+    let token = pause.token;
+    let sessions = super::sql::gold::pause_unqualified(ctx, pause).await?;
+    for session in &sessions {
+        release_live_leases(ctx, *session, token)
+            .await
+            .map_err(|e| match e {
+                GroupError::Refused(e) => e,
+                GroupError::Fatal(_) => StoreError::Unavailable,
+            })?;
+    }
+    Ok(!sessions.is_empty())
+}
+
 /// Releases the token's leased quests in the session (no try, no lapse);
 /// quests whose submission the gate is checking keep their lease until the verdict.
 async fn release_live_leases(
