@@ -41,6 +41,10 @@ pub struct Verifiers {
     pub switches: Vec<VerifierSwitch>,
     /// The latest labelled answers where verifier and reviewer disagreed, newest first (at most 100).
     pub disagreements: Vec<Disagreement>,
+    /// In a session with gold, each verifier's answers about the answers to
+    /// gold, per question: apart from the calibration against reviewers.
+    #[serde(default)]
+    pub gold: Vec<super::VerifierGold>,
 }
 
 /// A session's `verify.min_kappa` and `verify.min_labels`.
@@ -218,6 +222,7 @@ impl Verifiers {
             agreement: c.agreement.iter().map(VerifierAgreement::from).collect(),
             switches: c.switches.iter().map(VerifierSwitch::from).collect(),
             disagreements: c.disagreements.iter().map(Disagreement::from).collect(),
+            gold: Vec::new(),
         }
     }
 }

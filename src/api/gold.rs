@@ -85,3 +85,23 @@ pub struct SessionGold {
     /// Per token that answered gold, most answers first.
     pub tokens: Vec<TokenGold>,
 }
+
+/// One AI verifier's answers to one question about the answers to gold:
+/// whether it flagged the wrong ones and cleared the right ones. Reported
+/// apart from the calibration against reviewers (a per-field comparison may
+/// call a right but differently written answer wrong).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct VerifierGold {
+    pub verifier: String,
+    pub question_index: u32,
+    /// Its clean answers about gold answers.
+    pub answered: u64,
+    /// It flagged a wrong answer.
+    pub caught: u64,
+    /// It cleared a wrong answer.
+    pub missed: u64,
+    /// It flagged a right answer.
+    pub false_alarms: u64,
+    /// It cleared a right answer.
+    pub cleared: u64,
+}

@@ -29,7 +29,7 @@ mod recheck;
 mod reviewers;
 mod tokens;
 pub use agents::{AgentLine, GoldScore, SessionAgents, TokenAgents};
-pub use gold::{AddGold, GoldAdded, GoldItem, GoldItemView, SessionGold, TokenGold};
+pub use gold::{AddGold, GoldAdded, GoldItem, GoldItemView, SessionGold, TokenGold, VerifierGold};
 pub use pauses::{NextPaused, Pause};
 pub use recheck::{Recheck, RecheckRun};
 pub use reviewers::{ReviewerPair, ReviewerStats, Reviewers};
@@ -650,4 +650,12 @@ pub struct HeldLease {
     /// `leased`, or `checking` while the gate runs on a submission.
     pub phase: Phase,
     pub expires_at: DateTime<Utc>,
+    /// The quest's FAILs so far, and how many end it in DONE.
+    #[serde(default)]
+    pub tries: u32,
+    #[serde(default)]
+    pub max_tries: u32,
+    /// The facts of its last FAIL, if any.
+    #[serde(default)]
+    pub last_facts: Vec<Fact>,
 }

@@ -23,7 +23,7 @@ use super::client::CliError;
 use super::state::GuardMark;
 use super::text::{clean, say, say_err};
 use super::{Ctx, exit};
-use crate::api::{AgentLease, HeldLease, Quest};
+use crate::api::{AgentLease, HeldLease};
 use crate::domain::{Fact, Phase};
 
 /// `quest guard`.
@@ -304,14 +304,10 @@ async fn look(ctx: &Ctx, event: Event) -> Result<Seen, CliError> {
     }
     let held: AgentLease = ctx.client.get(&path).await?;
     let (last_facts, tries_left) = match &held.lease {
-        Some(lease) => {
-            let quest: Quest = ctx
-                .client
-                .get(&format!("/v1/quests/{}", lease.quest_id))
-                .await?;
-            let left = session.config.max_tries.saturating_sub(quest.tries);
-            (quest.last_facts, Some(left))
-        }
+        Some(lease) => (
+            lease.last_facts.clone(),
+            Some(lease.max_tries.saturating_sub(lease.tries)),
+        ),
         None => (Vec::new(), None),
     };
     let remembered = ctx.state.load();
@@ -453,6 +449,9 @@ mod tests {
             key: "Acme".into(),
             phase,
             expires_at: chrono::Utc::now(),
+            tries: 0,
+            max_tries: 3,
+            last_facts: Vec::new(),
         }
     }
 

@@ -410,10 +410,8 @@ mod tests {
             ..GoldConfig::default()
         };
         let token = TokenId::new();
-        let (a, b) = (
-            session_key("one", SessionId::new()),
-            session_key("two", SessionId::new()),
-        );
+        let session = SessionId::new();
+        let (a, b) = (session_key("one", session), session_key("two", session));
         let draws = |key| {
             (0..64)
                 .map(|n| hands_out(key, &config, token, n, 0))

@@ -16,6 +16,8 @@ use std::marker::PhantomData;
 use crate::domain::replay::IdempotencyKey;
 use crate::domain::work::{AgentId, ReviewerId};
 use crate::domain::{Permission, Role, text, token_hash};
+use crate::service::ServiceError;
+use crate::store::StoreError;
 
 /// `axum::Json` with refusals in the error body, and no text the store
 /// cannot keep: a body with a NUL (`\u0000`) in any string or member name
@@ -272,7 +274,7 @@ impl<N: Need> FromRequestParts<AppState> for Caller<N> {
         // An agent's own work is never refused for the session's gold: its
         // hot path looks nothing up for that.
         let template = parts.extensions.get::<MatchedPath>().map(|m| m.as_str());
-        let beyond_work = template.is_none_or(|t| !AGENT_WORK[..6].contains(&t));
+        let beyond_work = template.is_none_or(|t| !AGENT_WORK[..7].contains(&t));
         if principal.sessions.is_some() || (principal.role == Role::Agent && beyond_work) {
             let named = named_sessions(parts, state).await?;
             if let Some(scope) = principal.sessions.as_deref() {
@@ -387,13 +389,15 @@ fn check_scope(named: &Named, scope: &[SessionId]) -> Result<(), ApiError> {
 /// What an agent-role token may do in a session with known answers: its
 /// own work only (the last, a submission, must be its own). Anything more (the source, the export, the events, other
 /// quests, the config, the console) would let it tell gold quests apart.
-const AGENT_WORK: [&str; 7] = [
+const AGENT_WORK: [&str; 8] = [
     "/v1/sessions/{id}/next",
     "/v1/sessions/{id}/status",
     "/v1/sessions/{id}/lease",
     "/v1/quests/{id}/submit",
     "/v1/quests/{id}/heartbeat",
     "/v1/quests/{id}/release",
+    // The session as an agent sees it there: no gold settings, its status reduced.
+    "/v1/sessions/{id}",
     "/v1/submissions/{id}",
 ];
 
@@ -408,7 +412,12 @@ async fn check_agent_work(
     let service = &state.service;
     let mut gold = false;
     for session in named.sessions() {
-        gold |= service.has_gold(session).await.unwrap_or(false);
+        // A check that cannot read refuses rather than letting the request through.
+        gold |= match service.has_gold(session).await {
+            Ok(g) => g,
+            Err(ServiceError::Store(StoreError::NotFound(_))) => false,
+            Err(e) => return Err(e.into()),
+        };
     }
     if !gold {
         return Ok(());

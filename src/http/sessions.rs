@@ -182,10 +182,16 @@ pub async fn list_sessions(
     responses((status = 200, description = "The session and its configuration", body = Session), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_session(
     State(state): State<AppState>,
-    _caller: Caller<Read>,
+    caller: Caller<Read>,
     Path(id): Path<SessionId>,
 ) -> Result<Json<Session>, ApiError> {
-    Ok(Json(state.service.get_session(id).await?))
+    let mut session = state.service.get_session(id).await?;
+    if caller.role == Role::Agent && session.config.gold.is_some() {
+        // An agent of a session with gold sees neither the gold settings nor the full figures.
+        session.config.gold = None;
+        session.status = state.service.agent_status(id).await?;
+    }
+    Ok(Json(session))
 }
 
 /// Counts and progress of a session.

@@ -32,7 +32,12 @@ impl Service {
         Ok(match session {
             Some(id) => {
                 let row = self.session(id).await?;
-                Verifiers::new(Some((id, row.config.verify.as_ref())), &calibration)
+                let mut listing =
+                    Verifiers::new(Some((id, row.config.verify.as_ref())), &calibration);
+                if row.config.gold.is_some() {
+                    listing.gold = self.verifiers_on_gold(id).await?;
+                }
+                listing
             }
             None => Verifiers::new(None, &calibration),
         })

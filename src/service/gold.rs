@@ -62,6 +62,30 @@ impl Service {
                     ),
                 ));
             }
+            if let Some(column) = session
+                .columns
+                .iter()
+                .find(|c| !item.input.contains_key(*c))
+            {
+                return Err(invalid(
+                    "invalid_gold",
+                    format!(
+                        "{place}.input has no `{column}`: give every column of the session ({}), \
+                         as its rows have them, so that a gold quest looks like a real one",
+                        session.columns.join(", ")
+                    ),
+                ));
+            }
+            let key = item.input.get(&session.key_column);
+            if key.is_none_or(|k| k.is_null() || k.as_str().is_some_and(|k| k.trim().is_empty())) {
+                return Err(invalid(
+                    "invalid_gold",
+                    format!(
+                        "{place}.input.{} is empty: the key column names each quest",
+                        session.key_column
+                    ),
+                ));
+            }
             if item.expected.is_empty() {
                 return Err(invalid(
                     "invalid_gold",
@@ -199,6 +223,37 @@ impl Service {
         })
     }
 
+    /// Each AI verifier's answers about the answers to the session's gold,
+    /// per question.
+    pub(super) async fn verifiers_on_gold(
+        &self,
+        id: SessionId,
+    ) -> Result<Vec<api::VerifierGold>, ServiceError> {
+        let mut out: BTreeMap<(String, u32), api::VerifierGold> = BTreeMap::new();
+        for a in self.store.gold_verifier_answers(id).await? {
+            let wrong = !gold::compare(&a.expected, &a.compare, &a.result).is_empty();
+            let v = (out.entry((a.verifier.clone(), a.question_index))).or_insert_with(|| {
+                api::VerifierGold {
+                    verifier: a.verifier,
+                    question_index: a.question_index,
+                    answered: 0,
+                    caught: 0,
+                    missed: 0,
+                    false_alarms: 0,
+                    cleared: 0,
+                }
+            });
+            v.answered += 1;
+            match (a.flagged, wrong) {
+                (true, true) => v.caught += 1,
+                (false, true) => v.missed += 1,
+                (true, false) => v.false_alarms += 1,
+                (false, false) => v.cleared += 1,
+            }
+        }
+        Ok(out.into_values().collect())
+    }
+
     /// Each token's answers to the session's gold, by token: its last
     /// result on each decided gold quest, compared with the expected one.
     pub(super) async fn gold_tallies(
@@ -299,13 +354,23 @@ impl Service {
         };
         // A token under the floor is paused here: the lease below refuses it.
         self.hold_to_the_floor(session, config, agent).await?;
-        let standing = self.store.gold_standing(session.id, agent).await?;
+        let mut standing = self.store.gold_standing(session.id, agent).await?;
+        if standing.lapsed {
+            // As `next` sweeps a real quest's lapsed lease before it leases,
+            // so that the gold quest is open again (or DONE by its lapses).
+            self.store.sweep_expired().await?;
+            standing = self.store.gold_standing(session.id, agent).await?;
+        }
         // A paused token hears its pause from the lease below.
         if standing.companion.is_none() || standing.holds_real || standing.paused {
             return Ok(None);
         }
         if let Some(held) = standing.held {
             return Ok(Some(held));
+        }
+        // A gold quest it released or let lapse comes back, as a real one would.
+        if standing.reopened {
+            return Ok(self.store.lease_gold(session.id, agent, None).await?);
         }
         let key = gold::session_key(&self.gold_key().await?, session.id);
         let n = standing.assignments;
@@ -314,7 +379,7 @@ impl Service {
         }
         Ok(self
             .store
-            .lease_gold(session.id, agent, standing.golds)
+            .lease_gold(session.id, agent, Some(standing.golds))
             .await?)
     }
 
@@ -334,6 +399,9 @@ impl Service {
             key: quest.key,
             phase: quest.phase.unwrap_or(crate::domain::Phase::Leased),
             expires_at: lease.expires_at,
+            tries: quest.tries,
+            max_tries: session.config.max_tries,
+            last_facts: quest.last_facts,
         }))
     }
 

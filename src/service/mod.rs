@@ -266,7 +266,12 @@ impl Service {
         &self,
         id: SubmissionId,
     ) -> Result<api::SubmissionDetail, ServiceError> {
-        let view = self.store.submission_view(id).await?;
+        let mut view = self.store.submission_view(id).await?;
+        // A gold quest's submission speaks of the session it was handed out in.
+        if let Some(real) = self.session(view.submission.session_id).await?.gold_of {
+            view.submission.session_id = real;
+            view.remaining = self.store.session_status(real).await?.counts.remaining();
+        }
         let response = submit_response(view.clone());
         Ok(api::SubmissionDetail {
             submission: view.submission.into(),
@@ -343,6 +348,9 @@ impl Service {
     /// A session with its status.
     pub async fn get_session(&self, id: SessionId) -> Result<Session, ServiceError> {
         let row = self.store.get_session(id).await?;
+        if row.gold_of.is_some() {
+            return Err(StoreError::NotFound("session").into());
+        }
         let status = self.store.session_status(id).await?;
         let full = self.full_status(id, &status).await?;
         Ok(Session {
@@ -613,8 +621,13 @@ impl Service {
     /// A quest with its full history.
     pub async fn get_quest(&self, id: QuestId) -> Result<api::Quest, ServiceError> {
         let mut quest = self.store.get_quest(id).await?;
-        quest.session_id = self.outer_session(quest.session_id).await?;
-        self.with_history(quest).await
+        let outer = self.outer_session(quest.session_id).await?;
+        quest.session_id = outer;
+        let mut view = self.with_history(quest).await?;
+        for submission in &mut view.submissions {
+            submission.session_id = outer;
+        }
+        Ok(view)
     }
 
     /// A quest row with its submissions, reviews and L2 answers, as the API shows it.
@@ -675,6 +688,9 @@ impl Service {
                 key: l.key,
                 phase: l.phase,
                 expires_at: l.expires_at,
+                tries: l.tries,
+                max_tries: session.config.max_tries,
+                last_facts: l.last_facts,
             }),
             None => self.held_gold(&session, agent).await?,
         };

@@ -41,13 +41,13 @@ mod common;
 mod decode;
 mod check_rows;
 mod decision;
-mod gold_rows;
+mod gold;
 pub mod postgres;
 mod rows;
 pub mod sqlite;
 
 pub use check_rows::*;
-pub use gold_rows::*;
+pub use gold::*;
 pub use rows::*;
 
 use crate::domain::ids::{
@@ -144,7 +144,7 @@ impl JobClaim {
 }
 
 #[async_trait]
-pub trait Store: Send + Sync + 'static {
+pub trait Store: GoldStore + Send + Sync + 'static {
     /// Whether the database answers.
     async fn ping(&self) -> Result<(), StoreError>;
     /// A consistent copy of the whole database, made while the store keeps serving.
@@ -278,41 +278,6 @@ pub trait Store: Send + Sync + 'static {
         decision: Decision,
         note: &str,
     ) -> Result<QuestRow, StoreError>;
-    /// Adds gold items to a session (not a gold companion); how many it holds now.
-    async fn add_gold(
-        &self,
-        session_id: SessionId,
-        items: Vec<NewGoldItem>,
-    ) -> Result<u64, StoreError>;
-    /// A session's gold items, in the order they were added.
-    async fn gold_items(&self, session_id: SessionId) -> Result<Vec<GoldItemRow>, StoreError>;
-    /// What `next` reads to decide whether the agent's assignment is gold.
-    async fn gold_standing(
-        &self,
-        session_id: SessionId,
-        agent: &AgentId,
-    ) -> Result<GoldStanding, StoreError>;
-    /// Hands the agent a new gold quest and leases it, if it still may have
-    /// one with `golds` gold quests so far ([`GoldStanding`]); else `None`.
-    async fn lease_gold(
-        &self,
-        session_id: SessionId,
-        agent: &AgentId,
-        golds: u64,
-    ) -> Result<Option<(QuestRow, LeaseRow)>, StoreError>;
-    /// The session's decided gold quests (or one token's), with their last answers.
-    async fn gold_answers(
-        &self,
-        session_id: SessionId,
-        token: Option<TokenId>,
-    ) -> Result<Vec<GoldAnswerRow>, StoreError>;
-    /// Pauses a token under the session's gold floor, marks its suspect
-    /// PASSes and releases its leases; whether it paused it now.
-    async fn pause_unqualified(&self, pause: UnqualifiedPause) -> Result<bool, StoreError>;
-    /// How many of the session's quests are marked suspect.
-    async fn suspect_count(&self, session_id: SessionId) -> Result<u64, StoreError>;
-    /// Whether the quest is marked suspect.
-    async fn is_suspect(&self, quest_id: QuestId) -> Result<bool, StoreError>;
     /// The server's secret `name`, kept as `candidate` on first use.
     async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError>;
     /// A session's review decisions on its decided quests (for its reviewers' agreement).

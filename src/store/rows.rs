@@ -652,5 +652,7 @@ pub struct AgentLeaseRow {
     pub quest_id: QuestId,
     pub key: String,
     pub phase: Phase,
+    pub tries: u32,
+    pub last_facts: Vec<Fact>,
     pub expires_at: DateTime<Utc>,
 }

@@ -17,26 +17,38 @@ async fn gold_session(app: &TestApp, n: usize, gold: Value, golds: usize) -> Str
     config["gold"] = gold;
     let session = app.scan(config, companies(n)).await;
     if golds > 0 {
-        let items: Vec<Value> = (0..golds)
-            .map(|i| {
-                json!({
-                    "input": {"company": format!("Gold {i:04}"), "city": "Busan"},
-                    "expected": {"email": format!("gold{i}@firm.test")},
-                    "compare": {"email": "casefold"},
-                })
-            })
-            .collect();
-        let added = app
-            .post(
-                &format!("/v1/sessions/{session}/gold"),
-                &app.admin,
-                json!({"items": items}),
-            )
-            .await
-            .expect(201);
+        let email = |i| json!({"email": format!("gold{i}@firm.test")});
+        let added = add_gold(
+            app,
+            &session,
+            items(golds, email, json!({"email": "casefold"})),
+        )
+        .await;
         assert_eq!(added, json!({"added": golds, "items": golds}));
     }
     session
+}
+
+/// `n` gold items, `Gold 0000` … in Busan, item `i` expecting `expected(i)`,
+/// compared by `compare`.
+fn items(n: usize, expected: impl Fn(usize) -> Value, compare: Value) -> Vec<Value> {
+    (0..n)
+        .map(|i| {
+            json!({
+                "input": {"company": format!("Gold {i:04}"), "city": "Busan"},
+                "expected": expected(i),
+                "compare": compare,
+            })
+        })
+        .collect()
+}
+
+/// Adds gold items to a session as the admin; what the addition left.
+async fn add_gold(app: &TestApp, session: &str, items: Vec<Value>) -> Value {
+    let path = format!("/v1/sessions/{session}/gold");
+    app.post(&path, &app.admin, json!({"items": items}))
+        .await
+        .expect(201)
 }
 
 fn is_gold(next: &Value) -> bool {
@@ -233,7 +245,6 @@ async fn an_agent_token_of_a_gold_session_sees_only_its_own_work() {
     assert_eq!(gold.0.1, json!(session), "a gold quest names its session");
     // Beyond its own work, the agent is refused: source, export, events, config, quests, gold.
     for path in [
-        format!("/v1/sessions/{session}"),
         format!("/v1/sessions/{session}/source"),
         format!("/v1/sessions/{session}/export?format=csv"),
         format!("/v1/sessions/{session}/gold"),
@@ -247,6 +258,32 @@ async fn an_agent_token_of_a_gold_session_sees_only_its_own_work() {
     }
     let events = format!("/v1/sessions/{session}/events");
     app.get(&events, &agent).await.refused(403, "needs_viewer");
+    // The session itself it may read without its gold settings, its figures reduced.
+    let seen = app
+        .get(&format!("/v1/sessions/{session}"), &agent)
+        .await
+        .expect(200);
+    assert!(seen["config"].get("gold").is_none(), "{seen}");
+    assert_eq!(seen["status"]["pass"], 0, "{seen}");
+    let full = app
+        .get(&format!("/v1/sessions/{session}"), &viewer)
+        .await
+        .expect(200);
+    assert!(full["config"]["gold"].is_object(), "{full}");
+    // Its submission to a gold quest names the session, and what remains of it.
+    let poll = app
+        .get(
+            &format!("/v1/submissions/{}", gold.3.as_str().unwrap()),
+            &agent,
+        )
+        .await
+        .expect(200);
+    assert_eq!(poll["session_id"], json!(session), "{poll}");
+    assert_eq!(
+        poll["remaining"],
+        app.status(&session).await["remaining"],
+        "{poll}"
+    );
     // Its own submissions it may read, another token's not.
     let own = format!("/v1/submissions/{}", gold.3.as_str().unwrap());
     app.get(&own, &agent).await.expect(200);
@@ -282,22 +319,9 @@ async fn gold_answers_are_compared_per_field_and_score_their_token() {
     let mut config = contact_config(3);
     config["gold"] = json!({"rate": 1.0, "warmup": 0});
     let session = app.scan(config, companies(30)).await;
-    let items: Vec<Value> = (0..12)
-        .map(|i| {
-            json!({
-                "input": {"company": format!("Gold {i:04}"), "city": "Busan"},
-                "expected": {"email": format!("Gold{i}@Firm.test"), "confidence": "high"},
-                "compare": {"email": "casefold"},
-            })
-        })
-        .collect();
-    app.post(
-        &format!("/v1/sessions/{session}/gold"),
-        &app.admin,
-        json!({"items": items}),
-    )
-    .await
-    .expect(201);
+    let expected = |i| json!({"email": format!("Gold{i}@Firm.test"), "confidence": "high"});
+    let items = items(12, expected, json!({"email": "casefold"}));
+    add_gold(&app, &session, items).await;
     let good = app.token("agent", "good").await;
     let sloppy = app.token("agent", "sloppy").await;
     for (token, wrong_every) in [(&good, None), (&sloppy, Some(2))] {
@@ -386,11 +410,19 @@ async fn gold_needs_a_gold_section_and_items_shaped_like_the_rows() {
             "`firm`, which is not a column",
         ),
         (
-            json!({"input": {"company": "x"}, "expected": {}}),
+            json!({"input": {"company": "x"}, "expected": {"email": "a@b.test"}}),
+            "has no `city`",
+        ),
+        (
+            json!({"input": {"company": " ", "city": "x"}, "expected": {"email": "a@b.test"}}),
+            "input.company is empty",
+        ),
+        (
+            json!({"input": {"company": "x", "city": "x"}, "expected": {}}),
             "expected is empty",
         ),
         (
-            json!({"input": {"company": "x"}, "expected": {"email": "a@b.test"}, "compare": {"email": "fuzzy"}}),
+            json!({"input": {"company": "x", "city": "x"}, "expected": {"email": "a@b.test"}, "compare": {"email": "fuzzy"}}),
             "items[0]: compare.email",
         ),
     ] {
@@ -437,8 +469,8 @@ async fn quest_gold_adds_items_from_a_file_and_prints_the_scores() {
     let file = dir.path().join("gold.jsonl");
     let lines: Vec<String> = (0..3)
         .map(|i| {
-            json!({"input": {"company": format!("Gold {i:04}")}, "expected": {"email": format!("gold{i}@firm.test")},
-                   "compare": {"email": "casefold"}})
+            json!({"input": {"company": format!("Gold {i:04}"), "city": "Busan"},
+                   "expected": {"email": format!("gold{i}@firm.test")}, "compare": {"email": "casefold"}})
                 .to_string()
         })
         .collect();
@@ -563,4 +595,108 @@ async fn a_token_under_the_gold_floor_is_paused_with_its_gate_passes_marked_susp
     .await
     .expect(200);
     assert!(work_one(&app, &sloppy, &session, "bot").await.is_some());
+}
+
+#[tokio::test]
+async fn each_ai_verifier_is_scored_on_the_answers_to_gold_apart_from_its_calibration() {
+    use crate::fake_llm::{Behaviour, FakeLlm};
+    use std::sync::Arc;
+    // alpha flags the results that are wrong; beta never flags.
+    let alpha = FakeLlm::start(
+        "judge-alpha",
+        Behaviour::Reply(Arc::new(|prompt| {
+            if prompt.contains("wrong") {
+                "YES: a doubt".into()
+            } else {
+                "NO: fine".into()
+            }
+        })),
+    )
+    .await;
+    let beta = FakeLlm::start(
+        "judge-beta",
+        Behaviour::Reply(Arc::new(|_| "NO: fine".into())),
+    )
+    .await;
+    let toml = crate::verifiers::verifiers_toml(&[
+        ("alpha", &alpha.base_url, 5_000, 4),
+        ("beta", &beta.base_url, 5_000, 4),
+    ]);
+    let app = crate::helpers::spawn_app_with(&toml).await;
+    let mut config = contact_config(3);
+    config["gold"] = json!({"rate": 1.0, "warmup": 0});
+    config["verify"] = json!({"verifiers": ["alpha", "beta"], "questions": ["Is the address made up?"],
+                              "flag_threshold": 1, "quorum": 2});
+    let session = app.scan(config, companies(10)).await;
+    let items = items(
+        4,
+        |i| json!({"email": format!("gold{i}@firm.test")}),
+        json!({}),
+    );
+    add_gold(&app, &session, items).await;
+    let agent = app.token("agent", "bot").await;
+    for n in 0..4 {
+        let next = app.next(&agent, &session, "bot").await;
+        assert!(is_gold(&next), "{next}");
+        let (quest, lease) = assigned(&next);
+        let i: u32 = next["quest"]["key"].as_str().unwrap()[5..].parse().unwrap();
+        let email = if n % 2 == 0 {
+            format!("gold{i}@firm.test")
+        } else {
+            format!("wrong{i}@firm.test")
+        };
+        app.submit(
+            &agent,
+            &quest,
+            &lease,
+            json!({"email": email, "confidence": "high"}),
+        )
+        .await
+        .expect(200);
+        app.settled(&quest).await;
+    }
+    let listing = app
+        .get(&format!("/v1/verifiers?session={session}"), &app.admin)
+        .await
+        .expect(200);
+    let gold = listing["gold"].as_array().unwrap();
+    let of = |name: &str| gold.iter().find(|v| v["verifier"] == name).unwrap().clone();
+    let figures = |v: Value| {
+        ["answered", "caught", "missed", "false_alarms", "cleared"].map(|f| v[f].as_u64().unwrap())
+    };
+    assert_eq!(figures(of("alpha")), [4, 2, 0, 0, 2], "{listing}");
+    assert_eq!(figures(of("beta")), [4, 0, 2, 0, 2], "{listing}");
+}
+
+#[tokio::test]
+async fn a_gold_quest_released_or_lapsed_comes_back_as_a_real_one_would() {
+    let app = spawn_app().await;
+    let mut config = contact_config(3);
+    config["gold"] = json!({"rate": 1.0, "warmup": 0});
+    config["lease_seconds"] = json!(30);
+    let session = app.scan(config, companies(5)).await;
+    let items = items(3, |_| json!({"email": "x@firm.test"}), json!({}));
+    add_gold(&app, &session, items).await;
+    let agent = app.token("agent", "bot").await;
+    let first = app.next(&agent, &session, "bot").await;
+    assert!(is_gold(&first));
+    let (quest, lease) = assigned(&first);
+    let released = app
+        .post(
+            &format!("/v1/quests/{quest}/release"),
+            &agent,
+            json!({"lease_id": lease}),
+        )
+        .await;
+    assert_eq!(released.status, 204, "{}", released.body);
+    // Released, it is the next assignment again, with a new lease.
+    let again = app.next(&agent, &session, "bot").await;
+    assert_eq!(again["quest"]["id"], first["quest"]["id"], "{again}");
+    assert_ne!(again["lease"]["id"], first["lease"]["id"]);
+    // Lapsed, the same: swept, then handed back with one lapse.
+    app.clock.advance(std::time::Duration::from_secs(31));
+    let after = app.next(&agent, &session, "bot").await;
+    assert_eq!(after["quest"]["id"], first["quest"]["id"], "{after}");
+    let view = app.quest(after["quest"]["id"].as_str().unwrap()).await;
+    assert_eq!(view["lapses"], 1, "{view}");
 }

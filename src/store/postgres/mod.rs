@@ -26,6 +26,7 @@ mod dialect;
 mod batch;
 mod codec;
 mod events;
+mod gold;
 mod jobs;
 mod leases;
 mod native;
@@ -42,8 +43,8 @@ mod verdicts;
 mod writes;
 
 use sql::{
-    calibration, console, gold, held, inputs, pause_rule, quality, reads, rechecks, review,
-    secrets, tokens, verify,
+    calibration, console, held, inputs, pause_rule, quality, reads, rechecks, review, secrets,
+    tokens, verify,
 };
 
 use std::str::FromStr;
@@ -311,63 +312,6 @@ impl Store for PgStore {
             Box::pin(review::decide_review(tx, q, r, d, n, review::Kind::Bulk))
         })
         .await
-    }
-
-    async fn add_gold(
-        &self,
-        session: SessionId,
-        items: Vec<NewGoldItem>,
-    ) -> Result<u64, StoreError> {
-        self.write((session, items), |tx, (s, i)| {
-            Box::pin(gold::add_gold(tx, s, i))
-        })
-        .await
-    }
-
-    async fn gold_items(&self, session_id: SessionId) -> Result<Vec<GoldItemRow>, StoreError> {
-        gold::gold_items(&self.db.pool, session_id).await
-    }
-
-    async fn gold_standing(
-        &self,
-        session: SessionId,
-        agent: &AgentId,
-    ) -> Result<GoldStanding, StoreError> {
-        gold::gold_standing(&self.db.pool, session, agent).await
-    }
-
-    async fn lease_gold(
-        &self,
-        session: SessionId,
-        agent: &AgentId,
-        golds: u64,
-    ) -> Result<Option<(QuestRow, LeaseRow)>, StoreError> {
-        let args = (session, agent.clone(), golds);
-        self.write(args, |tx, (s, a, g)| {
-            Box::pin(gold::lease_gold(tx, s, a, g))
-        })
-        .await
-    }
-
-    async fn gold_answers(
-        &self,
-        session_id: SessionId,
-        token: Option<TokenId>,
-    ) -> Result<Vec<GoldAnswerRow>, StoreError> {
-        gold::gold_answers(&self.db.pool, session_id, token).await
-    }
-
-    async fn pause_unqualified(&self, pause: UnqualifiedPause) -> Result<bool, StoreError> {
-        self.write(pause, |tx, p| Box::pin(pauses::pause_unqualified(tx, p)))
-            .await
-    }
-
-    async fn suspect_count(&self, session_id: SessionId) -> Result<u64, StoreError> {
-        gold::suspect_count(&self.db.pool, session_id).await
-    }
-
-    async fn is_suspect(&self, quest_id: QuestId) -> Result<bool, StoreError> {
-        gold::is_suspect(&self.db.pool, quest_id).await
     }
 
     async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError> {

@@ -16,14 +16,14 @@ use crate::domain::{EventKind, QuestStatus, Transition};
 use crate::store::common::Turn;
 use crate::store::decode::quest_row;
 use crate::store::{
-    GoldAnswerRow, GoldItemRow, GoldStanding, LeaseRow, NewGoldItem, QuestRow, StoreError,
-    UnqualifiedPause,
+    GoldAnswerRow, GoldItemRow, GoldStanding, GoldVerifierAnswer, LeaseRow, NewGoldItem, QuestRow,
+    StoreError, UnqualifiedPause,
 };
 
-/// Whether agent `$2` is one of token `$1`'s (agents are `<token id>/<name>`).
+/// Whether agent name `$agent` is one of token `$2`'s (agents are `<token id>/<name>`).
 macro_rules! agent_of_token {
     ($agent:literal) => {
-        concat!($agent, " >= $2 || '/' AND ", $agent, " < $2 || '0'")
+        token_of_agent!("$2", $agent)
     };
 }
 
@@ -121,7 +121,7 @@ pub async fn gold_items(pool: &Pool, session: SessionId) -> Result<Vec<GoldItemR
 /// The quest an agent holds in `session`, with its lease, if any.
 const HELD: &str = "SELECT q.*, l.id AS held_lease, l.expires_at AS held_until
      FROM leases l JOIN quests q ON q.id = l.quest_id
-     WHERE l.session_id = $1 AND l.agent = $2 AND l.ended_at IS NULL";
+     WHERE l.session_id = $1 AND l.agent = $2 AND l.ended_at IS NULL AND l.expires_at > $3";
 
 fn held(row: &impl Columns, agent: &AgentId) -> Result<(QuestRow, LeaseRow), StoreError> {
     let quest = quest_row(row)?;
@@ -139,6 +139,7 @@ pub async fn gold_standing(
     pool: &Pool,
     session: SessionId,
     agent: &AgentId,
+    now: chrono::DateTime<chrono::Utc>,
 ) -> Result<GoldStanding, StoreError> {
     let mut conn = pool.acquire().await?;
     let companion: Option<SessionId> = sqlx::query("SELECT id FROM sessions WHERE gold_of = $1")
@@ -154,6 +155,7 @@ pub async fn gold_standing(
     let held_gold = sqlx::query(HELD)
         .bind(companion)
         .bind(&name)
+        .bind(at(now))
         .fetch_optional(&mut *conn)
         .await?
         .map(|r| held(&r, agent))
@@ -161,6 +163,7 @@ pub async fn gold_standing(
     let holds_real = sqlx::query(HELD)
         .bind(session)
         .bind(&name)
+        .bind(at(now))
         .fetch_optional(&mut *conn)
         .await?
         .is_some();
@@ -172,12 +175,18 @@ pub async fn gold_standing(
         ") AS assignments,
                 (SELECT COUNT(*) FROM gold_quests WHERE session_id = $1 AND token_id = $4) AS golds,
                 EXISTS (SELECT 1 FROM token_pauses WHERE session_id = $1 AND token_id = $4
-                        AND resumed_at IS NULL) AS paused"
+                        AND resumed_at IS NULL) AS paused,
+                EXISTS (SELECT 1 FROM leases WHERE session_id = $3 AND agent = $5
+                        AND ended_at IS NULL AND expires_at <= $6) AS lapsed,
+                EXISTS (SELECT 1 FROM gold_quests g JOIN quests q ON q.id = g.quest_id
+                        WHERE g.session_id = $1 AND g.token_id = $4 AND q.phase = 'open') AS reopened"
     ))
     .bind(session)
     .bind(&token)
     .bind(companion)
     .bind(agent.token)
+    .bind(&name)
+    .bind(at(now))
     .fetch_one(&mut *conn)
     .await?;
     Ok(GoldStanding {
@@ -187,36 +196,56 @@ pub async fn gold_standing(
         assignments: row.count("assignments")?,
         golds: row.count("golds")?,
         paused: row.flag("paused")?,
+        lapsed: row.flag("lapsed")?,
+        reopened: row.flag("reopened")?,
     })
 }
 
-/// Hands the agent a new gold quest of `session`, made from an item its
-/// token has not had, and leases it: only when the agent holds nothing
-/// there, is not paused, a real quest is open (so that gold takes the place
-/// of a real assignment), its token is under its lease cap, and it still
-/// has `golds` gold quests (the standing the draw was made on). `None`: the
-/// agent is to be assigned a real quest as usual.
+/// Leases the agent a gold quest of `session`: the one it holds (a `next`
+/// that raced this one leased it), else its token's gold quest that went
+/// back to open (released, or its lease lapsed: handed back as a real quest
+/// would be), else, when `golds` is given (the draw said gold, with that
+/// many gold quests so far), a new one made from an item its token has not
+/// had. Only when the agent holds no real quest, is not paused and its
+/// token is under its lease cap; a new one only when a real quest is open,
+/// so that gold takes the place of a real assignment. `None`: the agent is
+/// to be assigned a real quest as usual.
 pub async fn lease_gold(
     tx: &mut Tx,
     session: SessionId,
     agent: AgentId,
-    golds: u64,
+    golds: Option<u64>,
 ) -> Result<Option<(QuestRow, LeaseRow)>, StoreError> {
     tx.take_turns(Turn::GoldHandOut(session, agent.token))
         .await?;
     let Some(companion) = companion(tx, session).await? else {
         return Ok(None);
     };
+    let name = agent.to_string();
+    if let Some(row) = tx
+        .row(
+            sqlx::query(HELD)
+                .bind(companion)
+                .bind(&name)
+                .bind(at(tx.now)),
+        )
+        .await?
+    {
+        return Ok(Some(held(&row, &agent)?));
+    }
     let token = agent.token.to_string();
     let row = tx
         .row(
             sqlx::query(concat!(
-                "SELECT EXISTS (SELECT 1 FROM leases WHERE session_id IN ($1, $3) AND ended_at IS NULL
+                "SELECT EXISTS (SELECT 1 FROM leases WHERE session_id = $1 AND ended_at IS NULL
                                 AND agent = $5) AS holds,
                         EXISTS (SELECT 1 FROM token_pauses WHERE session_id = $1 AND token_id = $4
                                 AND resumed_at IS NULL) AS paused,
                         EXISTS (SELECT 1 FROM quests WHERE session_id = $1 AND phase = 'open') AS open,
                         (SELECT COUNT(*) FROM gold_quests WHERE session_id = $1 AND token_id = $4) AS golds,
+                        (SELECT g.quest_id FROM gold_quests g JOIN quests q ON q.id = g.quest_id
+                         WHERE g.session_id = $1 AND g.token_id = $4 AND q.phase = 'open'
+                         ORDER BY g.handed_at LIMIT 1) AS reopened,
                         (SELECT t.max_leases FROM tokens t WHERE t.id = $4) AS max_leases,
                         (SELECT COUNT(*) FROM leases WHERE ended_at IS NULL AND ",
                 agent_of_token!("agent"),
@@ -226,21 +255,78 @@ pub async fn lease_gold(
             .bind(&token)
             .bind(companion)
             .bind(agent.token)
-            .bind(agent.to_string()),
+            .bind(&name),
         )
         .await?
         .ok_or(StoreError::NotFound("session"))?;
     let capped = row
         .opt_int("max_leases")?
         .is_some_and(|max| row.count("live").is_ok_and(|live| live as i64 >= max));
-    if row.flag("holds")?
-        || row.flag("paused")?
-        || !row.flag("open")?
-        || row.count("golds")? != golds
-        || capped
-    {
+    if row.flag("holds")? || row.flag("paused")? || capped {
         return Ok(None);
     }
+    let companion_row = tx.session(companion).await?;
+    let quest_id = match row.opt_id::<QuestId>("reopened")? {
+        Some(id) => id,
+        None => {
+            if !row.flag("open")? || Some(row.count("golds")?) != golds {
+                return Ok(None);
+            }
+            match new_gold_quest(tx, session, companion, agent.token).await? {
+                Some(id) => id,
+                None => return Ok(None),
+            }
+        }
+    };
+    let lease_id = LeaseId::new();
+    let leased = work::step(QuestStatus::new(), Transition::Lease)
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let expires_at = tx.now + chrono::Duration::seconds(companion_row.config.lease_seconds as i64);
+    tx.exec(
+        sqlx::query(
+            "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(lease_id)
+        .bind(quest_id)
+        .bind(companion)
+        .bind(&name)
+        .bind(at(tx.now))
+        .bind(at(expires_at)),
+    )
+    .await?;
+    let updated = tx
+        .row(
+            sqlx::query(
+                "UPDATE quests SET phase = $2, lease_id = $3, leases = leases + 1, updated_at = $4
+                 WHERE id = $1 AND phase = 'open' RETURNING *",
+            )
+            .bind(quest_id)
+            .bind(leased.phase.map(|p| p.as_str()))
+            .bind(lease_id)
+            .bind(at(tx.now)),
+        )
+        .await?
+        .ok_or(StoreError::NotFound("quest"))?;
+    let quest = quest_row(&updated)?;
+    tx.moved_from(EventKind::Leased, &quest, QuestStatus::new(), None);
+    let lease = LeaseRow {
+        id: lease_id,
+        quest_id,
+        agent,
+        expires_at,
+    };
+    Ok(Some((quest, lease)))
+}
+
+/// Makes a new gold quest in the companion from an item `token` has not had
+/// (none left: `None`), open, and records the hand-out.
+async fn new_gold_quest(
+    tx: &mut Tx,
+    session: SessionId,
+    companion: SessionId,
+    token: TokenId,
+) -> Result<Option<QuestId>, StoreError> {
     let Some(item) = tx
         .row(
             sqlx::query(
@@ -250,30 +336,31 @@ pub async fn lease_gold(
                  ORDER BY random() LIMIT 1",
             )
             .bind(session)
-            .bind(agent.token),
+            .bind(token),
         )
         .await?
     else {
         return Ok(None);
     };
+    // The companion's row numbers are taken one at a time (replicas too).
+    tx.take_turns(Turn::GoldItems(session)).await?;
     let companion_row = tx.session(companion).await?;
     let real = tx.session(session).await?;
-    let (quest_id, lease_id) = (QuestId::random(), LeaseId::new());
-    let leased = work::step(QuestStatus::new(), Transition::Lease)
-        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
     let row_index = tx
         .row(sqlx::query("SELECT COUNT(*) AS n FROM quests WHERE session_id = $1").bind(companion))
         .await?
         .map(|r| r.count("n"))
         .transpose()?
         .unwrap_or(0);
-    // Its key is read from the session's key column, as a real quest's is.
+    // Its key is read from the session's key column, as a real quest's is
+    // (an item always has one: see the service's checks).
     let input: serde_json::Map<String, serde_json::Value> = item.json("input")?;
     let key = match input.get(&real.key_column) {
-        Some(serde_json::Value::String(s)) if !s.is_empty() => s.clone(),
-        Some(v) if !v.is_null() && !v.as_str().is_some_and(str::is_empty) => v.to_string(),
-        _ => format!("{}", real.total + row_index + 1),
+        Some(serde_json::Value::String(s)) => s.clone(),
+        Some(v) => v.to_string(),
+        None => return Err(StoreError::Corrupt("a gold item without its key".into())),
     };
+    let quest_id = QuestId::random();
     tx.exec(
         sqlx::query(concat!(
             "INSERT INTO quests (id, session_id, row_index, key, input, state, phase, updated_at,
@@ -292,33 +379,6 @@ pub async fn lease_gold(
         .bind(companion_row.config.reviewers() as i32),
     )
     .await?;
-    let expires_at = tx.now + chrono::Duration::seconds(companion_row.config.lease_seconds as i64);
-    tx.exec(
-        sqlx::query(
-            "INSERT INTO leases (id, quest_id, session_id, agent, granted_at, expires_at)
-             VALUES ($1, $2, $3, $4, $5, $6)",
-        )
-        .bind(lease_id)
-        .bind(quest_id)
-        .bind(companion)
-        .bind(agent.to_string())
-        .bind(at(tx.now))
-        .bind(at(expires_at)),
-    )
-    .await?;
-    let updated = tx
-        .row(
-            sqlx::query(
-                "UPDATE quests SET phase = $2, lease_id = $3, leases = leases + 1, updated_at = $4
-                 WHERE id = $1 RETURNING *",
-            )
-            .bind(quest_id)
-            .bind(leased.phase.map(|p| p.as_str()))
-            .bind(lease_id)
-            .bind(at(tx.now)),
-        )
-        .await?
-        .ok_or(StoreError::NotFound("quest"))?;
     tx.exec(
         sqlx::query(
             "INSERT INTO gold_quests (quest_id, item_id, session_id, token_id, handed_at)
@@ -327,19 +387,11 @@ pub async fn lease_gold(
         .bind(quest_id)
         .bind(item.id::<GoldItemId>("id")?)
         .bind(session)
-        .bind(agent.token)
+        .bind(token)
         .bind(at(tx.now)),
     )
     .await?;
-    let quest = quest_row(&updated)?;
-    tx.moved_from(EventKind::Leased, &quest, QuestStatus::new(), None);
-    let lease = LeaseRow {
-        id: lease_id,
-        quest_id,
-        agent,
-        expires_at,
-    };
-    Ok(Some((quest, lease)))
+    Ok(Some(quest_id))
 }
 
 /// A session's decided gold quests (or one token's), oldest decision
@@ -490,4 +542,35 @@ pub async fn is_suspect(pool: &Pool, quest: QuestId) -> Result<bool, StoreError>
         .fetch_optional(pool)
         .await?;
     Ok(row.is_some())
+}
+
+/// The AI verifiers' clean answers about the answers to a session's gold.
+pub async fn gold_verifier_answers(
+    pool: &Pool,
+    session: SessionId,
+) -> Result<Vec<GoldVerifierAnswer>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT a.verifier, a.question_index, a.flagged, s.result, i.expected, i.compare
+         FROM gold_quests g
+         JOIN gold_items i ON i.id = g.item_id
+         JOIN l2_answers a ON a.quest_id = g.quest_id
+         JOIN submissions s ON s.id = a.submission_id
+         WHERE g.session_id = $1 AND a.answer IS NOT NULL
+         ORDER BY a.verifier, a.question_index",
+    )
+    .bind(session)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(GoldVerifierAnswer {
+                verifier: r.text("verifier")?,
+                question_index: r.small("question_index")?,
+                flagged: r.flag("flagged")?,
+                result: r.json("result")?,
+                expected: r.json("expected")?,
+                compare: r.json("compare")?,
+            })
+        })
+        .collect()
 }

@@ -544,7 +544,7 @@ pub async fn agent_lease(
     now: DateTime<Utc>,
 ) -> Result<Option<AgentLeaseRow>, StoreError> {
     let row = sqlx::query(
-        "SELECT l.id, l.quest_id, q.key, q.phase, l.expires_at
+        "SELECT l.id, l.quest_id, q.key, q.phase, q.tries, q.last_facts, l.expires_at
          FROM leases l JOIN quests q ON q.id = l.quest_id AND q.lease_id = l.id
          WHERE l.session_id = $1 AND l.agent = $2 AND l.ended_at IS NULL AND l.expires_at > $3
          LIMIT 1",
@@ -562,6 +562,8 @@ pub async fn agent_lease(
         quest_id: row.id("quest_id")?,
         key: row.text("key")?,
         phase: row.parsed("phase")?,
+        tries: row.small("tries")?,
+        last_facts: row.json("last_facts")?,
         expires_at: row.at("expires_at")?,
     }))
 }

@@ -32,8 +32,8 @@ mod verdicts;
 mod writer;
 
 use sql::{
-    calibration, console, gold, held, inputs, pause_rule, quality, reads, rechecks, review,
-    secrets, tokens, verify,
+    calibration, console, held, inputs, pause_rule, quality, reads, rechecks, review, secrets,
+    tokens, verify,
 };
 
 use writer::WriteCtx as Tx;
@@ -102,6 +102,9 @@ macro_rules! single {
             .await
     };
 }
+
+// After `single!`, which it uses.
+mod gold;
 
 #[async_trait]
 impl Store for SqliteStore {
@@ -340,57 +343,6 @@ impl Store for SqliteStore {
             review::Kind::Bulk
         )
         .await)
-    }
-
-    async fn add_gold(
-        &self,
-        session: SessionId,
-        items: Vec<NewGoldItem>,
-    ) -> Result<u64, StoreError> {
-        single!(self, |ctx| gold::add_gold(ctx, session, items).await)
-    }
-
-    async fn gold_items(&self, session_id: SessionId) -> Result<Vec<GoldItemRow>, StoreError> {
-        gold::gold_items(&self.read, session_id).await
-    }
-
-    async fn gold_standing(
-        &self,
-        session: SessionId,
-        agent: &AgentId,
-    ) -> Result<GoldStanding, StoreError> {
-        gold::gold_standing(&self.read, session, agent).await
-    }
-
-    async fn lease_gold(
-        &self,
-        session: SessionId,
-        agent: &AgentId,
-        golds: u64,
-    ) -> Result<Option<(QuestRow, LeaseRow)>, StoreError> {
-        let agent = agent.clone();
-        single!(self, |ctx| gold::lease_gold(ctx, session, agent, golds)
-            .await)
-    }
-
-    async fn gold_answers(
-        &self,
-        session_id: SessionId,
-        token: Option<TokenId>,
-    ) -> Result<Vec<GoldAnswerRow>, StoreError> {
-        gold::gold_answers(&self.read, session_id, token).await
-    }
-
-    async fn pause_unqualified(&self, pause: UnqualifiedPause) -> Result<bool, StoreError> {
-        single!(self, |ctx| pauses::pause_unqualified(ctx, pause).await)
-    }
-
-    async fn suspect_count(&self, session_id: SessionId) -> Result<u64, StoreError> {
-        gold::suspect_count(&self.read, session_id).await
-    }
-
-    async fn is_suspect(&self, quest_id: QuestId) -> Result<bool, StoreError> {
-        gold::is_suspect(&self.read, quest_id).await
     }
 
     async fn server_secret(&self, name: &str, candidate: &str) -> Result<String, StoreError> {
