@@ -32,6 +32,9 @@
 //! types), nor generic functions over `sqlx::Database` (a bound for every
 //! associated type, on every function).
 //!
+//! The known-answer part of the trait is [`GoldStore`], a supertrait that
+//! each engine implements in its own `gold` module over `store/sql/gold.rs`.
+//!
 //! [`Clock`]: crate::domain::Clock
 //! [`Turn`]: common::Turn
 

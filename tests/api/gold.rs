@@ -511,14 +511,16 @@ async fn quest_gold_adds_items_from_a_file_and_prints_the_scores() {
 async fn a_token_under_the_gold_floor_is_paused_with_its_gate_passes_marked_suspect_until_resumed()
 {
     let app = spawn_app().await;
-    // 4 right of 4 is at least 59.6% (one-sided 95%), 0 of 4 at least 0%.
-    let floor = json!({"rate": 0.4, "warmup": 0, "min_accuracy": 0.5, "min_answers": 4});
-    let session = gold_session(&app, 60, floor, 40).await;
+    // 8 right of 8 is at least 74.6% (one-sided 95%), 0 of 8 at least 0%.
+    // At rate 0.3 the chance that no real quest falls between the first and
+    // the eighth gold one is 0.3^7, about 2 in 10,000.
+    let floor = json!({"rate": 0.3, "warmup": 0, "min_accuracy": 0.5, "min_answers": 8});
+    let session = gold_session(&app, 150, floor, 40).await;
     let sloppy = app.token("agent", "sloppy").await;
     let careful = app.token("agent", "careful").await;
     // The sloppy token's real results pass the gate; its gold answers are wrong.
     let (mut real, mut golds, mut paused) = (Vec::new(), 0, None);
-    for _ in 0..80 {
+    for _ in 0..150 {
         let next = app
             .post(
                 &format!("/v1/sessions/{session}/next"),
@@ -555,10 +557,10 @@ async fn a_token_under_the_gold_floor_is_paused_with_its_gate_passes_marked_susp
     let figures = &paused.body["pause"]["figures"];
     assert_eq!(
         (figures["answered"].clone(), figures["correct"].clone()),
-        (json!(4), json!(0))
+        (json!(8), json!(0))
     );
     assert_eq!(figures["min_accuracy"], 0.5);
-    assert_eq!(golds, 4);
+    assert_eq!(golds, 8);
     // Its gate PASSes since its first wrong gold answer are suspect, and stay PASS.
     let mut suspects = 0;
     for (quest, golds_before) in &real {
