@@ -161,68 +161,6 @@ impl Service {
         })
     }
 
-    /// A session's agents by token, each token with its score on gold.
-    pub async fn get_session_agents(
-        &self,
-        id: SessionId,
-    ) -> Result<api::SessionAgents, ServiceError> {
-        let session = self.public_session(id).await?;
-        let mut tallies = match session.config.gold {
-            Some(_) => self.gold_tallies(id).await?,
-            None => BTreeMap::new(),
-        };
-        let mut tokens: BTreeMap<TokenId, api::TokenAgents> = BTreeMap::new();
-        let names: HashMap<TokenId, String> = (self.store.list_tokens().await?)
-            .into_iter()
-            .map(|t| (t.id, t.name))
-            .collect();
-        let new = |token_id: TokenId| api::TokenAgents {
-            token_id,
-            token: names.get(&token_id).cloned(),
-            agents: Vec::new(),
-            gold: None,
-        };
-        for stats in self.store.agent_stats(id).await? {
-            let Some((token, name)) = stats.agent.split_once('/') else {
-                continue;
-            };
-            let Ok(token_id) = token.parse::<TokenId>() else {
-                continue;
-            };
-            let t = tokens.entry(token_id).or_insert_with(|| new(token_id));
-            t.agents.push(api::AgentLine {
-                name: name.to_owned(),
-                leased: stats.leased,
-                submissions: stats.submissions,
-                pass: stats.pass,
-                pass_first: stats.pass_first,
-                fail: stats.fail,
-                review: stats.review,
-                done: stats.done,
-                lapses: stats.lapses,
-                last_seen: stats.last_seen,
-            });
-        }
-        if session.config.gold.is_some() {
-            let ids: Vec<TokenId> = tallies.keys().copied().collect();
-            for token_id in ids {
-                tokens.entry(token_id).or_insert_with(|| new(token_id));
-            }
-            for (token_id, t) in tokens.iter_mut() {
-                let score = tallies.remove(token_id).unwrap_or_default().score();
-                t.gold = Some(api::GoldScore {
-                    answered: score.answered,
-                    correct: score.correct,
-                    accuracy_lower_bound: score.accuracy_lower_bound,
-                });
-            }
-        }
-        Ok(api::SessionAgents {
-            session_id: id,
-            tokens: tokens.into_values().collect(),
-        })
-    }
-
     /// Each AI verifier's answers about the answers to the session's gold,
     /// per question.
     pub(super) async fn verifiers_on_gold(

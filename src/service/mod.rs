@@ -34,6 +34,7 @@ use crate::verifiers::VerifierRegistry;
 use crate::workers::{GateRunner, Rechecker};
 use tokio_util::sync::CancellationToken;
 
+mod agents;
 mod cache;
 mod calibration;
 pub mod console;
@@ -669,35 +670,5 @@ fn submit_response(view: SubmissionView) -> SubmitResponse {
         receipt: submission.receipt,
         lease,
         replayed: false,
-    }
-}
-
-impl Service {
-    /// The live lease an agent holds in a session, read without renewing or sweeping anything.
-    pub async fn get_agent_lease(
-        &self,
-        session_id: SessionId,
-        agent: &AgentId,
-    ) -> Result<api::AgentLease, ServiceError> {
-        check_agent(agent)?;
-        let session = self.public_session(session_id).await?;
-        let lease = match self.store.agent_lease(session_id, agent).await? {
-            Some(l) => Some(api::HeldLease {
-                id: l.lease_id,
-                quest_id: l.quest_id,
-                key: l.key,
-                phase: l.phase,
-                expires_at: l.expires_at,
-                tries: l.tries,
-                max_tries: session.config.max_tries,
-                last_facts: l.last_facts,
-            }),
-            None => self.held_gold(&session, agent).await?,
-        };
-        Ok(api::AgentLease {
-            session_id,
-            agent: agent.name.clone(),
-            lease,
-        })
     }
 }
