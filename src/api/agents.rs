@@ -52,3 +52,13 @@ pub struct SessionAgents {
     pub session_id: SessionId,
     pub tokens: Vec<TokenAgents>,
 }
+
+impl From<crate::domain::gold::Score> for GoldScore {
+    fn from(s: crate::domain::gold::Score) -> GoldScore {
+        GoldScore {
+            answered: s.answered,
+            correct: s.correct,
+            accuracy_lower_bound: s.accuracy_lower_bound,
+        }
+    }
+}

@@ -2,7 +2,7 @@
 //! stop guards, renewing nothing) and every token's agents with their
 //! figures and gold score.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use super::*;
 
@@ -46,10 +46,7 @@ impl Service {
             None => BTreeMap::new(),
         };
         let mut tokens: BTreeMap<TokenId, api::TokenAgents> = BTreeMap::new();
-        let names: HashMap<TokenId, String> = (self.store.list_tokens().await?)
-            .into_iter()
-            .map(|t| (t.id, t.name))
-            .collect();
+        let names = self.token_names().await?;
         let new = |token_id: TokenId| api::TokenAgents {
             token_id,
             token: names.get(&token_id).cloned(),
@@ -83,12 +80,7 @@ impl Service {
                 tokens.entry(token_id).or_insert_with(|| new(token_id));
             }
             for (token_id, t) in tokens.iter_mut() {
-                let score = tallies.remove(token_id).unwrap_or_default().score();
-                t.gold = Some(api::GoldScore {
-                    answered: score.answered,
-                    correct: score.correct,
-                    accuracy_lower_bound: score.accuracy_lower_bound,
-                });
+                t.gold = Some(tallies.remove(token_id).unwrap_or_default().score().into());
             }
         }
         Ok(api::SessionAgents {

@@ -134,10 +134,7 @@ impl Service {
             })
             .collect();
         let handed_out = items.iter().map(|i| i.handed_out).sum();
-        let names: HashMap<TokenId, String> = (self.store.list_tokens().await?)
-            .into_iter()
-            .map(|t| (t.id, t.name))
-            .collect();
+        let names = self.token_names().await?;
         let mut tokens: Vec<api::TokenGold> = (self.gold_tallies(id).await?)
             .into_iter()
             .map(|(token_id, tally)| {
@@ -214,9 +211,16 @@ impl Service {
             return Ok(());
         }
         let token = agent.token;
-        let since = (self.store.pauses(session.id).await?)
+        let pauses: Vec<_> = (self.store.pauses(session.id).await?)
             .into_iter()
-            .filter(|p| p.token_id == token && p.reason == PauseReason::Unqualified)
+            .filter(|p| p.token_id == token)
+            .collect();
+        // Paused already (for this or another reason): nothing to judge.
+        if pauses.iter().any(|p| p.resumed_at.is_none()) {
+            return Ok(());
+        }
+        let since = (pauses.iter())
+            .filter(|p| p.reason == PauseReason::Unqualified)
             .map(|p| p.created_at)
             .max();
         let answers: Vec<_> = (self.store.gold_answers(session.id, Some(token)).await?)
@@ -400,6 +404,28 @@ impl Service {
             return Err(StoreError::NotFound("session").into());
         }
         Ok(session)
+    }
+
+    /// Every token's name, by id (tokens are few: a scan of them is cheap).
+    pub(super) async fn token_names(&self) -> Result<HashMap<TokenId, String>, ServiceError> {
+        Ok((self.store.list_tokens().await?)
+            .into_iter()
+            .map(|t| (t.id, t.name))
+            .collect())
+    }
+
+    /// For a gold companion, the session it belongs to and how many of that
+    /// session's quests remain: what a gold quest's answers speak of, as a
+    /// real quest's do. `None` for any other session.
+    pub(super) async fn gold_outer(
+        &self,
+        session: SessionId,
+    ) -> Result<Option<(SessionId, u64)>, ServiceError> {
+        let Some(real) = self.session(session).await?.gold_of else {
+            return Ok(None);
+        };
+        let remaining = self.store.session_status(real).await?.counts.remaining();
+        Ok(Some((real, remaining)))
     }
 
     /// The session a quest of `session` belongs to, as the API names it: a

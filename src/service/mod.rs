@@ -268,10 +268,9 @@ impl Service {
         id: SubmissionId,
     ) -> Result<api::SubmissionDetail, ServiceError> {
         let mut view = self.store.submission_view(id).await?;
-        // A gold quest's submission speaks of the session it was handed out in.
-        if let Some(real) = self.session(view.submission.session_id).await?.gold_of {
+        if let Some((real, remaining)) = self.gold_outer(view.submission.session_id).await? {
             view.submission.session_id = real;
-            view.remaining = self.store.session_status(real).await?.counts.remaining();
+            view.remaining = remaining;
         }
         let response = submit_response(view.clone());
         Ok(api::SubmissionDetail {
@@ -478,30 +477,6 @@ impl Service {
         wait: Duration,
     ) -> Result<SubmitResponse, ServiceError> {
         let (quest, session) = self.quest_and_session(quest_id).await?;
-        let gold_of = session.gold_of;
-        let (lease, key) = (lease_id, idempotency_key);
-        let args = (token_id, quest_id, lease, result, key, wait);
-        let mut response = self.record_result(quest, session, args).await?;
-        if let Some(real) = gold_of {
-            // A gold quest answers as a real one does: `remaining` is its session's.
-            response.remaining = self.store.session_status(real).await?.counts.remaining();
-        }
-        Ok(response)
-    }
-
-    async fn record_result(
-        &self,
-        quest: Arc<QuestInput>,
-        session: Arc<SessionRow>,
-        (token_id, quest_id, lease_id, result, idempotency_key, wait): (
-            TokenId,
-            QuestId,
-            LeaseId,
-            Map<String, Value>,
-            Option<IdempotencyKey>,
-            Duration,
-        ),
-    ) -> Result<SubmitResponse, ServiceError> {
         let result = Value::Object(result);
         let limit = session.config.max_result_bytes;
         let size = crate::domain::text::json_len(&result);
@@ -522,7 +497,23 @@ impl Service {
             result,
             idempotency_key,
         };
-        let decision = self.decide_at_once(&new, &quest, &session).await?;
+        let companion = session.id;
+        let mut response = self.record_result(&quest, &session, new, wait).await?;
+        if let Some((_, remaining)) = self.gold_outer(companion).await? {
+            response.remaining = remaining;
+        }
+        Ok(response)
+    }
+
+    async fn record_result(
+        &self,
+        quest: &QuestInput,
+        session: &SessionRow,
+        new: NewSubmission,
+        wait: Duration,
+    ) -> Result<SubmitResponse, ServiceError> {
+        let quest_id = new.quest_id;
+        let decision = self.decide_at_once(&new, quest, session).await?;
         // Subscribe before the gate can possibly finish, so its event is not missed.
         let mut events = decision.is_none().then(|| self.events.subscribe());
         let view = match self.store.submit(new, decision).await? {
