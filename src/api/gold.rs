@@ -6,20 +6,27 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
-use crate::domain::gold::GoldConfig;
+pub use crate::domain::gold::CanaryPass;
+use crate::domain::gold::{GoldConfig, GoldKind};
 use crate::domain::ids::{GoldItemId, TokenId};
 
 /// One known-answer item: an input shaped like the session's rows, the
-/// result an honest agent gives for it, and how each field is compared.
+/// result an honest agent gives for it, and how each field is compared; or
+/// a canary (`"kind": "canary"`), an input no honest result can pass, with
+/// no `expected`.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GoldItem {
+    /// `gold` (the default) or `canary`.
+    #[serde(default)]
+    pub kind: GoldKind,
     /// The row the agent is shown, by the session's column names (a name
     /// the session does not have is refused: the row must look like its own).
     #[schema(value_type = Object)]
     pub input: Map<String, Value>,
-    /// The right result.
+    /// The right result (a gold item's; a canary has none).
     #[schema(value_type = Object)]
+    #[serde(default)]
     pub expected: Map<String, Value>,
     /// Per field of `expected`, its rule: `exact` (the default: strings are
     /// trimmed and their white space runs made one space), `casefold`,
@@ -49,10 +56,12 @@ pub struct GoldAdded {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct GoldItemView {
     pub id: GoldItemId,
+    pub kind: GoldKind,
     #[schema(value_type = Object)]
     pub input: Map<String, Value>,
-    #[schema(value_type = Object)]
-    pub expected: Map<String, Value>,
+    /// The right result; null for a canary.
+    #[schema(value_type = Option<Object>)]
+    pub expected: Option<Map<String, Value>>,
     #[schema(value_type = Object)]
     pub compare: Map<String, Value>,
     pub handed_out: u64,
@@ -84,6 +93,9 @@ pub struct SessionGold {
     pub handed_out: u64,
     /// Per token that answered gold, most answers first.
     pub tokens: Vec<TokenGold>,
+    /// The canaries that ended PASS, oldest first: each paused its token
+    /// in every session.
+    pub canary_passes: Vec<CanaryPass>,
 }
 
 /// One AI verifier's answers to one question about the answers to gold:

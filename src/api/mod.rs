@@ -29,10 +29,12 @@ mod recheck;
 mod reviewers;
 mod tokens;
 pub use agents::{AgentLine, GoldScore, SessionAgents, TokenAgents};
-pub use gold::{AddGold, GoldAdded, GoldItem, GoldItemView, SessionGold, TokenGold, VerifierGold};
+pub use gold::{
+    AddGold, CanaryPass, GoldAdded, GoldItem, GoldItemView, SessionGold, TokenGold, VerifierGold,
+};
 pub use pauses::{NextPaused, Pause};
 pub use recheck::{Recheck, RecheckRun};
-pub use reviewers::{ReviewerPair, ReviewerStats, Reviewers};
+pub use reviewers::{ReviewerGold, ReviewerPair, ReviewerStats, Reviewers};
 pub use tokens::{CreateTokenRequest, CreatedToken, Token};
 
 /// The body of every refusal.
@@ -125,6 +127,9 @@ pub struct Status {
     /// PASS quests marked suspect by the gold floor (they stay PASS and count in `pass`).
     #[serde(default)]
     pub suspect: u64,
+    /// PASS quests an audit found wrong (they stay PASS and count in `pass`).
+    #[serde(default)]
+    pub audit_rejected: u64,
     /// When the latest re-check run finished; null while it runs, or before the first.
     #[serde(default)]
     pub rechecked_at: Option<DateTime<Utc>>,
@@ -183,6 +188,7 @@ impl Status {
             stale: 0,
             unconfirmed: 0,
             suspect: 0,
+            audit_rejected: 0,
             rechecked_at: None,
             recheck: None,
             calibration: Vec::new(),
@@ -481,6 +487,10 @@ pub struct Quest {
     /// The quest stays PASS.
     #[serde(default)]
     pub suspect: bool,
+    /// Found wrong by an audit (a post-hoc one, or one of a suspect). The
+    /// quest stays PASS.
+    #[serde(default)]
+    pub audit_rejected: bool,
 }
 
 /// One AI verifier's answer to one question about an accepted submission.
@@ -565,6 +575,7 @@ impl Quest {
             recheck_facts: q.recheck_facts,
             rechecks: Vec::new(),
             suspect: false,
+            audit_rejected: false,
         }
     }
 

@@ -19,6 +19,24 @@ pub struct Reviewers {
     pub reviewers: Vec<ReviewerStats>,
     /// Every pair of reviewers who looked at the same quests.
     pub pairs: Vec<ReviewerPair>,
+    /// Each reviewer's decisions on gold quests sent to review
+    /// (`gold.review_rate`), whose right answer is known, most first.
+    pub gold: Vec<ReviewerGold>,
+}
+
+/// What one reviewer's decisions on gold quests say: approving a right
+/// answer or rejecting a wrong one is correct.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct ReviewerGold {
+    pub reviewer: String,
+    pub reviewer_token_id: Option<TokenId>,
+    /// Its decisions on gold quests (first looks and adjudications).
+    pub decided: u64,
+    pub correct: u64,
+    /// The one-sided 95% Wilson lower bound on its accuracy; null before any decision.
+    pub accuracy_lower_bound: Option<f64>,
+    /// Canaries (no honest result can pass them) it approved.
+    pub canaries_approved: u64,
 }
 
 /// One reviewer's decisions.

@@ -6,15 +6,18 @@ use super::client::print_json;
 use super::text::say;
 use super::{CliError, Ctx, exit};
 use crate::api::{GoldAdded, GoldItem, SessionGold};
+use crate::domain::gold::GoldKind;
 
 /// `quest gold`.
 #[derive(Debug, clap::Subcommand)]
 pub enum GoldVerb {
     /// Add known-answer items from a file (admin): a JSON array of items,
     /// `{"items": [...]}`, or JSON Lines with one item a line; each item is
-    /// `{"input": {...}, "expected": {...}, "compare": {...}}`.
+    /// `{"input": {...}, "expected": {...}, "compare": {...}}`, or a canary,
+    /// `{"kind": "canary", "input": {...}}`, for which no honest result can pass.
     Add { file: PathBuf },
-    /// Each token's answers to gold, the correct ones and the lower bound on its accuracy.
+    /// Each token's answers to gold, the correct ones and the lower bound on
+    /// its accuracy; and the canaries that passed.
     Scores,
 }
 
@@ -44,9 +47,17 @@ pub async fn run(ctx: &Ctx, verb: GoldVerb) -> Result<u8, CliError> {
                 print_json(&gold);
                 return Ok(exit::OK);
             }
+            let canaries = (gold.items.iter())
+                .filter(|i| i.kind == GoldKind::Canary)
+                .count();
+            let and_canaries = match canaries {
+                0 => String::new(),
+                1 => " and 1 canary".to_owned(),
+                n => format!(" and {n} canaries"),
+            };
             say!(
-                "{} gold items, handed out {} times",
-                gold.items.len(),
+                "{} gold items{and_canaries}, handed out {} times",
+                gold.items.len() - canaries,
                 gold.handed_out
             );
             for t in &gold.tokens {
@@ -59,6 +70,14 @@ pub async fn run(ctx: &Ctx, verb: GoldVerb) -> Result<u8, CliError> {
                     t.correct,
                     t.answered,
                     t.agents.join(", ")
+                );
+            }
+            for c in &gold.canary_passes {
+                say!(
+                    "canary quest {} PASSED ({}) on the answer of token {}: paused in every session",
+                    c.quest_id,
+                    c.decided_by,
+                    c.token_id
                 );
             }
         }

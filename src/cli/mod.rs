@@ -597,6 +597,7 @@ mod tests {
             stale: 0,
             unconfirmed: 0,
             suspect: 0,
+            audit_rejected: 0,
             rechecked_at: None,
             recheck: None,
             calibration: Vec::new(),

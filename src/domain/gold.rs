@@ -6,13 +6,14 @@
 //! server can predict), how a result is compared field by field, and the
 //! score with its lower bound.
 
+use chrono::{DateTime, Utc};
 use hmac::{Hmac, KeyInit, Mac};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use sha2::Sha256;
 use utoipa::ToSchema;
 
-use super::ids::{SessionId, TokenId};
+use super::ids::{GoldItemId, QuestId, SessionId, TokenId};
 use super::quality;
 
 /// The name of the server secret the gold draws' keys derive from.
@@ -20,6 +21,35 @@ pub const GOLD_SECRET: &str = "gold";
 
 /// The most gold items a session may hold.
 pub const MAX_ITEMS: usize = 10_000;
+
+/// What a known-answer item is: gold, whose right result the operator
+/// knows, or a canary, for which no honest result can pass (a company with
+/// no published address, a function that cannot be tested): a canary that
+/// ends PASS pauses its token in every session.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum GoldKind {
+    #[default]
+    Gold,
+    Canary,
+}
+
+text_enum!(GoldKind { Gold => "gold", Canary => "canary" });
+
+/// A canary that ended PASS.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CanaryPass {
+    pub quest_id: QuestId,
+    pub item_id: GoldItemId,
+    /// The token whose answer passed it (paused in every session since).
+    pub token_id: TokenId,
+    /// What passed it: `gate`, `verifiers` (the gate and the AI verifiers),
+    /// or the reviewer (`reviewer:<name>` …) who approved it.
+    pub decided_by: String,
+    /// The token of the reviewer who approved it, if one did.
+    pub reviewer_token: Option<TokenId>,
+    pub passed_at: DateTime<Utc>,
+}
 
 /// A session's known-answer quests: how often `next` hands one out. A
 /// session that has this section (even empty) can hold gold items, and all
@@ -46,6 +76,20 @@ pub struct GoldConfig {
     /// 10 when left out.
     #[serde(default = "default_min_answers")]
     pub min_answers: u32,
+    /// Each PASS the floor marks suspect gets a label-only audit review (a
+    /// person's approval clears the doubt, a rejection marks the quest
+    /// `audit_rejected`; its state stays PASS either way). Off when left out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub audit_suspects: bool,
+    /// The share, 0 to 1, of gold quests that would pass that go to the
+    /// review queue first, drawn and shown as a real quest's random audit
+    /// is: each reviewer's decisions on them are its score. 0 when left out.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub review_rate: f64,
+}
+
+fn is_zero(rate: &f64) -> bool {
+    *rate == 0.0
 }
 
 impl Default for GoldConfig {
@@ -55,6 +99,8 @@ impl Default for GoldConfig {
             warmup: default_warmup(),
             min_accuracy: None,
             min_answers: default_min_answers(),
+            audit_suspects: false,
+            review_rate: 0.0,
         }
     }
 }
@@ -82,6 +128,9 @@ impl GoldConfig {
         }
         if self.min_accuracy.is_some_and(|m| !(0.0..=1.0).contains(&m)) {
             return Err(("config.gold.min_accuracy", "must be between 0 and 1"));
+        }
+        if !(0.0..=1.0).contains(&self.review_rate) {
+            return Err(("config.gold.review_rate", "must be between 0 and 1"));
         }
         if !(1..=10_000).contains(&self.min_answers) {
             return Err(("config.gold.min_answers", "must be between 1 and 10000"));

@@ -407,6 +407,13 @@ pub enum EventKind {
     Reviewed,
     /// A PASS quest was re-checked: its mark may have changed, never its state.
     Rechecked,
+    /// A canary (a gold quest no honest result can pass) ended PASS: its
+    /// token is paused in every session.
+    CanaryPassed,
+    /// A PASS quest was marked suspect by the gold floor (it stays PASS).
+    MarkedSuspect,
+    /// An audit found a PASS quest wrong (it stays PASS, marked `audit_rejected`).
+    AuditRejected,
 }
 
 /// One state change, published after it is durable.

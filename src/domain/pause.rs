@@ -28,9 +28,16 @@ pub enum PauseReason {
     /// The lower bound on its accuracy on the session's gold fell under
     /// `gold.min_accuracy`.
     Unqualified,
+    /// A canary it answered (an item no honest result can pass) ended PASS:
+    /// the token is paused in every session, not only this one.
+    Canary,
 }
 
-text_enum!(PauseReason { ConsecutiveDone => "consecutive_done", Unqualified => "unqualified" });
+text_enum!(PauseReason {
+    ConsecutiveDone => "consecutive_done",
+    Unqualified => "unqualified",
+    Canary => "canary",
+});
 
 /// One quest that left a token's hands, as the pause rule sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +107,14 @@ impl fmt::Display for Pause {
                 self.figures["accuracy_lower_bound"].as_f64().unwrap_or(0.0) * 100.0,
                 self.figures["min_accuracy"].as_f64().unwrap_or(0.0) * 100.0,
                 self.token_id
+            ),
+            PauseReason::Canary => write!(
+                f,
+                "this token is paused in every session: a quest of session {} built so that no \
+                 honest result can pass it ended PASS on its answer; stop and tell the operator. \
+                 An admin resumes it with `quest agent resume {} --session {}` or on that \
+                 session's page in the console",
+                self.session_id, self.token_id, self.session_id
             ),
         }
     }

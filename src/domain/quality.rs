@@ -18,6 +18,10 @@ use crate::domain::ids::{QuestId, SessionId};
 /// The check of the fact that sends a drawn quest to a person.
 pub const AUDIT_CHECK: &str = "audit";
 
+/// The review queue's `check` that lists the label-only audits of PASS
+/// quests (post-hoc ones and those of suspects) instead of REVIEW quests.
+pub const AUDIT_PASS_CHECK: &str = "audit_pass";
+
 /// The confidence of every bound: one-sided 95%.
 pub const CONFIDENCE: f64 = 0.95;
 /// The normal quantile of a one-sided 95% bound.
@@ -121,7 +125,7 @@ pub struct Rows {
     pub unaudited: u64,
     /// PASS rows a person decided outside the audit.
     pub decided_by_person: u64,
-    /// PASS rows a post-hoc audit found wrong.
+    /// PASS rows an audit found wrong, or marked suspect and not approved by one.
     pub known_errors: u64,
 }
 
@@ -150,8 +154,9 @@ pub struct Quality {
     pub unaudited: u64,
     /// PASS rows a person decided outside the audit: not covered by the bound.
     pub decided_by_person: u64,
-    /// PASS rows a post-hoc audit found wrong: known errors, on top of the
-    /// bound (which covers the rows nobody has looked at).
+    /// PASS rows an audit found wrong, or marked suspect by the gold floor
+    /// and not approved by an audit: known errors, on top of the bound
+    /// (which covers the rows nobody has looked at).
     pub known_errors: u64,
     /// With several reviewers, the share of their shared quests on which
     /// two decided differently: how far the rows people decided can be
@@ -195,7 +200,9 @@ impl Quality {
                 CONFIDENCE * 100.0,
                 [
                     (known_errors > 0).then(|| {
-                        format!("; {known_errors} found wrong by post-hoc audits are known errors")
+                        format!(
+                            "; {known_errors} found wrong by audits or suspect are known errors"
+                        )
                     }),
                     (decided_by_person > 0).then(|| {
                         format!("; {decided_by_person} rows decided by a person are not covered")

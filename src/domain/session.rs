@@ -222,6 +222,19 @@ impl SessionConfig {
         self.audit.as_ref().map(|a| a.rate).or_else(alias)
     }
 
+    /// The random audit of a would-be PASS quest: the rate it is drawn at
+    /// and the rate its fact names. A gold quest (`companion`: its session
+    /// is a gold companion) is drawn at `gold.review_rate`, and its fact
+    /// names the session's own `audit.rate` (the review rate when it has
+    /// none), so that a reviewer cannot tell it from a real audit.
+    pub fn audit_draw(&self, companion: bool) -> Option<(f64, f64)> {
+        if !companion {
+            return self.audit_rate().map(|rate| (rate, rate));
+        }
+        let rate = self.gold.as_ref().map_or(0.0, |g| g.review_rate);
+        (rate > 0.0).then(|| (rate, self.audit_rate().unwrap_or(rate)))
+    }
+
     /// How many reviewers' first looks a quest in REVIEW needs.
     pub fn reviewers(&self) -> u32 {
         self.review.as_ref().map_or(1, |r| r.reviewers)

@@ -160,6 +160,14 @@ pub struct VerifyConfig {
     /// clear answers too. Drawn once per quest, from its id. Unset: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audit_rate: Option<f64>,
+    /// In a session with gold: count each verifier's answers about the
+    /// answers to gold in its reported calibration, the field-by-field
+    /// comparison with the expected result taken as the label (a wrong
+    /// answer as a rejection). Off by default: the comparison may call a
+    /// right but differently written answer wrong. The switches between
+    /// voting and advisory rest on people's labels only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gold_labels: bool,
 }
 
 /// The most labels `min_labels` may ask for.

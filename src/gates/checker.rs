@@ -42,6 +42,8 @@ pub struct Check<'a> {
     pub input: &'a serde_json::Value,
     pub result: &'a serde_json::Value,
     pub config: &'a SessionConfig,
+    /// The quest is gold (its session is a gold companion).
+    pub gold: bool,
 }
 
 impl<'a> Check<'a> {
@@ -54,6 +56,7 @@ impl<'a> Check<'a> {
             input: &job.input,
             result: &job.submission.result,
             config: &job.config,
+            gold: job.gold,
         }
     }
 }
@@ -286,7 +289,7 @@ impl Checker {
         job: &Check<'_>,
         mut outcome: GateOutcome,
     ) -> Result<GateOutcome, StoreError> {
-        let Some(rate) = job.config.audit_rate() else {
+        let Some((rate, shown)) = job.config.audit_draw(job.gold) else {
             return Ok(outcome);
         };
         if outcome.verdict != Verdict::Pass || job.config.verify.is_some() {
@@ -307,7 +310,7 @@ impl Checker {
             rate,
         ) {
             outcome.verdict = Verdict::Review;
-            outcome.facts.push(quality::audit_fact(rate, false));
+            outcome.facts.push(quality::audit_fact(shown, false));
         }
         Ok(outcome)
     }

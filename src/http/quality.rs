@@ -83,9 +83,10 @@ pub async fn list_pending_audits(
     Ok(Json(state.service.pending_audits(id).await?))
 }
 
-/// Labels a post-hoc audit: `approve` (the row is right) or `reject` with a
-/// note (it is wrong). Only the bound learns from it: the quest stays PASS.
-/// A label is final (409 `audit_labelled`).
+/// Labels a label-only audit: `approve` (the row is right) or `reject` with
+/// a note (it is wrong: the quest is marked `audit_rejected`). The quest
+/// stays PASS; a post-hoc audit's label joins the bound, a suspect's audit
+/// does not. A label is final (409 `audit_labelled`).
 #[utoipa::path(post, path = "/v1/audits/{quest_id}", tag = "review", operation_id = "decide_audit",
     params(("quest_id" = Uuid, Path, description = "Quest id")), request_body = ReviewRequest,
     responses((status = 204, description = "The label is recorded"), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),

@@ -12,6 +12,9 @@ use crate::api::{
 
 /// REVIEW quests, oldest first, with their facts, evidence, L2 answers and history;
 /// filter by session and by the check that raised the doubt (`check=l2:alpha`).
+/// `check=audit_pass` lists instead the PASS quests waiting for a label-only
+/// audit (post-hoc ones, and those of suspects with `gold.audit_suspects`),
+/// labelled with `POST /v1/audits/{quest_id}`.
 #[utoipa::path(get, path = "/v1/review", tag = "review", operation_id = "list_review_queue", params(ReviewQuery),
     responses((status = 200, description = "The quests waiting for a person, oldest first", body = Vec<Quest>), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]

@@ -28,20 +28,61 @@ impl Service {
         session: Option<SessionId>,
         disagreements: u32,
     ) -> Result<Verifiers, ServiceError> {
-        let calibration = self.store.calibration(session, disagreements).await?;
+        let mut calibration = self.store.calibration(session, disagreements).await?;
         Ok(match session {
             Some(id) => {
                 let row = self.session(id).await?;
-                let mut listing =
-                    Verifiers::new(Some((id, row.config.verify.as_ref())), &calibration);
-                if row.config.gold.is_some() {
-                    listing.gold = self.verifiers_on_gold(id).await?;
+                let verify = row.config.verify.as_ref();
+                let gold = match row.config.gold {
+                    Some(_) => self.verifiers_on_gold(id).await?,
+                    None => Vec::new(),
+                };
+                if let Some(verify) = verify.filter(|v| v.gold_labels) {
+                    with_gold_labels(&mut calibration.confusion, verify, &gold);
                 }
+                let mut listing = Verifiers::new(Some((id, verify)), &calibration);
+                listing.gold = gold;
                 listing
             }
             None => Verifiers::new(None, &calibration),
         })
     }
+}
+
+/// Counts the verifiers' answers about gold answers among their labelled
+/// ones (`verify.gold_labels`): a flag on a wrong answer is upheld, on a
+/// right one overruled; a clear answer on a wrong one missed, on a right one
+/// cleared.
+fn with_gold_labels(
+    confusion: &mut Vec<crate::store::ConfusionRow>,
+    verify: &VerifyConfig,
+    gold: &[api::VerifierGold],
+) {
+    for g in gold {
+        let at = confusion
+            .iter()
+            .position(|c| c.verifier == g.verifier && c.question_index == Some(g.question_index));
+        let row = match at {
+            Some(at) => &mut confusion[at],
+            None => {
+                let Some(question) = verify.questions.get(g.question_index as usize) else {
+                    continue;
+                };
+                confusion.push(crate::store::ConfusionRow {
+                    verifier: g.verifier.clone(),
+                    question_index: Some(g.question_index),
+                    question: question.text.clone(),
+                    confusion: Default::default(),
+                });
+                confusion.last_mut().expect("just pushed")
+            }
+        };
+        row.confusion.upheld += g.caught;
+        row.confusion.overruled += g.false_alarms;
+        row.confusion.missed += g.missed;
+        row.confusion.cleared += g.cleared;
+    }
+    confusion.sort_by(|a, b| (&a.verifier, a.question_index).cmp(&(&b.verifier, b.question_index)));
 }
 
 impl Service {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::domain::gold::{self, GOLD_SECRET, Score};
+use crate::domain::gold::{self, GOLD_SECRET, GoldKind, Score};
 use crate::domain::pause::PauseReason;
 use crate::store::{GoldAnswerRow, NewGoldItem, SessionStatus, UnqualifiedPause};
 
@@ -49,61 +49,7 @@ impl Service {
                 format!("add from 1 to {MAX_ADDED} gold items at once"),
             ));
         }
-        let mut new = Vec::with_capacity(items.len());
-        for (i, item) in items.into_iter().enumerate() {
-            let place = format!("items[{i}]");
-            if let Some(column) = item.input.keys().find(|k| !session.columns.contains(k)) {
-                return Err(invalid(
-                    "invalid_gold",
-                    format!(
-                        "{place}.input has `{column}`, which is not a column of the session ({}): \
-                         give the row as the session's rows are",
-                        session.columns.join(", ")
-                    ),
-                ));
-            }
-            if let Some(column) = session
-                .columns
-                .iter()
-                .find(|c| !item.input.contains_key(*c))
-            {
-                return Err(invalid(
-                    "invalid_gold",
-                    format!(
-                        "{place}.input has no `{column}`: give every column of the session ({}), \
-                         as its rows have them, so that a gold quest looks like a real one",
-                        session.columns.join(", ")
-                    ),
-                ));
-            }
-            let key = item.input.get(&session.key_column);
-            if key.is_none_or(|k| k.is_null() || k.as_str().is_some_and(|k| k.trim().is_empty())) {
-                return Err(invalid(
-                    "invalid_gold",
-                    format!(
-                        "{place}.input.{} is empty: the key column names each quest",
-                        session.key_column
-                    ),
-                ));
-            }
-            if item.expected.is_empty() {
-                return Err(invalid(
-                    "invalid_gold",
-                    format!("{place}.expected is empty: give the fields of the right result"),
-                ));
-            }
-            gold::check_compare(&item.expected, &item.compare)
-                .map_err(|e| invalid("invalid_gold", format!("{place}: {e}")))?;
-            let text = serde_json::to_string(&item).unwrap_or_default();
-            if crate::domain::text::has_nul(&text) {
-                return Err(invalid_text(&place));
-            }
-            new.push(NewGoldItem {
-                input: item.input,
-                expected: item.expected,
-                compare: item.compare,
-            });
-        }
+        let new = check_items(&session.columns, &session.key_column, items)?;
         let existing = self.store.gold_items(id).await?.len();
         if existing + new.len() > gold::MAX_ITEMS {
             return Err(invalid(
@@ -126,6 +72,7 @@ impl Service {
             .into_iter()
             .map(|i| api::GoldItemView {
                 id: i.id,
+                kind: i.kind,
                 input: i.input,
                 expected: i.expected,
                 compare: i.compare,
@@ -149,12 +96,13 @@ impl Service {
                 }
             })
             .collect();
-        tokens.sort_by(|a, b| b.answered.cmp(&a.answered));
+        tokens.sort_by_key(|t| std::cmp::Reverse(t.answered));
         Ok(api::SessionGold {
             config: session.config.gold.clone().unwrap_or_default(),
             items,
             handed_out,
             tokens,
+            canary_passes: self.store.canary_passes(id).await?,
         })
     }
 
@@ -248,10 +196,84 @@ impl Service {
                 "min_answers": config.min_answers,
             }),
             since: first_wrong,
+            audit: config.audit_suspects,
         };
         self.store.pause_unqualified(pause).await?;
         Ok(())
     }
+}
+
+/// Checks gold items against a session's columns and key; the items to add.
+pub(super) fn check_items(
+    columns: &[String],
+    key_column: &str,
+    items: Vec<api::GoldItem>,
+) -> Result<Vec<NewGoldItem>, ServiceError> {
+    let mut new = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let place = format!("items[{i}]");
+        if let Some(column) = item.input.keys().find(|k| !columns.contains(k)) {
+            return Err(invalid(
+                "invalid_gold",
+                format!(
+                    "{place}.input has `{column}`, which is not a column of the session ({}): \
+                     give the row as the session's rows are",
+                    columns.join(", ")
+                ),
+            ));
+        }
+        if let Some(column) = columns.iter().find(|c| !item.input.contains_key(*c)) {
+            return Err(invalid(
+                "invalid_gold",
+                format!(
+                    "{place}.input has no `{column}`: give every column of the session ({}), \
+                     as its rows have them, so that a gold quest looks like a real one",
+                    columns.join(", ")
+                ),
+            ));
+        }
+        let key = item.input.get(key_column);
+        if key.is_none_or(|k| k.is_null() || k.as_str().is_some_and(|k| k.trim().is_empty())) {
+            return Err(invalid(
+                "invalid_gold",
+                format!(
+                    "{place}.input.{} is empty: the key column names each quest",
+                    key_column
+                ),
+            ));
+        }
+        match item.kind {
+            GoldKind::Gold if item.expected.is_empty() => {
+                return Err(invalid(
+                    "invalid_gold",
+                    format!("{place}.expected is empty: give the fields of the right result"),
+                ));
+            }
+            GoldKind::Gold => gold::check_compare(&item.expected, &item.compare)
+                .map_err(|e| invalid("invalid_gold", format!("{place}: {e}")))?,
+            GoldKind::Canary if !item.expected.is_empty() || !item.compare.is_empty() => {
+                return Err(invalid(
+                    "invalid_gold",
+                    format!(
+                        "{place} is a canary, for which no honest result can pass: it has no \
+                         `expected` nor `compare` (give them to a gold item instead)"
+                    ),
+                ));
+            }
+            GoldKind::Canary => {}
+        }
+        let text = serde_json::to_string(&item).unwrap_or_default();
+        if crate::domain::text::has_nul(&text) {
+            return Err(invalid_text(&place));
+        }
+        new.push(NewGoldItem {
+            kind: item.kind,
+            input: item.input,
+            expected: item.expected,
+            compare: item.compare,
+        });
+    }
+    Ok(new)
 }
 
 /// Whether a gold answer is right: its last result gives every expected

@@ -592,6 +592,7 @@ impl Service {
             input: &quest.input,
             result: &new.result,
             config: &session.config,
+            gold: session.gold_of.is_some(),
         };
         Ok(self.checker.decide_at_once(&check).await?)
     }
@@ -612,24 +613,26 @@ impl Service {
 
     /// A quest with its full history.
     pub async fn get_quest(&self, id: QuestId) -> Result<api::Quest, ServiceError> {
-        let mut quest = self.store.get_quest(id).await?;
-        let outer = self.outer_session(quest.session_id).await?;
-        quest.session_id = outer;
-        let mut view = self.with_history(quest).await?;
-        for submission in &mut view.submissions {
-            submission.session_id = outer;
-        }
-        Ok(view)
+        let quest = self.store.get_quest(id).await?;
+        self.with_history(quest).await
     }
 
-    /// A quest row with its submissions, reviews and L2 answers, as the API shows it.
-    async fn with_history(&self, quest: QuestRow) -> Result<api::Quest, ServiceError> {
-        let (submissions, reviews) = self.store.quest_history(quest.id).await?;
+    /// A quest row with its submissions, reviews and L2 answers, as the API
+    /// shows it: a gold quest's, like its submissions', names the session it
+    /// was handed out in, not its companion.
+    async fn with_history(&self, mut quest: QuestRow) -> Result<api::Quest, ServiceError> {
+        let (mut submissions, reviews) = self.store.quest_history(quest.id).await?;
+        let outer = self.outer_session(quest.session_id).await?;
+        quest.session_id = outer;
+        for submission in &mut submissions {
+            submission.session_id = outer;
+        }
         let l2 = self.store.l2_answers(quest.id).await?;
         let rechecks = self.store.rechecks(quest.id).await?;
-        let suspect = self.store.is_suspect(quest.id).await?;
+        let marks = self.store.quest_marks(quest.id).await?;
         Ok(api::Quest {
-            suspect,
+            suspect: marks.suspect,
+            audit_rejected: marks.audit_rejected,
             ..api::Quest::new(quest, submissions, reviews, l2).with_rechecks(rechecks)
         })
     }

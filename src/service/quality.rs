@@ -57,7 +57,10 @@ impl Service {
     pub async fn pending_audits(&self, id: SessionId) -> Result<Vec<api::Quest>, ServiceError> {
         self.session(id).await?;
         let mut out = Vec::new();
-        for quest in self.store.pending_audits(id, MAX_AUDITS_LISTED).await? {
+        for quest in (self.store)
+            .pending_audits(Some(id), MAX_AUDITS_LISTED)
+            .await?
+        {
             out.push(self.with_history(quest).await?);
         }
         Ok(out)

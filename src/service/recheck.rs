@@ -33,7 +33,9 @@ impl Service {
         let summary = self.store.recheck_summary(id).await?;
         let mut full = api::Status::new(id, status).with_recheck(summary);
         full.calibration = self.session_calibration(id).await?;
-        full.suspect = self.store.suspect_count(id).await?;
+        let marks = self.store.mark_counts(id).await?;
+        full.suspect = marks.suspect;
+        full.audit_rejected = marks.audit_rejected;
         Ok(full)
     }
 }

@@ -7,6 +7,7 @@ use chrono::{DateTime, Utc};
 
 use super::*;
 use crate::domain::ids::{QuestId, SessionId};
+use crate::domain::quality::AUDIT_PASS_CHECK;
 use crate::domain::review::{self, FirstLook, Look, Stage, Viewer};
 use crate::domain::work::Refusal;
 use crate::domain::work::ReviewerId;
@@ -101,14 +102,28 @@ impl Service {
         limit: u32,
     ) -> Result<Vec<api::Quest>, ServiceError> {
         let check = check_filter(check)?;
+        // A session's gold quests in review are its own, in its companion.
+        let mut sessions = Vec::new();
         if let Some(id) = session {
-            self.session(id).await?;
+            self.public_session(id).await?;
+            sessions.push(id);
+            sessions.extend(self.store.companion(id).await?);
         }
         let mut out = Vec::new();
+        if check == Some(CheckFilter::Exact(AUDIT_PASS_CHECK.to_owned())) {
+            // Label-only audits: PASS quests, decided with `POST /v1/audits/{id}`.
+            for quest in (self.store)
+                .pending_audits(session, limit.clamp(1, 500))
+                .await?
+            {
+                out.push(self.with_history(quest).await?);
+            }
+            return Ok(out);
+        }
         for queued in self
             .store
             .review_queue(
-                session.as_ref().map(std::slice::from_ref),
+                session.map(|_| sessions.as_slice()),
                 check.as_ref(),
                 limit.clamp(1, 500),
                 viewer,
@@ -228,7 +243,57 @@ impl Service {
             reviewers_per_quest: session.config.reviewers(),
             reviewers: reviewers.into_iter().map(Into::into).collect(),
             pairs: pairs.into_iter().map(Into::into).collect(),
+            gold: self.reviewers_on_gold(id).await?,
         })
+    }
+
+    /// Each reviewer's decisions on the session's gold quests: approving a
+    /// right answer and rejecting a wrong one are correct; a canary's
+    /// approval is counted apart.
+    async fn reviewers_on_gold(
+        &self,
+        id: SessionId,
+    ) -> Result<Vec<api::ReviewerGold>, ServiceError> {
+        use crate::domain::gold::{self, GoldKind, Score};
+        let mut by: Vec<api::ReviewerGold> = Vec::new();
+        for r in self.store.gold_reviews(id).await? {
+            let at = match by
+                .iter()
+                .position(|g| g.reviewer_token_id == r.reviewer_token && g.reviewer == r.reviewer)
+            {
+                Some(at) => at,
+                None => {
+                    by.push(api::ReviewerGold {
+                        reviewer: r.reviewer.clone(),
+                        reviewer_token_id: r.reviewer_token,
+                        decided: 0,
+                        correct: 0,
+                        accuracy_lower_bound: None,
+                        canaries_approved: 0,
+                    });
+                    by.len() - 1
+                }
+            };
+            let figures = &mut by[at];
+            match (r.kind, &r.expected) {
+                (GoldKind::Canary, _) => {
+                    figures.canaries_approved += u64::from(r.decision == Decision::Approve);
+                }
+                (GoldKind::Gold, Some(expected)) => {
+                    let right = r.answer.as_ref().is_some_and(|answer| {
+                        gold::compare(expected, &r.compare, answer).is_empty()
+                    });
+                    figures.decided += 1;
+                    figures.correct += u64::from(right == (r.decision == Decision::Approve));
+                }
+                (GoldKind::Gold, None) => {}
+            }
+        }
+        for g in &mut by {
+            g.accuracy_lower_bound = Score::of(g.decided, g.correct).accuracy_lower_bound;
+        }
+        by.sort_by_key(|g| std::cmp::Reverse(g.decided));
+        Ok(by)
     }
 }
 

@@ -76,7 +76,15 @@ impl Service {
         })
         .await
         .map_err(|e| ServiceError::Fault(format!("the table reader failed: {e}")))??;
-        let source_name = name;
+        let (mut table, mut source, mut source_name, mut format) = (table, source, name, format);
+        // Gold rows of the upload leave the table and its stored source.
+        let mut gold_rows = Vec::new();
+        if config.gold.is_some()
+            && let Some(rows) = table::gold::take_gold(&mut table)?
+        {
+            (source, source_name, format) = table::gold::source_of(format, &source_name, &table);
+            gold_rows = rows;
+        }
         let key_column = config
             .key_column
             .clone()
@@ -98,6 +106,9 @@ impl Service {
                 ),
             ));
         }
+        let gold = (!gold_rows.is_empty())
+            .then(|| self.scanned_gold(&table.columns, &key_column, gold_rows))
+            .transpose()?;
         let Table { columns, rows, .. } = table;
         let name = config.name.clone().unwrap_or_else(|| source_name.clone());
         // The draws of an overlap rate are keyed by a secret of the server's.
@@ -119,8 +130,40 @@ impl Service {
             review_key,
         };
         let row = self.store.create_session(session).await?;
+        if let Some(items) = gold {
+            self.store.add_gold(row.id, items).await?;
+        }
         let status = self.store.session_status(row.id).await?;
         Ok(Session::new(row, &status))
+    }
+
+    /// The gold items of an upload's gold rows, checked as added ones are
+    /// (their expected results compared exactly, field by field).
+    fn scanned_gold(
+        &self,
+        columns: &[String],
+        key_column: &str,
+        rows: Vec<table::gold::GoldRow>,
+    ) -> Result<Vec<crate::store::NewGoldItem>, ServiceError> {
+        if rows.len() > crate::domain::gold::MAX_ITEMS {
+            return Err(invalid(
+                "too_many_gold_items",
+                format!(
+                    "the upload has {} gold rows; a session holds at most {}",
+                    rows.len(),
+                    crate::domain::gold::MAX_ITEMS
+                ),
+            ));
+        }
+        let items = (rows.into_iter())
+            .map(|r| api::GoldItem {
+                kind: crate::domain::gold::GoldKind::Gold,
+                input: r.input,
+                expected: r.expected,
+                compare: Map::new(),
+            })
+            .collect();
+        super::gold::check_items(columns, key_column, items)
     }
 
     /// Checks a session's verifiers against this server and fills in the gate's

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use crate::domain::ids::{RecheckRunId, SessionId, SubmissionId, TokenId};
+use crate::domain::ids::{QuestId, RecheckRunId, SessionId, SubmissionId, TokenId};
 use chrono::{DateTime, Utc};
 
 use crate::domain::replay;
@@ -120,6 +120,37 @@ pub fn recheck_event(quest: &QuestRow, recheck: &RecheckRow) -> QuestEvent {
         verdict: Some(recheck.verdict),
         mark: recheck.mark,
         at: recheck.created_at,
+    }
+}
+
+/// The event of a change beside a PASS quest that leaves its state as it
+/// is: a canary that passed, a suspect mark, an audit's rejection.
+pub fn pass_event(
+    kind: EventKind,
+    session: SessionId,
+    quest: QuestId,
+    at: DateTime<Utc>,
+) -> QuestEvent {
+    QuestEvent {
+        kind,
+        session_id: session,
+        quest_id: Some(quest),
+        submission_id: None,
+        state: Some(crate::domain::State::Pass),
+        phase: None,
+        verdict: None,
+        mark: None,
+        at,
+    }
+}
+
+/// Counts what a committed event says the operators alert on: each canary
+/// that ended PASS (`quest_canary_passes_total`). Called where each engine
+/// publishes the events its own transactions committed, so that a relayed
+/// event is counted once, by the replica that wrote it.
+pub fn count_committed(event: &QuestEvent) {
+    if event.kind == EventKind::CanaryPassed {
+        metrics::counter!("quest_canary_passes_total").increment(1);
     }
 }
 

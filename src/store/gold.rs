@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
 use super::{LeaseRow, QuestRow, StoreError};
+use crate::domain::gold::{CanaryPass, GoldKind};
 use crate::domain::ids::{GoldItemId, QuestId, SessionId, TokenId};
 use crate::domain::work::AgentId;
 
@@ -45,20 +46,28 @@ pub trait GoldStore {
     /// Pauses a token under the session's gold floor, marks its suspect
     /// PASSes and releases its leases; whether it paused it now.
     async fn pause_unqualified(&self, pause: UnqualifiedPause) -> Result<bool, StoreError>;
-    /// How many of the session's quests are marked suspect.
-    async fn suspect_count(&self, session_id: SessionId) -> Result<u64, StoreError>;
+    /// How many of the session's quests carry each mark.
+    async fn mark_counts(&self, session_id: SessionId) -> Result<Marks<u64>, StoreError>;
     /// The AI verifiers' clean answers about the answers to the session's gold.
     async fn gold_verifier_answers(
         &self,
         session_id: SessionId,
     ) -> Result<Vec<GoldVerifierAnswer>, StoreError>;
-    /// Whether the quest is marked suspect.
-    async fn is_suspect(&self, quest_id: QuestId) -> Result<bool, StoreError>;
+    /// The marks on a quest.
+    async fn quest_marks(&self, quest_id: QuestId) -> Result<Marks<bool>, StoreError>;
+    /// The session's gold companion, which holds its gold quests; none
+    /// before its first gold item.
+    async fn companion(&self, session_id: SessionId) -> Result<Option<SessionId>, StoreError>;
+    /// Every reviewer's decisions on the session's gold quests, oldest first.
+    async fn gold_reviews(&self, session_id: SessionId) -> Result<Vec<GoldReviewRow>, StoreError>;
+    /// The session's canaries that ended PASS, oldest first.
+    async fn canary_passes(&self, session_id: SessionId) -> Result<Vec<CanaryPass>, StoreError>;
 }
 
 /// A gold item to add: its input, the expected result and how it is compared.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewGoldItem {
+    pub kind: GoldKind,
     pub input: Map<String, Value>,
     pub expected: Map<String, Value>,
     pub compare: Map<String, Value>,
@@ -69,8 +78,10 @@ pub struct NewGoldItem {
 pub struct GoldItemRow {
     pub id: GoldItemId,
     pub seq: u64,
+    pub kind: GoldKind,
     pub input: Map<String, Value>,
-    pub expected: Map<String, Value>,
+    /// None for a canary.
+    pub expected: Option<Map<String, Value>>,
     pub compare: Map<String, Value>,
     pub created_at: DateTime<Utc>,
     pub handed_out: u64,
@@ -126,6 +137,32 @@ pub struct UnqualifiedPause {
     /// When its first wrong gold answer was decided: its PASSes from the
     /// gate alone since then are marked suspect (none without one).
     pub since: Option<DateTime<Utc>>,
+    /// Whether each new suspect gets a label-only audit review.
+    pub audit: bool,
+}
+
+/// The marks of the gold floor and the audits on PASS quests, which never
+/// change a state: per quest (`bool`) or counted in a session (`u64`).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Marks<T> {
+    /// Marked suspect by the gold floor.
+    pub suspect: T,
+    /// Found wrong by an audit (post-hoc, or of a suspect).
+    pub audit_rejected: T,
+}
+
+/// One reviewer's decision on a gold quest, with what it was asked about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GoldReviewRow {
+    pub reviewer: String,
+    pub reviewer_token: Option<TokenId>,
+    pub decision: crate::domain::Decision,
+    pub kind: GoldKind,
+    /// The result it decided on.
+    pub answer: Option<Value>,
+    /// The expected result (none for a canary).
+    pub expected: Option<Map<String, Value>>,
+    pub compare: Map<String, Value>,
 }
 
 /// One AI verifier's clean answer about the answer to a gold quest.

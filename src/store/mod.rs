@@ -297,10 +297,11 @@ pub trait Store: GoldStore + Send + Sync + 'static {
         session_id: SessionId,
         count: u32,
     ) -> Result<Vec<QuestId>, StoreError>;
-    /// The session's post-hoc audits waiting for a label, oldest first.
+    /// The label-only audits waiting for a label in a session (or every
+    /// session), oldest first.
     async fn pending_audits(
         &self,
-        session_id: SessionId,
+        session_id: Option<SessionId>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError>;
     /// Labels a post-hoc audit (once); the quest's state never changes.

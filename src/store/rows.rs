@@ -267,6 +267,8 @@ pub struct GateJob {
     pub key: String,
     pub input: Value,
     pub config: SessionConfig,
+    /// Its session is a gold companion: the quest is gold.
+    pub gold: bool,
 }
 
 /// The state after a verdict was applied.

@@ -276,6 +276,8 @@ impl Inner {
             input: &quest.input,
             result,
             config: &job.config,
+            // Re-checks run over a session's own PASS quests, never gold.
+            gold: false,
         };
         let mut decision = self.checker.recheck(run, &check).await?;
         // A person approved the quest: the facts it carried then are what they accepted.

@@ -467,3 +467,115 @@ async fn a_gold_quest_released_or_lapsed_comes_back_as_a_real_one_would() {
     let view = app.quest(after["quest"]["id"].as_str().unwrap()).await;
     assert_eq!(view["lapses"], 1, "{view}");
 }
+
+#[tokio::test]
+async fn a_gold_expected_column_at_scan_time_makes_gold_items_and_leaves_no_trace_in_the_session() {
+    let app = spawn_app().await;
+    let mut config = contact_config(3);
+    config["gold"] = json!({"rate": 0, "warmup": 1});
+    let csv = "company,city,gold_expected\n\
+               Acme,Oslo,\n\
+               Gold Ltd,Busan,\"{\"\"email\"\": \"\"sales@gold.test\"\"}\"\n\
+               Beta,Rome,\n";
+    let session = app
+        .scan_file("firms.csv", csv.as_bytes().to_vec(), config.clone())
+        .await
+        .expect(201);
+    let id = session["id"].as_str().unwrap();
+    assert_eq!(session["columns"], json!(["company", "city"]), "{session}");
+    assert_eq!(app.status(id).await["total"], 2);
+    // The stored source holds the real rows only, without the column.
+    let (_, source) = app.bytes(&format!("/v1/sessions/{id}/source")).await;
+    assert_eq!(
+        String::from_utf8(source).unwrap(),
+        "company,city\nAcme,Oslo\nBeta,Rome\n"
+    );
+    let gold = app
+        .get(&format!("/v1/sessions/{id}/gold"), &app.admin)
+        .await
+        .expect(200);
+    assert_eq!(gold["items"].as_array().unwrap().len(), 1, "{gold}");
+    assert_eq!(
+        gold["items"][0]["input"],
+        json!({"company": "Gold Ltd", "city": "Busan"})
+    );
+    assert_eq!(
+        gold["items"][0]["expected"],
+        json!({"email": "sales@gold.test"})
+    );
+    // The first assignment of a token is the gold row, shaped as a real one.
+    let agent = app.token("agent", "first").await;
+    let next = app.next(&agent, id, "bot").await;
+    assert_eq!(
+        next["quest"]["input"],
+        json!({"company": "Gold Ltd", "city": "Busan"}),
+        "{next}"
+    );
+    // A cell that is no JSON object is refused, naming its row.
+    let bad = "company,city,gold_expected\nAcme,Oslo,\nGold Ltd,Busan,sales@gold.test\n";
+    let refused = app
+        .scan_file("bad.csv", bad.as_bytes().to_vec(), config)
+        .await;
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    let message = refused.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("row 3") && message.contains("gold_expected"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn gold_quests_are_never_an_email_gates_holders_of_an_address() {
+    use quest::gates::email::EmailWorld;
+    use quest::testing::{FakeFetcher, FakeResolver};
+    use std::sync::Arc;
+    let world = EmailWorld::new(
+        Arc::new(FakeFetcher::new().html(
+            "https://acme.test/contact",
+            "<h1>Acme</h1><p>Mail info@acme.test.</p>",
+        )),
+        Arc::new(FakeResolver::new().with_mx("acme.test")),
+    );
+    let app = crate::helpers::spawn_app_with_world("", world).await;
+    let config = json!({"key_column": "company", "gate": {"kind": "email"},
+                        "gold": {"rate": 1.0, "warmup": 0}});
+    let session = app
+        .scan(config, json!([{"company": "Acme"}, {"company": "Beta"}]))
+        .await;
+    // A gold copy of the Acme row, whose right answer is Acme's address.
+    let item = json!({"input": {"company": "Acme"}, "expected": {"email": "info@acme.test"}});
+    add_gold(&app, &session, vec![item]).await;
+    let result = json!({"site": "https://acme.test", "email": "info@acme.test",
+                        "source": "https://acme.test/contact"});
+    // Two tokens each get their own gold copy and give the same address:
+    // neither holds it against the other.
+    let mut tokens = Vec::new();
+    for name in ["one", "two"] {
+        let token = app.token("agent", name).await;
+        let (quest, lease) = assigned(&app.next(&token, &session, "bot").await);
+        let answer = app
+            .submit(&token, &quest, &lease, result.clone())
+            .await
+            .expect(200);
+        assert_eq!(answer["state"], "PASS", "{answer}");
+        tokens.push(token);
+    }
+    // Nor does either hold it against the real Acme quest.
+    let next = app.next(&tokens[0], &session, "bot").await;
+    assert_eq!(next["quest"]["key"], "Acme", "{next}");
+    let (quest, lease) = assigned(&next);
+    let answer = app
+        .submit(&tokens[0], &quest, &lease, result.clone())
+        .await
+        .expect(200);
+    assert_eq!(answer["state"], "PASS", "{answer}");
+    // A real quest does hold it: Beta with Acme's address is not a PASS.
+    let next = app.next(&tokens[1], &session, "bot").await;
+    assert_eq!(next["quest"]["key"], "Beta", "{next}");
+    let (quest, lease) = assigned(&next);
+    let answer = app
+        .submit(&tokens[1], &quest, &lease, result)
+        .await
+        .expect(200);
+    assert_ne!(answer["state"], "PASS", "{answer}");
+}

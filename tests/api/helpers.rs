@@ -584,3 +584,31 @@ pub fn quest_binary() -> tokio::process::Command {
     }
     command
 }
+
+/// Opens the session's event stream as the admin.
+pub async fn open_events(app: &TestApp, session: &str) -> reqwest::Response {
+    let events = app
+        .client
+        .get(format!("{}/v1/sessions/{session}/events", app.base))
+        .bearer_auth(&app.admin)
+        .send()
+        .await
+        .expect("the server answers");
+    assert_eq!(events.status(), 200);
+    events
+}
+
+/// Reads the stream until `needle` appears (at most 10 seconds between
+/// chunks); what it read.
+pub async fn read_until(events: &mut reqwest::Response, needle: &str) -> String {
+    let mut seen = String::new();
+    while !seen.contains(needle) {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), events.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no `{needle}` in the event stream: {seen}"))
+            .expect("the stream reads")
+            .expect("the stream stays open");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    seen
+}

@@ -6,6 +6,7 @@ mod backlog;
 mod bad_input;
 mod calibration;
 mod calibration_store;
+mod canary;
 mod cli;
 mod cli_loop;
 mod cli_text;

@@ -418,7 +418,7 @@ async fn post_hoc_audits_of_a_finished_session_join_the_pool_and_change_no_state
         q["summary"]
             .as_str()
             .unwrap()
-            .contains("; 1 found wrong by post-hoc audits are known errors"),
+            .contains("; 1 found wrong by audits or suspect are known errors"),
         "{q}"
     );
     // The rest are drawn; no quest is drawn twice.

@@ -253,5 +253,12 @@ pub(crate) fn fixture() -> Vec<String> {
         q(4),
         id(OTHER, 6)
     ));
+    // Quest 4 recorded as a canary that passed (raw SQL: the item is gold).
+    sql.push(format!(
+        "INSERT INTO canary_passes (quest_id, session_id, token_id, item_id, decided_by, passed_at)
+         VALUES ('{}', '{s1}', '{TOKEN}', '{}', 'gate', now())",
+        q(4),
+        id(OTHER, 7)
+    ));
     sql
 }

@@ -362,6 +362,14 @@ fn cases() -> Vec<Case> {
             "suspect marks are never changed nor deleted",
             "DELETE FROM suspect_marks",
         ),
+        case(
+            "canary passes are never changed nor deleted",
+            "UPDATE canary_passes SET decided_by = 'verifiers'",
+        ),
+        case(
+            "canary passes are never changed nor deleted",
+            "DELETE FROM canary_passes",
+        ),
     ];
     // TRUNCATE skips row triggers: each append-only table refuses it too. A
     // table that others reference is refused by its foreign keys first, so
@@ -379,6 +387,10 @@ fn cases() -> Vec<Case> {
         (
             "suspect marks are never changed nor deleted",
             "suspect_marks",
+        ),
+        (
+            "canary passes are never changed nor deleted",
+            "canary_passes",
         ),
     ] {
         cases.push(case(rule, format!("TRUNCATE {table}")));

@@ -8,6 +8,7 @@
 //! reader allocate more than the limits allow. A row is kept as compact JSON
 //! text ([`Row`]), which costs about what the row costs in the upload.
 
+pub mod gold;
 mod text;
 mod xlsx;
 

@@ -31,6 +31,9 @@ pub struct Figure {
 /// A pause as a row of the session's page.
 #[derive(Debug, Serialize)]
 pub struct PauseView {
+    /// Where it was made: a canary's pause, listed in every session its
+    /// token worked in, is resumed there.
+    session_id: SessionId,
     token_id: TokenId,
     token_name: Option<String>,
     agent: String,
@@ -65,6 +68,11 @@ impl From<NamedPause> for PauseView {
                 p.figures["accuracy_lower_bound"].as_f64().unwrap_or(0.0) * 100.0,
                 p.figures["min_accuracy"].as_f64().unwrap_or(0.0) * 100.0
             ),
+            PauseReason::Canary => format!(
+                "a canary it answered in session {} (an item no honest result can pass) ended \
+                 PASS: it is paused in every session",
+                p.session_id
+            ),
         };
         let figures = match &p.figures {
             Value::Object(map) => map
@@ -77,6 +85,7 @@ impl From<NamedPause> for PauseView {
             _ => Vec::new(),
         };
         PauseView {
+            session_id: p.session_id,
             live: p.resumed_at.is_none(),
             token_id: p.token_id,
             token_name,

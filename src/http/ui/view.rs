@@ -421,6 +421,10 @@ pub struct QuestView {
     pub rechecked_at: Option<DateTime<Utc>>,
     /// Every re-check, newest first.
     pub rechecks: Vec<api::Recheck>,
+    /// Marked suspect by the gold floor (it stays PASS).
+    pub suspect: bool,
+    /// Found wrong by an audit (it stays PASS).
+    pub audit_rejected: bool,
 }
 
 impl QuestView {
@@ -473,6 +477,8 @@ impl QuestView {
             Some((crate::domain::review::Stage::Adjudication, _))
         );
         QuestView {
+            suspect: q.suspect,
+            audit_rejected: q.audit_rejected,
             recheck_mark: q.recheck_mark,
             rechecked_at: q.rechecked_at,
             rechecks,

@@ -5,6 +5,7 @@ use async_trait::async_trait;
 
 use super::sql::gold;
 use super::{PgStore, pauses};
+use crate::domain::gold::CanaryPass;
 use crate::domain::ids::{QuestId, SessionId, TokenId};
 use crate::domain::work::AgentId;
 use crate::store::*;
@@ -60,8 +61,8 @@ impl GoldStore for PgStore {
             .await
     }
 
-    async fn suspect_count(&self, session_id: SessionId) -> Result<u64, StoreError> {
-        gold::suspect_count(&self.db.pool, session_id).await
+    async fn mark_counts(&self, session_id: SessionId) -> Result<Marks<u64>, StoreError> {
+        gold::mark_counts(&self.db.pool, session_id).await
     }
 
     async fn gold_verifier_answers(
@@ -71,7 +72,19 @@ impl GoldStore for PgStore {
         gold::gold_verifier_answers(&self.db.pool, session_id).await
     }
 
-    async fn is_suspect(&self, quest_id: QuestId) -> Result<bool, StoreError> {
-        gold::is_suspect(&self.db.pool, quest_id).await
+    async fn quest_marks(&self, quest_id: QuestId) -> Result<Marks<bool>, StoreError> {
+        gold::quest_marks(&self.db.pool, quest_id).await
+    }
+
+    async fn companion(&self, session_id: SessionId) -> Result<Option<SessionId>, StoreError> {
+        gold::companion_of(&self.db.pool, session_id).await
+    }
+
+    async fn gold_reviews(&self, session_id: SessionId) -> Result<Vec<GoldReviewRow>, StoreError> {
+        gold::gold_reviews(&self.db.pool, session_id).await
+    }
+
+    async fn canary_passes(&self, session_id: SessionId) -> Result<Vec<CanaryPass>, StoreError> {
+        super::sql::canary::canary_passes(&self.db.pool, session_id).await
     }
 }

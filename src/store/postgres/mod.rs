@@ -338,7 +338,7 @@ impl Store for PgStore {
 
     async fn pending_audits(
         &self,
-        session_id: SessionId,
+        session_id: Option<SessionId>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError> {
         quality::pending_audits(&self.db.pool, session_id, limit).await

@@ -12,8 +12,9 @@ use std::collections::HashMap;
 use super::codec::*;
 use super::pause_rule::{self, pause_row};
 use super::saves::{end_leases, save_quests};
+use super::sql::canary;
 use super::tx::Tx;
-use crate::domain::ids::{SessionId, TokenId};
+use crate::domain::ids::{QuestId, SessionId, TokenId};
 use crate::domain::pause::Pause;
 use crate::domain::work::{self, AgentId, LeaseEnd, Refusal};
 use crate::domain::{EventKind, State};
@@ -23,8 +24,24 @@ use crate::store::common::{set_status, status_of};
 /// The advisory lock of a token (`$2`) in a session (`$1`).
 const LOCK_KEY: &str = pause_lock_key!();
 
+/// Decides the pauses of the tokens whose quests this transaction ended: a
+/// DONE run, or a canary that passed.
+pub async fn after_endings(tx: &mut Tx) -> Result<(), StoreError> {
+    after_done(tx).await?;
+    let passed: Vec<(SessionId, QuestId)> = (tx.events.iter())
+        .filter(|e| e.state == Some(State::Pass) && e.kind != EventKind::Rechecked)
+        .filter_map(|e| e.quest_id.map(|q| (e.session_id, q)))
+        .collect();
+    for token in canary::after_pass(tx, passed).await? {
+        for session in canary::leased_sessions(tx, token).await? {
+            release_live_leases(tx, session, token).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Decides the pauses of the tokens whose quests this transaction ended in DONE.
-pub async fn after_done(tx: &mut Tx) -> Result<(), StoreError> {
+async fn after_done(tx: &mut Tx) -> Result<(), StoreError> {
     let quests: Vec<uuid::Uuid> = tx
         .events
         .iter()
@@ -119,7 +136,9 @@ pub async fn refuse_paused(
         .execute(tx.db())
         .await?;
     let rows = sqlx::query(
-        "SELECT * FROM token_pauses WHERE session_id = $1 AND token_id = ANY($2::uuid[]) AND resumed_at IS NULL",
+        "SELECT * FROM token_pauses WHERE token_id = ANY($2::uuid[]) AND resumed_at IS NULL
+           AND (session_id = $1 OR reason = 'canary')
+         ORDER BY reason = 'canary'",
     )
     .bind(session)
     .bind(&tokens)

@@ -115,7 +115,7 @@ impl Db {
     /// then publishes the events; rolls back on an error.
     pub async fn finish<T>(&self, mut tx: Tx, out: Result<T, StoreError>) -> Result<T, StoreError> {
         let out = match out {
-            Ok(v) => match super::pauses::after_done(&mut tx).await {
+            Ok(v) => match super::pauses::after_endings(&mut tx).await {
                 Ok(()) => events::record(&mut tx, self.origin).await.map(|()| v),
                 Err(e) => Err(e),
             },
@@ -127,6 +127,7 @@ impl Db {
                 tx.conn.commit().await?;
                 metrics::counter!("quest_store_commits_total").increment(1);
                 for e in tx.events {
+                    crate::store::common::count_committed(&e);
                     let _ = self.events.send(e);
                 }
                 Ok(v)

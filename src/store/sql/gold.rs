@@ -9,15 +9,16 @@
 
 use super::Tx;
 use super::codec::*;
+use crate::domain::gold::GoldKind;
 use crate::domain::ids::{GoldItemId, LeaseId, QuestId, SessionId, TokenId};
 use crate::domain::pause::PauseReason;
 use crate::domain::work::{self, AgentId};
 use crate::domain::{EventKind, QuestStatus, Transition};
-use crate::store::common::Turn;
+use crate::store::common::{Turn, pass_event};
 use crate::store::decode::quest_row;
 use crate::store::{
-    GoldAnswerRow, GoldItemRow, GoldStanding, GoldVerifierAnswer, LeaseRow, NewGoldItem, QuestRow,
-    StoreError, UnqualifiedPause,
+    GoldAnswerRow, GoldItemRow, GoldReviewRow, GoldStanding, GoldVerifierAnswer, LeaseRow, Marks,
+    NewGoldItem, QuestRow, StoreError, UnqualifiedPause,
 };
 
 /// Whether agent name `$agent` is one of token `$2`'s (agents are `<token id>/<name>`).
@@ -25,6 +26,18 @@ macro_rules! agent_of_token {
     ($agent:literal) => {
         token_of_agent!("$2", $agent)
     };
+}
+
+/// The session's gold companion, if it has one (read on the pool).
+pub async fn companion_of(
+    pool: &Pool,
+    session: SessionId,
+) -> Result<Option<SessionId>, StoreError> {
+    let row = sqlx::query("SELECT id FROM sessions WHERE gold_of = $1")
+        .bind(session)
+        .fetch_optional(pool)
+        .await?;
+    row.map(|r| r.id("id")).transpose()
 }
 
 /// The session's gold companion, if it has one.
@@ -78,13 +91,14 @@ pub async fn add_gold(
         tx.exec(
             sqlx::query(
                 "INSERT INTO gold_items (id, session_id, seq, kind, input, expected, compare, created_at)
-                 VALUES ($1, $2, $3, 'gold', $4, $5, $6, $7)",
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
             )
             .bind(GoldItemId::random())
             .bind(session)
             .bind((next + i as u64) as i64)
+            .bind(item.kind.as_str())
             .bind(doc(&item.input))
-            .bind(doc(&item.expected))
+            .bind((item.kind == GoldKind::Gold).then(|| doc(&item.expected)))
             .bind(doc(&item.compare))
             .bind(at(tx.now)),
         )
@@ -98,7 +112,7 @@ pub async fn add_gold(
 pub async fn gold_items(pool: &Pool, session: SessionId) -> Result<Vec<GoldItemRow>, StoreError> {
     let rows = sqlx::query(
         "SELECT i.*, (SELECT COUNT(*) FROM gold_quests g WHERE g.item_id = i.id) AS handed_out
-         FROM gold_items i WHERE i.session_id = $1 AND i.kind = 'gold' ORDER BY i.seq",
+         FROM gold_items i WHERE i.session_id = $1 ORDER BY i.seq",
     )
     .bind(session)
     .fetch_all(pool)
@@ -108,8 +122,9 @@ pub async fn gold_items(pool: &Pool, session: SessionId) -> Result<Vec<GoldItemR
             Ok(GoldItemRow {
                 id: r.id("id")?,
                 seq: r.count("seq")?,
+                kind: r.parsed("kind")?,
                 input: r.json("input")?,
-                expected: r.json("expected")?,
+                expected: r.opt_json("expected")?,
                 compare: r.json("compare")?,
                 created_at: r.at("created_at")?,
                 handed_out: r.count("handed_out")?,
@@ -174,8 +189,9 @@ pub async fn gold_standing(
         agent_of_token!("agent"),
         ") AS assignments,
                 (SELECT COUNT(*) FROM gold_quests WHERE session_id = $1 AND token_id = $4) AS golds,
-                EXISTS (SELECT 1 FROM token_pauses WHERE session_id = $1 AND token_id = $4
-                        AND resumed_at IS NULL) AS paused,
+                ",
+        paused_in!("$1", "$4"),
+        " AS paused,
                 EXISTS (SELECT 1 FROM leases WHERE session_id = $3 AND agent = $5
                         AND ended_at IS NULL AND expires_at <= $6) AS lapsed,
                 EXISTS (SELECT 1 FROM gold_quests g JOIN quests q ON q.id = g.quest_id
@@ -239,8 +255,9 @@ pub async fn lease_gold(
             sqlx::query(concat!(
                 "SELECT EXISTS (SELECT 1 FROM leases WHERE session_id = $1 AND ended_at IS NULL
                                 AND agent = $5) AS holds,
-                        EXISTS (SELECT 1 FROM token_pauses WHERE session_id = $1 AND token_id = $4
-                                AND resumed_at IS NULL) AS paused,
+                        ",
+                paused_in!("$1", "$4"),
+                " AS paused,
                         EXISTS (SELECT 1 FROM quests WHERE session_id = $1 AND phase = 'open') AS open,
                         (SELECT COUNT(*) FROM gold_quests WHERE session_id = $1 AND token_id = $4) AS golds,
                         (SELECT g.quest_id FROM gold_quests g JOIN quests q ON q.id = g.quest_id
@@ -319,8 +336,9 @@ pub async fn lease_gold(
     Ok(Some((quest, lease)))
 }
 
-/// Makes a new gold quest in the companion from an item `token` has not had
-/// (none left: `None`), open, and records the hand-out.
+/// Makes a new gold quest in the companion from an item (gold or canary:
+/// they are handed out alike) `token` has not had (none left: `None`),
+/// open, and records the hand-out.
 async fn new_gold_quest(
     tx: &mut Tx,
     session: SessionId,
@@ -331,7 +349,7 @@ async fn new_gold_quest(
         .row(
             sqlx::query(
                 "SELECT i.id, i.input FROM gold_items i
-                 WHERE i.session_id = $1 AND i.kind = 'gold'
+                 WHERE i.session_id = $1
                    AND NOT EXISTS (SELECT 1 FROM gold_quests g WHERE g.item_id = i.id AND g.token_id = $2)
                  ORDER BY random() LIMIT 1",
             )
@@ -407,7 +425,7 @@ macro_rules! gold_answers {
              FROM gold_quests g
              JOIN gold_items i ON i.id = g.item_id
              JOIN quests q ON q.id = g.quest_id
-             WHERE g.session_id = $1 AND q.state <> 'TODO'",
+             WHERE g.session_id = $1 AND i.kind = 'gold' AND q.state <> 'TODO'",
             $token,
             " ORDER BY q.updated_at, g.quest_id"
         )
@@ -458,31 +476,15 @@ pub async fn pause_unqualified(
     tx.take_turns(Turn::Pause(p.session, p.token)).await?;
     let live = tx
         .row(
-            sqlx::query(
-                "SELECT 1 AS live FROM token_pauses
-                 WHERE session_id = $1 AND token_id = $2 AND resumed_at IS NULL",
-            )
-            .bind(p.session)
-            .bind(p.token),
+            sqlx::query(concat!("SELECT 1 AS live WHERE ", paused_in!("$1", "$2")))
+                .bind(p.session)
+                .bind(p.token),
         )
         .await?;
     if live.is_some() {
         return Ok(Vec::new());
     }
-    // The DONE run that pauses a token starts again after any pause.
-    let through = tx
-        .row(
-            sqlx::query(
-                "SELECT CAST(COALESCE(MAX(seq), 0) AS BIGINT) AS seq FROM token_endings
-                 WHERE session_id = $1 AND token_id = $2",
-            )
-            .bind(p.session)
-            .bind(p.token),
-        )
-        .await?
-        .map(|r| r.int("seq"))
-        .transpose()?
-        .unwrap_or(0);
+    let through = super::pause_rule::last_ending(tx, p.session, p.token).await?;
     let pause_id = crate::store::columns::RowId::new();
     tx.exec(
         sqlx::query(super::pause_rule::INSERT_PAUSE)
@@ -496,10 +498,10 @@ pub async fn pause_unqualified(
             .bind(at(tx.now)),
     )
     .await?;
-    let mut marked = 0;
+    let mut marked = 0usize;
     if let Some(since) = p.since {
-        marked = tx
-            .exec(
+        let rows = tx
+            .rows(
                 sqlx::query(concat!(
                     "INSERT INTO suspect_marks (quest_id, session_id, token_id, pause_id, marked_at)
                      SELECT q.id, q.session_id, $3, $4, $5 FROM quests q
@@ -509,7 +511,8 @@ pub async fn pause_unqualified(
                     agent_of_token!("s.agent"),
                     " AND s.decided_at >= $6
                        AND NOT EXISTS (SELECT 1 FROM l2_jobs j WHERE j.submission_id = s.id)
-                     ON CONFLICT (quest_id) DO NOTHING"
+                     ON CONFLICT (quest_id) DO NOTHING
+                     RETURNING quest_id"
                 ))
                 .bind(p.session)
                 .bind(p.token.to_string())
@@ -519,6 +522,29 @@ pub async fn pause_unqualified(
                 .bind(at(since)),
             )
             .await?;
+        marked = rows.len();
+        for row in &rows {
+            let event = pass_event(
+                EventKind::MarkedSuspect,
+                p.session,
+                row.id("quest_id")?,
+                tx.now,
+            );
+            tx.publish(event);
+        }
+    }
+    if p.audit && marked > 0 {
+        // Label-only reviews caused by the mark: never a sample of the bound.
+        tx.exec(
+            sqlx::query(
+                "INSERT INTO audit_reviews (quest_id, session_id, drawn_at, cause)
+                 SELECT quest_id, session_id, $2, 'suspect' FROM suspect_marks WHERE pause_id = $1
+                 ON CONFLICT (quest_id) DO NOTHING",
+            )
+            .bind(pause_id)
+            .bind(at(tx.now)),
+        )
+        .await?;
     }
     tracing::warn!(session = %p.session, token = %p.token, marked, "a token under the gold floor was paused");
     let mut released = vec![p.session];
@@ -526,22 +552,70 @@ pub async fn pause_unqualified(
     Ok(released)
 }
 
-/// How many of a session's quests are marked suspect.
-pub async fn suspect_count(pool: &Pool, session: SessionId) -> Result<u64, StoreError> {
-    let row = sqlx::query("SELECT COUNT(*) AS n FROM suspect_marks WHERE session_id = $1")
-        .bind(session)
-        .fetch_one(pool)
-        .await?;
-    row.count("n")
+/// How many of a session's quests carry each mark.
+pub async fn mark_counts(pool: &Pool, session: SessionId) -> Result<Marks<u64>, StoreError> {
+    let row = sqlx::query(
+        "SELECT (SELECT COUNT(*) FROM suspect_marks WHERE session_id = $1) AS suspect,
+                (SELECT COUNT(*) FROM audit_reviews WHERE session_id = $1 AND decision = 'reject')
+                    AS audit_rejected",
+    )
+    .bind(session)
+    .fetch_one(pool)
+    .await?;
+    Ok(Marks {
+        suspect: row.count("suspect")?,
+        audit_rejected: row.count("audit_rejected")?,
+    })
 }
 
-/// Whether a quest is marked suspect.
-pub async fn is_suspect(pool: &Pool, quest: QuestId) -> Result<bool, StoreError> {
-    let row = sqlx::query("SELECT 1 AS marked FROM suspect_marks WHERE quest_id = $1")
-        .bind(quest)
-        .fetch_optional(pool)
-        .await?;
-    Ok(row.is_some())
+/// The marks on a quest.
+pub async fn quest_marks(pool: &Pool, quest: QuestId) -> Result<Marks<bool>, StoreError> {
+    let row = sqlx::query(
+        "SELECT EXISTS (SELECT 1 FROM suspect_marks WHERE quest_id = $1) AS suspect,
+                EXISTS (SELECT 1 FROM audit_reviews WHERE quest_id = $1 AND decision = 'reject')
+                    AS audit_rejected",
+    )
+    .bind(quest)
+    .fetch_one(pool)
+    .await?;
+    Ok(Marks {
+        suspect: row.flag("suspect")?,
+        audit_rejected: row.flag("audit_rejected")?,
+    })
+}
+
+/// Every reviewer's decisions on a session's gold quests (bulk ones left
+/// out: nobody looked), oldest first.
+pub async fn gold_reviews(
+    pool: &Pool,
+    session: SessionId,
+) -> Result<Vec<GoldReviewRow>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT d.reviewer, d.reviewer_token, d.decision, i.kind, i.expected, i.compare,
+                (SELECT s.result FROM submissions s WHERE s.quest_id = g.quest_id
+                 ORDER BY s.created_at DESC, s.id DESC LIMIT 1) AS answer
+         FROM gold_quests g
+         JOIN gold_items i ON i.id = g.item_id
+         JOIN review_decisions d ON d.quest_id = g.quest_id
+         WHERE g.session_id = $1 AND (d.bulk IS NULL OR d.bulk = FALSE)
+         ORDER BY d.created_at, d.id",
+    )
+    .bind(session)
+    .fetch_all(pool)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(GoldReviewRow {
+                reviewer: r.text("reviewer")?,
+                reviewer_token: r.opt_id("reviewer_token")?,
+                decision: r.parsed("decision")?,
+                kind: r.parsed("kind")?,
+                answer: r.opt_json("answer")?,
+                expected: r.opt_json("expected")?,
+                compare: r.json("compare")?,
+            })
+        })
+        .collect()
 }
 
 /// The AI verifiers' clean answers about the answers to a session's gold.
@@ -555,7 +629,7 @@ pub async fn gold_verifier_answers(
          JOIN gold_items i ON i.id = g.item_id
          JOIN l2_answers a ON a.quest_id = g.quest_id
          JOIN submissions s ON s.id = a.submission_id
-         WHERE g.session_id = $1 AND a.answer IS NOT NULL
+         WHERE g.session_id = $1 AND i.kind = 'gold' AND a.answer IS NOT NULL
          ORDER BY a.verifier, a.question_index",
     )
     .bind(session)

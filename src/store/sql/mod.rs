@@ -9,7 +9,23 @@
 
 use super::{Tx, codec, leases, native};
 
+/// Whether token `$t` is paused in session `$s`: a live pause there, or a
+/// live canary pause from any session (a canary pauses its token in every
+/// session).
+macro_rules! paused_in {
+    ($s:literal, $t:literal) => {
+        concat!(
+            "EXISTS (SELECT 1 FROM token_pauses tp WHERE tp.token_id = ",
+            $t,
+            " AND tp.resumed_at IS NULL AND (tp.session_id = ",
+            $s,
+            " OR tp.reason = 'canary'))"
+        )
+    };
+}
+
 pub mod calibration;
+pub mod canary;
 pub mod console;
 pub mod gold;
 pub mod held;

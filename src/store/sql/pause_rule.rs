@@ -17,15 +17,17 @@ use crate::store::common::Turn;
 /// The token's latest endings in the session since its last pause, newest
 /// first, at most `$3`, each with whether the token is paused there now.
 /// Binds: session, token, limit.
-const RECENT_ENDINGS: &str = "SELECT e.seq, e.done, e.agent,
-        EXISTS (SELECT 1 FROM token_pauses p
-                WHERE p.session_id = $1 AND p.token_id = $2 AND p.resumed_at IS NULL) AS paused
+const RECENT_ENDINGS: &str = concat!(
+    "SELECT e.seq, e.done, e.agent, ",
+    paused_in!("$1", "$2"),
+    " AS paused
     FROM token_endings e
     WHERE e.session_id = $1 AND e.token_id = $2
       AND e.seq > COALESCE((SELECT MAX(p.through_seq) FROM token_pauses p
                             WHERE p.session_id = $1 AND p.token_id = $2), 0)
     ORDER BY e.ended_at DESC, e.seq DESC
-    LIMIT $3";
+    LIMIT $3"
+);
 
 /// A new pause. Binds: id, session, token, agent, reason, figures (JSON
 /// text), the last ending it counted, now.
@@ -39,9 +41,17 @@ const RESUME_PAUSE: &str = "UPDATE token_pauses SET resumed_at = $3, resumed_by 
     WHERE session_id = $1 AND token_id = $2 AND resumed_at IS NULL
     RETURNING *";
 
-/// A session's pauses, newest first. Binds: session.
-const SESSION_PAUSES: &str =
-    "SELECT * FROM token_pauses WHERE session_id = $1 ORDER BY created_at DESC, id DESC";
+/// A session's pauses, newest first, with the live canary pauses of other
+/// sessions of the tokens that worked here (they are paused here too).
+/// Binds: session.
+const SESSION_PAUSES: &str = concat!(
+    "SELECT * FROM token_pauses WHERE session_id = $1
+        OR (reason = 'canary' AND resumed_at IS NULL
+            AND EXISTS (SELECT 1 FROM leases l WHERE l.session_id = $1 AND ",
+    token_of_agent!("token_pauses.token_id", "l.agent"),
+    "))
+    ORDER BY created_at DESC, id DESC"
+);
 
 /// The agent name part of `<token id>/<name>`.
 fn agent_name(agent: &str) -> &str {
@@ -71,8 +81,11 @@ pub async fn pause_if_due(
     session: SessionId,
     token: TokenId,
 ) -> Result<bool, StoreError> {
-    let max = tx.session(session).await?.config.max_consecutive_done;
-    if max == 0 {
+    let row = tx.session(session).await?;
+    let max = row.config.max_consecutive_done;
+    // Endings in a gold companion (gold and canary quests) are no run: a
+    // canary's DONE is its honest end, and gold is scored, not counted.
+    if max == 0 || row.gold_of.is_some() {
         return Ok(false);
     }
     tx.take_turns(Turn::Pause(session, token)).await?;
@@ -119,6 +132,27 @@ pub async fn pause_if_due(
     let pause = pause_row(&row)?;
     tracing::warn!(session = %session, token = %token, agent = %pause.agent, "a token was paused: {pause}");
     Ok(true)
+}
+
+/// The token's last ending in the session (0 before any): a pause made
+/// for another reason counts through it, since the DONE run that pauses a
+/// token starts again after any pause.
+pub async fn last_ending(
+    tx: &mut Tx,
+    session: SessionId,
+    token: TokenId,
+) -> Result<i64, StoreError> {
+    let row = tx
+        .row(
+            sqlx::query(
+                "SELECT CAST(COALESCE(MAX(seq), 0) AS BIGINT) AS seq FROM token_endings
+                 WHERE session_id = $1 AND token_id = $2",
+            )
+            .bind(session)
+            .bind(token),
+        )
+        .await?;
+    Ok(row.map(|r| r.int("seq")).transpose()?.unwrap_or(0))
 }
 
 /// Resumes the token's live pause in the session.

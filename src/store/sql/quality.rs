@@ -5,10 +5,11 @@
 
 use super::Tx;
 use super::codec::*;
-use crate::domain::Decision;
 use crate::domain::ids::{QuestId, SessionId};
 use crate::domain::quality::{AUDIT_CHECK, Audits, Stratum};
 use crate::domain::work::{Refusal, ReviewerId};
+use crate::domain::{Decision, EventKind};
+use crate::store::common::pass_event;
 use crate::store::{QualityCounts, QuestRow, StoreError};
 
 /// Whether quest `q` was decided by a person (a reviewer, several, or an adjudicator).
@@ -45,25 +46,34 @@ pub async fn draw_audits(
     rows.iter().map(|r| r.id("quest_id")).collect()
 }
 
-/// The session's post-hoc audits waiting for a label, oldest first.
+/// The label-only audits (post-hoc, or of suspects) waiting for a label in
+/// a session, or in every session, oldest first.
 pub async fn pending_audits(
     pool: &Pool,
-    session: SessionId,
+    session: Option<SessionId>,
     limit: u32,
 ) -> Result<Vec<QuestRow>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT q.* FROM audit_reviews a JOIN quests q ON q.id = a.quest_id
-         WHERE a.session_id = $1 AND a.decision IS NULL
-         ORDER BY a.drawn_at, q.row_index LIMIT $2",
-    )
-    .bind(session)
-    .bind(i64::from(limit))
-    .fetch_all(pool)
-    .await?;
+    macro_rules! pending {
+        ($session:literal, $limit:literal) => {
+            concat!(
+                "SELECT q.* FROM audit_reviews a JOIN quests q ON q.id = a.quest_id
+                 WHERE a.decision IS NULL",
+                $session,
+                " ORDER BY a.drawn_at, a.session_id, q.row_index LIMIT ",
+                $limit
+            )
+        };
+    }
+    let query = match session {
+        Some(id) => sqlx::query(pending!(" AND a.session_id = $1", "$2")).bind(id),
+        None => sqlx::query(pending!("", "$1")),
+    };
+    let rows = query.bind(i64::from(limit)).fetch_all(pool).await?;
     rows.iter().map(crate::store::decode::quest_row).collect()
 }
 
-/// Labels a post-hoc audit: once, by a live token; the quest's state stays.
+/// Labels a label-only audit: once, by a live token; the quest's state
+/// stays (a rejection is an `audit_rejected` event).
 pub async fn decide_audit(
     tx: &mut Tx,
     quest: QuestId,
@@ -88,6 +98,18 @@ pub async fn decide_audit(
         )
         .await?;
     if labelled == 1 {
+        if decision == Decision::Reject {
+            let row = tx
+                .row(
+                    sqlx::query("SELECT session_id FROM audit_reviews WHERE quest_id = $1")
+                        .bind(quest),
+                )
+                .await?
+                .ok_or(StoreError::NotFound("audit"))?;
+            let session = row.id("session_id")?;
+            let event = pass_event(EventKind::AuditRejected, session, quest, tx.now);
+            tx.publish(event);
+        }
         return Ok(());
     }
     let drawn = tx
@@ -131,7 +153,7 @@ pub async fn quality_counts(pool: &Pool, session: SessionId) -> Result<QualityCo
                 EXISTS (SELECT 1 FROM l2_jobs j WHERE j.submission_id = q.submission_id) AS verified,
                 COUNT(*) AS n
          FROM audit_reviews a JOIN quests q ON q.id = a.quest_id
-         WHERE a.session_id = $1 AND a.decision IS NOT NULL
+         WHERE a.session_id = $1 AND a.decision IS NOT NULL AND a.cause = 'draw'
          GROUP BY a.decision, verified",
     )
     .bind(session)
@@ -142,13 +164,6 @@ pub async fn quality_counts(pool: &Pool, session: SessionId) -> Result<QualityCo
     for r in &decided {
         if r.parsed::<Decision>("decision")? == Decision::Approve {
             approved_at_pass += r.count("n")?;
-        }
-    }
-    // A rejected post-hoc audit is a PASS row known to be wrong.
-    let mut known_errors = 0;
-    for r in &labelled {
-        if r.parsed::<Decision>("decision")? == Decision::Reject {
-            known_errors += r.count("n")?;
         }
     }
     let mut audits: Vec<Audits> = Vec::new();
@@ -187,7 +202,15 @@ pub async fn quality_counts(pool: &Pool, session: SessionId) -> Result<QualityCo
         " AND NOT EXISTS (SELECT 1 FROM audit_reviews a WHERE a.quest_id = q.id)
                               THEN 1 ELSE 0 END), 0) AS unaudited,
                 (SELECT COUNT(*) FROM audit_reviews a
-                 WHERE a.session_id = $1 AND a.decision IS NULL) AS pending_post_hoc
+                 WHERE a.session_id = $1 AND a.decision IS NULL AND a.cause = 'draw') AS pending_post_hoc,
+                -- Known errors: PASS rows an audit found wrong, and suspect
+                -- ones no audit approved.
+                COALESCE(SUM(CASE WHEN q.state = 'PASS' AND (
+                    EXISTS (SELECT 1 FROM audit_reviews a WHERE a.quest_id = q.id AND a.decision = 'reject')
+                    OR (EXISTS (SELECT 1 FROM suspect_marks m WHERE m.quest_id = q.id)
+                        AND NOT EXISTS (SELECT 1 FROM audit_reviews a
+                                        WHERE a.quest_id = q.id AND a.decision = 'approve')))
+                    THEN 1 ELSE 0 END), 0) AS known_errors
          FROM quests q WHERE q.session_id = $1"
     ))
     .bind(session)
@@ -201,6 +224,6 @@ pub async fn quality_counts(pool: &Pool, session: SessionId) -> Result<QualityCo
         pass_by_person: row.count("by_person")?,
         unaudited: row.count("unaudited")?,
         approved_at_pass,
-        known_errors,
+        known_errors: row.count("known_errors")?,
     })
 }

@@ -163,6 +163,7 @@ pub async fn gate_job(pool: &Pool, submission_id: SubmissionId) -> Result<GateJo
         submission,
         key: quest.key,
         input: quest.input,
+        gold: session.gold_of.is_some(),
         config: session.config,
     })
 }

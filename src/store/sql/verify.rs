@@ -202,8 +202,8 @@ async fn finish_verification(
     };
     // The audit draw, made where the quest would become PASS: the session's
     // key is derived from the server's secret, read in this transaction.
-    let audit = match session.config.audit_rate() {
-        Some(rate) => {
+    let audit = match session.config.audit_draw(session.gold_of.is_some()) {
+        Some((rate, shown)) => {
             let secret = super::secrets::server_secret(
                 tx,
                 quality::AUDIT_SECRET.to_owned(),
@@ -211,7 +211,7 @@ async fn finish_verification(
             )
             .await?;
             let key = quality::session_key(&secret, session.id);
-            quality::drawn(&key, quest.id, rate).then_some(rate)
+            quality::drawn(&key, quest.id, rate).then_some(shown)
         }
         None => None,
     };

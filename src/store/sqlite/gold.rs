@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use super::sql::gold;
 use super::writer::WriteCtx;
 use super::{SqliteStore, pauses};
+use crate::domain::gold::CanaryPass;
 use crate::domain::ids::{QuestId, SessionId, TokenId};
 use crate::domain::work::AgentId;
 use crate::store::*;
@@ -55,8 +56,8 @@ impl GoldStore for SqliteStore {
         single!(self, |ctx| pauses::pause_unqualified(ctx, pause).await)
     }
 
-    async fn suspect_count(&self, session_id: SessionId) -> Result<u64, StoreError> {
-        gold::suspect_count(&self.read, session_id).await
+    async fn mark_counts(&self, session_id: SessionId) -> Result<Marks<u64>, StoreError> {
+        gold::mark_counts(&self.read, session_id).await
     }
 
     async fn gold_verifier_answers(
@@ -66,7 +67,19 @@ impl GoldStore for SqliteStore {
         gold::gold_verifier_answers(&self.read, session_id).await
     }
 
-    async fn is_suspect(&self, quest_id: QuestId) -> Result<bool, StoreError> {
-        gold::is_suspect(&self.read, quest_id).await
+    async fn quest_marks(&self, quest_id: QuestId) -> Result<Marks<bool>, StoreError> {
+        gold::quest_marks(&self.read, quest_id).await
+    }
+
+    async fn companion(&self, session_id: SessionId) -> Result<Option<SessionId>, StoreError> {
+        gold::companion_of(&self.read, session_id).await
+    }
+
+    async fn gold_reviews(&self, session_id: SessionId) -> Result<Vec<GoldReviewRow>, StoreError> {
+        gold::gold_reviews(&self.read, session_id).await
+    }
+
+    async fn canary_passes(&self, session_id: SessionId) -> Result<Vec<CanaryPass>, StoreError> {
+        super::sql::canary::canary_passes(&self.read, session_id).await
     }
 }

@@ -366,7 +366,7 @@ impl Store for SqliteStore {
 
     async fn pending_audits(
         &self,
-        session_id: SessionId,
+        session_id: Option<SessionId>,
         limit: u32,
     ) -> Result<Vec<QuestRow>, StoreError> {
         quality::pending_audits(&self.read, session_id, limit).await

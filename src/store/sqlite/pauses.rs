@@ -12,17 +12,33 @@ use serde_json::{Value, json};
 use super::codec::*;
 use super::leases::{end_leases, save_quests};
 use super::pause_rule::{self, pause_row};
+use super::sql::canary;
 use super::writer::{GroupError, WriteCtx};
-use crate::domain::EventKind;
 use crate::domain::ids::{SessionId, TokenId};
 use crate::domain::pause::Pause;
 use crate::domain::work::{self, AgentId, LeaseEnd};
+use crate::domain::{EventKind, State};
 use crate::store::StoreError;
 use crate::store::common::{set_status, status_of};
 
+/// Decides the pauses of the tokens whose quests this batch ended: a DONE
+/// run, or a canary that passed.
+pub async fn after_endings(ctx: &mut WriteCtx) -> Result<(), GroupError> {
+    after_done(ctx).await?;
+    let passed = ctx.ended_in(State::Pass);
+    for token in canary::after_pass(ctx, passed).await? {
+        for session in canary::leased_sessions(ctx, token).await? {
+            release_live_leases(ctx, session, token).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Decides the pauses of the tokens whose quests this batch ended in DONE.
-pub async fn after_done(ctx: &mut WriteCtx) -> Result<(), GroupError> {
-    let quests: Vec<String> = ctx.ended_done().iter().map(|q| q.to_string()).collect();
+async fn after_done(ctx: &mut WriteCtx) -> Result<(), GroupError> {
+    let quests: Vec<String> = (ctx.ended_in(State::Done).iter())
+        .map(|(_, q)| q.to_string())
+        .collect();
     if quests.is_empty() {
         return Ok(());
     }
@@ -102,7 +118,8 @@ async fn release_live_leases(
     end_leases(ctx, &ended).await
 }
 
-/// The live pauses of these (session, agent) requests, by request index.
+/// The live pauses of these (session, agent) requests, by request index:
+/// the token's in the session, or its canary pause from any session.
 pub async fn live_pauses(
     ctx: &mut WriteCtx,
     reqs: impl Iterator<Item = (SessionId, AgentId)>,
@@ -115,7 +132,12 @@ pub async fn live_pauses(
             sqlx::query(
                 "SELECT j.key AS i, p.* FROM json_each($1) j
                  JOIN token_pauses p INDEXED BY token_pauses_live
-                   ON p.session_id = j.value->>'s' AND p.token_id = j.value->>'t' AND p.resumed_at IS NULL",
+                   ON p.session_id = j.value->>'s' AND p.token_id = j.value->>'t'
+                  AND p.resumed_at IS NULL AND p.reason <> 'canary'
+                 UNION ALL
+                 SELECT j.key AS i, p.* FROM json_each($1) j
+                 JOIN token_pauses p INDEXED BY token_pauses_canary
+                   ON p.token_id = j.value->>'t' AND p.resumed_at IS NULL AND p.reason = 'canary'",
             )
             .bind(json(&wanted)),
         )

@@ -122,12 +122,11 @@ impl WriteCtx {
             .push(quest_event(kind, quest, submission, self.now));
     }
 
-    /// The quests this batch has ended in DONE so far.
-    pub fn ended_done(&self) -> Vec<crate::domain::ids::QuestId> {
-        self.events
-            .iter()
-            .filter(|e| e.state == Some(State::Done))
-            .filter_map(|e| e.quest_id)
+    /// The quests, with their sessions, this batch has moved into `state` so far.
+    pub fn ended_in(&self, state: State) -> Vec<(SessionId, crate::domain::ids::QuestId)> {
+        (self.events.iter())
+            .filter(|e| e.state == Some(state) && e.kind != EventKind::Rechecked)
+            .filter_map(|e| e.quest_id.map(|q| (e.session_id, q)))
             .collect()
     }
 
@@ -484,7 +483,7 @@ async fn run_group<K: Kind>(
 async fn decide_pauses(ctx: &mut WriteCtx) -> Result<(), String> {
     let mark = ctx.mark();
     ctx.plain("SAVEPOINT batch_pauses").await.map_err(text)?;
-    match super::pauses::after_done(ctx).await {
+    match super::pauses::after_endings(ctx).await {
         Ok(()) => {}
         Err(GroupError::Fatal(e)) => return Err(e),
         Err(GroupError::Refused(e)) => {
@@ -587,6 +586,7 @@ impl Writer {
                     counters.entry(session).or_default().add(bucket, n);
                 }
                 for event in ctx.events.drain(..) {
+                    crate::store::common::count_committed(&event);
                     let _ = self.events.send(event);
                 }
                 for finish in finishers {
