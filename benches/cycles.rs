@@ -8,7 +8,10 @@
 //! `/proc/<pid>/stat`), and the store's commits and driver round trips per
 //! cycle (from `/metrics`). The same load then runs against a no-op HTTP
 //! server (this binary again, answering both requests from memory), so that
-//! what the HTTP layer costs and what the store costs are told apart.
+//! what the HTTP layer costs and what the store costs are told apart. The
+//! small session runs a second time with gold quests (`"gold": {}`: 5% of
+//! the assignments after a warm-up of 3), and the cost of the gold draws
+//! is printed as the ratio of the two runs.
 //!
 //! Then the small session runs on PostgreSQL, once with one replica and once
 //! with three `quest serve` processes on one fresh database (the agents spread
@@ -37,7 +40,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 mod support;
-use support::{ADMIN, Server, env_usize, free_port, pct, scan, wait_until_up};
+use support::{ADMIN, Server, env_usize, free_port, pct, post_json, scan_config, wait_until_up};
 
 /// A `quest serve` process on a fresh data dir: its store the SQLite file
 /// there, or the PostgreSQL database `database_url` names.
@@ -285,13 +288,27 @@ enum Backend<'a> {
     },
 }
 
-/// One measured run against real servers; returns cycles/s and next's p99.
+/// What one measured run gives: cycles/s, next's p99 and the server's CPU
+/// per cycle.
+struct Measured {
+    rate: f64,
+    next_p99: Duration,
+    cpu_per_cycle: f64,
+}
+
+/// The gold items a session of the gold run holds: more than its draws
+/// (5% of the cycles, one token), so that they never run out.
+const GOLD_ITEMS: usize = 2_000;
+
+/// One measured run against real servers; with `gold`, the session hands
+/// out gold quests at the default rate (5%, after a warm-up of 3).
 async fn measure_quest(
     backend: Backend<'_>,
     quests: usize,
     agents: usize,
     cycles: usize,
-) -> (f64, Duration) {
+    gold: bool,
+) -> Measured {
     let (url, replicas) = match backend {
         Backend::Sqlite => (None, 1),
         Backend::Postgres { url, replicas } => (Some(url), replicas),
@@ -303,7 +320,23 @@ async fn measure_quest(
     let bases: Vec<String> = servers.iter().map(|s| s.base.clone()).collect();
     let client = reqwest::Client::new();
     let gate = json!({"kind": "schema", "schema": {"type": "object", "required": ["email"]}});
-    let session = scan(&client, &bases[0], quests, gate).await;
+    let mut config = json!({"key_column": "company", "gate": gate});
+    if gold {
+        config["gold"] = json!({});
+    }
+    let session = scan_config(&client, &bases[0], quests, config).await;
+    if gold {
+        for batch in 0..GOLD_ITEMS / 1000 {
+            let items: Vec<Value> = (0..1000)
+                .map(|i| {
+                    json!({"input": {"company": format!("g{batch}-{i}")},
+                                "expected": {"email": "a@b.test"}})
+                })
+                .collect();
+            let url = format!("{}/v1/sessions/{session}/gold", bases[0]);
+            post_json(&client, url, ADMIN, &json!({"items": items})).await;
+        }
+    }
     // Warm up: connections, statement caches, the session's caches.
     cycle(&bases, &session, agents, agents * 4).await;
     let cpu = || {
@@ -330,6 +363,7 @@ async fn measure_quest(
     let trips = metrics("quest_store_round_trips_total").await - trips0;
     let rate = done / run.wall.as_secs_f64();
     let (name, db) = match backend {
+        Backend::Sqlite if gold => ("sqlite+gold".to_owned(), String::new()),
         Backend::Sqlite => ("sqlite".to_owned(), String::new()),
         Backend::Postgres { .. } => (
             format!("postgres ×{replicas}"),
@@ -347,7 +381,11 @@ async fn measure_quest(
         commits / done,
         trips / done,
     );
-    (rate, pct(&run.next, 0.99))
+    Measured {
+        rate,
+        next_p99: pct(&run.next, 0.99),
+        cpu_per_cycle: cpu / done,
+    }
 }
 
 /// The yardstick of issue 19: what this PostgreSQL does with `pgbench`'s
@@ -435,7 +473,11 @@ async fn measure_postgres(quests: usize, agents: usize, cycles: usize, yardstick
             url: &db.url,
             replicas,
         };
-        rates.push(measure_quest(backend, quests, agents, cycles).await.0);
+        rates.push(
+            measure_quest(backend, quests, agents, cycles, false)
+                .await
+                .rate,
+        );
         db.drop_it().await;
     }
     println!(
@@ -502,14 +544,21 @@ fn main() {
             measure_postgres(small, agents, cycles, yardstick_seconds).await;
             return;
         }
-        let (small_rate, small_p99) = measure_quest(Backend::Sqlite, small, agents, cycles).await;
-        let (large_rate, large_p99) = measure_quest(Backend::Sqlite, large, agents, cycles).await;
+        let small_run = measure_quest(Backend::Sqlite, small, agents, cycles, false).await;
+        let gold_run = measure_quest(Backend::Sqlite, small, agents, cycles, true).await;
+        let large_run = measure_quest(Backend::Sqlite, large, agents, cycles, false).await;
         let baseline = measure_baseline(agents, cycles).await;
         println!(
             "large/small session: throughput ratio {:.2}, next p99 ratio {:.2}; quest/baseline throughput {:.2}",
-            large_rate / small_rate,
-            large_p99.as_secs_f64() / small_p99.as_secs_f64(),
-            small_rate / baseline,
+            large_run.rate / small_run.rate,
+            large_run.next_p99.as_secs_f64() / small_run.next_p99.as_secs_f64(),
+            small_run.rate / baseline,
+        );
+        println!(
+            "gold on/off: throughput ratio {:.2}, server CPU per cycle {:+.0} µs ({:.2}×)",
+            gold_run.rate / small_run.rate,
+            (gold_run.cpu_per_cycle - small_run.cpu_per_cycle) * 1e6,
+            gold_run.cpu_per_cycle / small_run.cpu_per_cycle,
         );
         if only != "sqlite" {
             measure_postgres(small, agents, cycles, yardstick_seconds).await;

@@ -86,10 +86,20 @@ pub async fn scan(
     quests: usize,
     gate: serde_json::Value,
 ) -> String {
+    let config = serde_json::json!({"key_column": "company", "gate": gate});
+    scan_config(client, base, quests, config).await
+}
+
+/// Scans `quests` companies into a session made with `config`; its id.
+pub async fn scan_config(
+    client: &reqwest::Client,
+    base: &str,
+    quests: usize,
+    config: serde_json::Value,
+) -> String {
     let items: Vec<serde_json::Value> = (0..quests)
         .map(|i| serde_json::json!({"company": format!("c{i}")}))
         .collect();
-    let config = serde_json::json!({"key_column": "company", "gate": gate});
     let body = serde_json::json!({"config": config, "items": items});
     let session = post_json(client, format!("{base}/v1/sessions"), ADMIN, &body).await;
     session["id"]

@@ -147,18 +147,19 @@ impl Service {
         Ok(tally(answers.iter()))
     }
 
-    /// Pauses the agent's token when its gold answers since its last such
-    /// pause fall under the session's floor.
-    async fn hold_to_the_floor(
+    /// Pauses a token when its gold answers since its last such pause fall
+    /// under the session's floor: judged when a gold answer is decided at
+    /// submit, and again at each `next` (a verdict a gate runner recorded
+    /// later is judged there).
+    pub(super) async fn hold_to_the_floor(
         &self,
         session: &SessionRow,
         config: &gold::GoldConfig,
-        agent: &AgentId,
+        token: TokenId,
     ) -> Result<(), ServiceError> {
         if config.min_accuracy.is_none() {
             return Ok(());
         }
-        let token = agent.token;
         let pauses: Vec<_> = (self.store.pauses(session.id).await?)
             .into_iter()
             .filter(|p| p.token_id == token)
@@ -317,7 +318,7 @@ impl Service {
             return Ok(None);
         };
         // A token under the floor is paused here: the lease below refuses it.
-        self.hold_to_the_floor(session, config, agent).await?;
+        self.hold_to_the_floor(session, config, agent.token).await?;
         let mut standing = self.store.gold_standing(session.id, agent).await?;
         if standing.lapsed {
             // As `next` sweeps a real quest's lapsed lease before it leases,

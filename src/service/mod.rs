@@ -499,8 +499,18 @@ impl Service {
         };
         let companion = session.id;
         let mut response = self.record_result(&quest, &session, new, wait).await?;
-        if let Some((_, remaining)) = self.gold_outer(companion).await? {
+        if let Some((real, remaining)) = self.gold_outer(companion).await? {
             response.remaining = remaining;
+            // A gold answer just decided meets the floor now, not at the
+            // token's next `next`; the answer stands whatever the judgement.
+            let real = self.session(real).await?;
+            if response.state != crate::domain::State::Todo
+                && let Some(config) = &real.config.gold
+                && let Err(e) = self.hold_to_the_floor(&real, config, token_id).await
+            {
+                tracing::warn!(session = %real.id, token = %token_id, error = %e,
+                    "the gold floor could not be judged at submit; the next `next` judges it");
+            }
         }
         Ok(response)
     }

@@ -95,6 +95,9 @@ struct Worked {
     real: Vec<(String, u32)>,
     /// Its gold answers.
     golds: u32,
+    /// How many gold answers it had given when its pause was first listed
+    /// (the floor is judged as each gold answer is decided).
+    paused_at: Option<u32>,
     /// `next`'s refusal.
     paused: crate::helpers::Answer,
 }
@@ -115,6 +118,7 @@ async fn worked_until_paused(app: &TestApp, extra: Value) -> Worked {
     let sloppy = app.token("agent", "sloppy").await;
     let careful = app.token("agent", "careful").await;
     let (mut real, mut golds, mut paused) = (Vec::new(), 0, None);
+    let mut paused_at = None;
     for _ in 0..150 {
         let next = app
             .post(
@@ -135,6 +139,13 @@ async fn worked_until_paused(app: &TestApp, extra: Value) -> Worked {
             .expect(200);
         if is_gold(&next) {
             golds += 1;
+            let pauses = app
+                .get(&format!("/v1/sessions/{session}/pauses"), &app.admin)
+                .await
+                .expect(200);
+            if paused_at.is_none() && !pauses.as_array().unwrap().is_empty() {
+                paused_at = Some(golds);
+            }
         } else {
             real.push((quest, golds));
         }
@@ -148,6 +159,7 @@ async fn worked_until_paused(app: &TestApp, extra: Value) -> Worked {
         careful,
         real,
         golds,
+        paused_at,
         paused: paused.expect("the sloppy token is paused"),
     }
 }
@@ -162,6 +174,7 @@ async fn a_token_under_the_gold_floor_is_paused_with_its_gate_passes_marked_susp
         careful,
         real,
         golds,
+        paused_at,
         paused,
     } = worked_until_paused(&app, json!({})).await;
     paused.refused(409, "agent_paused");
@@ -177,6 +190,11 @@ async fn a_token_under_the_gold_floor_is_paused_with_its_gate_passes_marked_susp
     );
     assert_eq!(figures["min_accuracy"], 0.5);
     assert_eq!(golds, 8);
+    assert_eq!(
+        paused_at,
+        Some(8),
+        "paused as its eighth gold answer was decided"
+    );
     // Its gate PASSes since its first wrong gold answer are suspect, and stay PASS.
     let mut suspects = 0;
     for (quest, golds_before) in &real {
