@@ -367,7 +367,8 @@ fn check_scope(named: &Named, scope: &[SessionId]) -> Result<(), ApiError> {
             StatusCode::FORBIDDEN,
             "out_of_scope",
             format!(
-                "this token is limited to its sessions ({}); {what} is outside them: use a session it is                  limited to, or ask an admin for a token of that session",
+                "this token is limited to its sessions ({}); {what} is outside them: use a session it is \
+                 limited to, or ask an admin for a token of that session",
                 scope
                     .iter()
                     .map(|s| s.to_string())
@@ -427,7 +428,9 @@ async fn check_agent_work(
             StatusCode::FORBIDDEN,
             "needs_viewer",
             format!(
-                "this session measures its agents with known answers, so an agent token may only                  lease, submit, heartbeat, release and read its own lease, submissions and the                  session's remaining count; `{} {}` needs a viewer token or above",
+                "this session measures its agents with known answers, so an agent token may only \
+                 lease, submit, heartbeat, release and read its own lease, submissions and the \
+                 session's remaining count; `{} {}` needs a viewer token or above",
                 parts.method, named.template
             ),
         )

@@ -31,14 +31,16 @@ pub async fn add_gold_items(
 
 /// A session's gold: its settings, its items with how often each was handed
 /// out, and per token its answers, the correct ones and the one-sided 95%
-/// Wilson lower bound on its accuracy. Agent tokens of the session may not read it.
+/// Wilson lower bound on its accuracy. Admin only: a reviewer or viewer who
+/// read the items would know the right answers of the gold quests sent to
+/// review (each token's score is also in `GET /v1/sessions/{id}/agents`).
 #[utoipa::path(get, path = "/v1/sessions/{id}/gold", tag = "sessions", operation_id = "get_session_gold",
     params(("id" = Uuid, Path, description = "Session id")),
     responses((status = 200, description = "The session's gold and every token's score", body = SessionGold), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub async fn get_session_gold(
     State(state): State<AppState>,
-    _caller: Caller<Read>,
+    _caller: Caller<Administer>,
     Path(id): Path<SessionId>,
 ) -> Result<Json<SessionGold>, ApiError> {
     Ok(Json(state.service.get_session_gold(id).await?))

@@ -318,15 +318,27 @@ impl Service {
         if let Some(id) = session {
             self.session(id).await?;
         }
-        let sessions = match session.as_ref() {
-            Some(id) if in_scope(scope, *id) => Some(std::slice::from_ref(id)),
-            Some(_) => Some(&[][..]),
-            None => scope,
+        let mut sessions: Option<Vec<SessionId>> = match session {
+            Some(id) if in_scope(scope, id) => Some(vec![id]),
+            Some(_) => Some(Vec::new()),
+            None => scope.map(<[SessionId]>::to_vec),
         };
-        Ok(self
-            .store
-            .review_queue(sessions, check.as_ref(), limit.clamp(1, BULK_LIMIT), viewer)
-            .await?)
+        // A session's gold quests in review are its own, in its companion.
+        if let Some(list) = &mut sessions {
+            let mut companions = Vec::new();
+            for id in list.iter() {
+                companions.extend(self.store.companion(*id).await?);
+            }
+            list.extend(companions);
+        }
+        let limit = limit.clamp(1, BULK_LIMIT);
+        let mut queue = (self.store)
+            .review_queue(sessions.as_deref(), check.as_ref(), limit, viewer)
+            .await?;
+        for queued in &mut queue {
+            queued.quest.session_id = self.outer_session(queued.quest.session_id).await?;
+        }
+        Ok(queue)
     }
 
     /// Decides exactly the quests listed, each as the API's decision would,

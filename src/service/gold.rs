@@ -267,9 +267,14 @@ pub(super) fn check_items(
         if crate::domain::text::has_nul(&text) {
             return Err(invalid_text(&place));
         }
+        // In the session's column order, as its rows are (and their prompts).
+        let mut input = item.input;
+        let input = (columns.iter())
+            .filter_map(|c| input.remove(c).map(|v| (c.clone(), v)))
+            .collect();
         new.push(NewGoldItem {
             kind: item.kind,
-            input: item.input,
+            input,
             expected: item.expected,
             compare: item.compare,
         });
@@ -386,6 +391,16 @@ impl Service {
     /// only their own work there).
     pub async fn has_gold(&self, id: SessionId) -> Result<bool, ServiceError> {
         Ok(self.session(id).await?.config.gold.is_some())
+    }
+
+    /// Whether a console stream that follows every session shows this one
+    /// to `role`: never a gold companion, and for an agent never a session
+    /// with gold. An unknown session is not shown.
+    pub async fn console_may_follow(&self, role: Role, id: SessionId) -> bool {
+        match self.session(id).await {
+            Ok(s) => s.gold_of.is_none() && (role != Role::Agent || s.config.gold.is_none()),
+            Err(_) => false,
+        }
     }
 
     /// A session's status as an agent token of a session with gold sees

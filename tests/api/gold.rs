@@ -252,7 +252,6 @@ async fn an_agent_token_of_a_gold_session_sees_only_its_own_work() {
     for path in [
         format!("/v1/sessions/{session}/source"),
         format!("/v1/sessions/{session}/export?format=csv"),
-        format!("/v1/sessions/{session}/gold"),
         format!("/v1/sessions/{session}/agents"),
         format!("/v1/sessions/{session}/quality"),
         format!("/v1/quests/{}", gold.2),
@@ -263,6 +262,12 @@ async fn an_agent_token_of_a_gold_session_sees_only_its_own_work() {
     }
     let events = format!("/v1/sessions/{session}/events");
     app.get(&events, &agent).await.refused(403, "needs_viewer");
+    // The items and their right answers are the admin's alone: a reviewer
+    // who read them would know the answers of the gold quests it reviews.
+    let items = format!("/v1/sessions/{session}/gold");
+    assert_eq!(app.get(&items, &agent).await.status, 403);
+    app.get(&items, &viewer).await.refused(403, "forbidden");
+    app.get(&items, &app.admin).await.expect(200);
     // The session itself it may read without its gold settings, its figures reduced.
     let seen = app
         .get(&format!("/v1/sessions/{session}"), &agent)
@@ -578,4 +583,19 @@ async fn gold_quests_are_never_an_email_gates_holders_of_an_address() {
         .await
         .expect(200);
     assert_ne!(answer["state"], "PASS", "{answer}");
+}
+
+#[tokio::test]
+async fn a_gold_items_input_is_kept_in_the_sessions_column_order() {
+    let app = spawn_app().await;
+    let session = gold_session(&app, 5, json!({"rate": 0, "warmup": 1}), 0).await;
+    // Given city first; the session's rows give company first.
+    let item = json!({"input": {"city": "Busan", "company": "Gold 0000"},
+                      "expected": {"email": "gold0@firm.test"}});
+    add_gold(&app, &session, vec![item]).await;
+    let agent = app.token("agent", "ordered").await;
+    let next = app.next(&agent, &session, "bot").await;
+    assert!(is_gold(&next), "{next}");
+    let keys: Vec<&String> = next["quest"]["input"].as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["company", "city"], "{next}");
 }

@@ -66,7 +66,8 @@ pub async fn stream(
                 return Err(PageError::new(
                     axum::http::StatusCode::FORBIDDEN,
                     "Not allowed",
-                    "This session measures its agents with known answers: an agent token may                      not follow it. Sign in with a viewer token or above.",
+                    "This session measures its agents with known answers: an agent token may \
+                     not follow it. Sign in with a viewer token or above.",
                 ));
             }
         }
@@ -210,7 +211,14 @@ impl Pump {
                     .as_ref()
                     .is_none_or(|w| w.contains(&e.session_id)) =>
             {
-                self.dirty.insert(e.session_id);
+                // Never a gold companion, nor, for an agent, a session with
+                // gold (their moves would tell gold apart).
+                if (self.service)
+                    .console_may_follow(self.role, e.session_id)
+                    .await
+                {
+                    self.dirty.insert(e.session_id);
+                }
             }
             Ok(_) => return Flow::Continue(()),
             // Missed events: every session may have changed.
