@@ -90,6 +90,9 @@ pub struct Status {
     pub total: u64,
     /// Quests still TODO, in any phase. Never rises.
     pub remaining: u64,
+    /// Every quest left TODO (`remaining` is 0): no agent has work here.
+    #[serde(default)]
+    pub finished: bool,
     pub open: u64,
     pub leased: u64,
     pub checking: u64,
@@ -170,6 +173,7 @@ impl Status {
             session_id,
             total,
             remaining,
+            finished: remaining == 0,
             open,
             leased,
             checking,

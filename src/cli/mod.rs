@@ -579,6 +579,7 @@ mod tests {
             session_id: SessionId::new(),
             total: 10,
             remaining: 4,
+            finished: false,
             open: 4,
             leased: 0,
             checking: 0,

@@ -321,6 +321,15 @@ impl SessionConfig {
         if let Some(Err((field, message))) = config.gold.as_ref().map(GoldConfig::check) {
             return bad(field, message);
         }
+        if config.gold.as_ref().is_some_and(|g| g.review_rate > 0.0)
+            && config.audit_rate().is_none()
+        {
+            return bad(
+                "config.gold.review_rate",
+                "sends gold quests to review as random audits, so it needs audit.rate too (say \
+                 0.02): without real audits, a reviewer would know every audit is gold",
+            );
+        }
         if let Some(rate) = config.review.as_ref().and_then(|r| r.overlap_rate) {
             if !(0.0..=1.0).contains(&rate) {
                 return bad("config.review.overlap_rate", "must be between 0 and 1");
@@ -408,6 +417,14 @@ mod tests {
             (
                 json!({"gate": {"kind": "schema"}, "review": {"undo_seconds": 601}}),
                 "config.review.undo_seconds",
+            ),
+            (
+                json!({"gate": {"kind": "schema"}, "gold": {"review_rate": 0.2}}),
+                "config.gold.review_rate",
+            ),
+            (
+                json!({"gate": {"kind": "schema"}, "gold": {"review_rate": 1.5}, "audit": {"rate": 0.1}}),
+                "config.gold.review_rate",
             ),
             (
                 json!({"gate": {"kind": "schema"}, "review": {"reviewers": 0}}),

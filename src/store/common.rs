@@ -26,6 +26,11 @@ pub enum Turn<'a> {
     Calibration(SessionId),
     /// Deciding whether a token is paused in a session.
     Pause(SessionId, TokenId),
+    /// Reading whether a token is paused in a session before leasing it a
+    /// quest there (shared: many `next`s read at once; a pause waits).
+    PauseRead(SessionId, TokenId),
+    /// Pausing a token in every session (a canary passed).
+    TokenPause(TokenId),
     /// Ensuring the token of a name (replicas starting together).
     Token(&'a str),
     /// Adding gold items to a session (and its companion, once).

@@ -309,6 +309,7 @@ async fn an_agent_token_of_a_gold_session_sees_only_its_own_work() {
     let full = app.status(&session).await;
     assert_eq!(status["remaining"], full["remaining"]);
     assert_eq!(status["open"], 1);
+    assert_eq!(status["finished"], false);
     assert_eq!(
         (status["pass"].clone(), status["submissions"].clone()),
         (json!(0), json!(0)),

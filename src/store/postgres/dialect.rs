@@ -28,6 +28,13 @@ macro_rules! pause_lock_key {
     };
 }
 
+/// The advisory lock key of a token's pause in every session (`$1`).
+macro_rules! token_pause_lock_key {
+    ($token:literal) => {
+        concat!("hashtextextended('token pause ' || ", $token, "::text, 0)")
+    };
+}
+
 /// The function that finds a text in another (`strpos(haystack, needle)`).
 macro_rules! position {
     () => {

@@ -126,9 +126,13 @@ pub async fn refuse_paused(
     let mut tokens: Vec<uuid::Uuid> = which.iter().map(|&i| reqs[i].1.token.into()).collect();
     tokens.sort();
     tokens.dedup();
+    // Shared: the token's pause in this session, and its pause in every
+    // session (a canary's), in one statement.
     let lock = format!(
-        "SELECT pg_advisory_xact_lock_shared({}) FROM unnest($2::uuid[]) AS t(id) ORDER BY t.id",
-        LOCK_KEY.replace("$2::text", "t.id::text")
+        "SELECT pg_advisory_xact_lock_shared({}), pg_advisory_xact_lock_shared({})
+         FROM unnest($2::uuid[]) AS t(id) ORDER BY t.id",
+        LOCK_KEY.replace("$2::text", "t.id::text"),
+        token_pause_lock_key!("t.id")
     );
     sqlx::query(sqlx::AssertSqlSafe(lock))
         .bind(session)

@@ -234,6 +234,21 @@ impl Tx {
             ))
             .bind(session)
             .bind(token),
+            Turn::PauseRead(session, token) => sqlx::query(concat!(
+                "SELECT pg_advisory_xact_lock_shared(",
+                pause_lock_key!(),
+                "), pg_advisory_xact_lock_shared(",
+                token_pause_lock_key!("$2"),
+                ")"
+            ))
+            .bind(session)
+            .bind(token),
+            Turn::TokenPause(token) => sqlx::query(concat!(
+                "SELECT pg_advisory_xact_lock(",
+                token_pause_lock_key!("$1"),
+                ")"
+            ))
+            .bind(token),
             Turn::Token(name) => {
                 sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('token ' || $1, 0))")
                     .bind(name)

@@ -34,7 +34,7 @@ const PASSED: &str = concat!(
     id_in_json!("g.quest_id", "$1"),
     " AND i.kind = 'canary' AND q.state = 'PASS'
        AND NOT EXISTS (SELECT 1 FROM canary_passes c WHERE c.quest_id = g.quest_id)
-     ORDER BY g.quest_id"
+     ORDER BY g.session_id, g.token_id, g.quest_id"
 );
 
 /// The token's canary pause, unless it has a live one. Binds: id, session,
@@ -79,7 +79,12 @@ pub async fn after_pass(
         };
         let agent = row.opt_text("agent")?.unwrap_or_default();
         let agent = agent.split_once('/').map_or(agent.as_str(), |(_, n)| n);
+        // Every session's `next` reads this token's canary pause under the
+        // shared side of the token's lock: one racing this pause either
+        // committed its lease first (released below) or waits and hears the
+        // pause. The session's lock first, as every `next` takes them.
         tx.take_turns(Turn::Pause(session, token)).await?;
+        tx.take_turns(Turn::TokenPause(token)).await?;
         let through = super::pause_rule::last_ending(tx, session, token).await?;
         let figures = serde_json::json!({"quest_id": quest, "decided_by": decided_by});
         let pause: Option<RowId> = tx

@@ -222,9 +222,9 @@ pub async fn gold_standing(
 /// back to open (released, or its lease lapsed: handed back as a real quest
 /// would be), else, when `golds` is given (the draw said gold, with that
 /// many gold quests so far), a new one made from an item its token has not
-/// had. Only when the agent holds no real quest, is not paused and its
-/// token is under its lease cap; a new one only when a real quest is open,
-/// so that gold takes the place of a real assignment. `None`: the agent is
+/// had. Only when a real quest is open (gold takes the place of a real
+/// assignment), the agent holds no real quest, is not paused and its token
+/// is under its lease cap. `None`: the agent is
 /// to be assigned a real quest as usual.
 pub async fn lease_gold(
     tx: &mut Tx,
@@ -234,6 +234,8 @@ pub async fn lease_gold(
 ) -> Result<Option<(QuestRow, LeaseRow)>, StoreError> {
     tx.take_turns(Turn::GoldHandOut(session, agent.token))
         .await?;
+    // As every `next` does before it reads the token's pauses.
+    tx.take_turns(Turn::PauseRead(session, agent.token)).await?;
     let Some(companion) = companion(tx, session).await? else {
         return Ok(None);
     };
@@ -279,14 +281,16 @@ pub async fn lease_gold(
     let capped = row
         .opt_int("max_leases")?
         .is_some_and(|max| row.count("live").is_ok_and(|live| live as i64 >= max));
-    if row.flag("holds")? || row.flag("paused")? || capped {
+    // Gold only in place of a real assignment: with no real quest open, a
+    // gold quest handed back would tell itself apart.
+    if row.flag("holds")? || row.flag("paused")? || capped || !row.flag("open")? {
         return Ok(None);
     }
     let companion_row = tx.session(companion).await?;
     let quest_id = match row.opt_id::<QuestId>("reopened")? {
         Some(id) => id,
         None => {
-            if !row.flag("open")? || Some(row.count("golds")?) != golds {
+            if Some(row.count("golds")?) != golds {
                 return Ok(None);
             }
             match new_gold_quest(tx, session, companion, agent.token).await? {
