@@ -238,3 +238,73 @@ async fn a_canary_has_no_expected_result_and_gold_has_one() {
     let gold = app.get(&path, &app.admin).await.expect(200);
     assert_eq!(gold["items"], json!([]));
 }
+
+/// On every backend: raw SQL cannot change nor delete a canary's pass, a
+/// suspect mark, a gold item or a hand-out, and a mark moves no state.
+#[tokio::test]
+async fn raw_sql_cannot_rewrite_canary_passes_suspect_marks_or_gold_and_no_mark_moves_a_state() {
+    let test = "raw_sql_cannot_rewrite_canary_passes_suspect_marks_or_gold";
+    for app in crate::ratchet::ratchet_apps(test).await {
+        let session = canary_session(&app, json!({})).await;
+        let token = app.token("agent", "eager").await;
+        let (quest, state) =
+            answer_canary(&app, &token, &session, "info@hollow.test", "high").await;
+        assert_eq!(state, "PASS");
+        let pauses = app
+            .get(&format!("/v1/sessions/{session}/pauses"), &app.admin)
+            .await
+            .expect(200);
+        let (pause, token_id) = (&pauses[0]["id"], &pauses[0]["token_id"]);
+        let (pause, token_id) = (pause.as_str().unwrap(), token_id.as_str().unwrap());
+        let mut db = crate::ratchet::raw(&app).await;
+        // A mark may be added (the store adds them); never changed nor removed.
+        let mark = format!(
+            "INSERT INTO suspect_marks (quest_id, session_id, token_id, pause_id, marked_at)
+             VALUES ('{quest}', '{session}', '{token_id}', '{pause}', '2026-01-01T00:00:00Z')"
+        );
+        assert_eq!(db.execute(&mark).await, Ok(1));
+        for (sql, rule) in [
+            (
+                "UPDATE canary_passes SET decided_by = 'verifiers'",
+                "canary passes are never changed",
+            ),
+            (
+                "DELETE FROM canary_passes",
+                "canary passes are never changed",
+            ),
+            (
+                "UPDATE suspect_marks SET marked_at = marked_at",
+                "suspect marks are never changed",
+            ),
+            (
+                "DELETE FROM suspect_marks",
+                "suspect marks are never changed",
+            ),
+            (
+                "UPDATE gold_items SET input = '{}'",
+                "gold items are never changed",
+            ),
+            ("DELETE FROM gold_items", "gold items are never changed"),
+            (
+                "UPDATE gold_quests SET handed_at = handed_at",
+                "gold hand-outs are never changed",
+            ),
+            (
+                "DELETE FROM gold_quests",
+                "gold hand-outs are never changed",
+            ),
+        ] {
+            let err = db.execute(sql).await.expect_err(sql);
+            assert!(
+                crate::ratchet::refused_by_a_rule(&err) && err.contains(rule),
+                "{sql}: {err}"
+            );
+        }
+        let view = app.quest(&quest).await;
+        assert_eq!(
+            (view["state"].clone(), view["suspect"].clone()),
+            (json!("PASS"), json!(true)),
+            "{view}"
+        );
+    }
+}
