@@ -114,14 +114,21 @@ pub async fn get_session_reviewers(
 /// How far each AI verifier agrees with the reviewers (Cohen's kappa over its
 /// labels, the confusion counts, the quests where they disagreed), its
 /// standing in a session (`voting` or `advisory`) and its switches: of one
-/// session with `?session=`, else of the whole server.
+/// session with `?session=`, else of the whole server. An agent token gets
+/// no disagreements: they show other quests' keys and results.
 #[utoipa::path(get, path = "/v1/verifiers", tag = "review", operation_id = "list_verifiers", params(VerifiersQuery),
     responses((status = 200, description = "The AI verifiers and their figures", body = Verifiers), (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
         (status = 403, body = ErrorBody), (status = 404, body = ErrorBody), (status = 422, body = ErrorBody)))]
 pub async fn list_verifiers(
     State(state): State<AppState>,
-    _caller: Caller<Read>,
+    caller: Caller<Read>,
     Query(query): Query<VerifiersQuery>,
 ) -> Result<Json<Verifiers>, ApiError> {
-    Ok(Json(state.service.list_verifiers(query.session).await?))
+    let mut listing = state.service.list_verifiers(query.session).await?;
+    // Other quests' keys and results are a viewer's to read, not an agent's
+    // (in a session with gold they would tell its gold quests apart).
+    if caller.viewer().role == crate::domain::Role::Agent {
+        listing.disagreements.clear();
+    }
+    Ok(Json(listing))
 }

@@ -44,7 +44,14 @@ impl Service {
                 listing.gold = gold;
                 listing
             }
-            None => Verifiers::new(None, &calibration),
+            None => {
+                let mut listing = Verifiers::new(None, &calibration);
+                // A gold quest's disagreement names the session it belongs to.
+                for d in &mut listing.disagreements {
+                    d.session_id = self.outer_session(d.session_id).await?;
+                }
+                listing
+            }
         })
     }
 }

@@ -312,6 +312,12 @@ async fn the_review_queue_calibrates_each_verifier_with_its_confusion_counts_kap
         (alpha["question_index"].clone(), alpha["standing"].clone()),
         (Value::Null, Value::Null)
     );
+    assert!(!server["disagreements"].as_array().unwrap().is_empty());
+    // An agent sees the figures but no other quest's disagreement.
+    let agent = app.token("agent", "curious").await;
+    let seen = app.get("/v1/verifiers", &agent).await.expect(200);
+    assert_eq!(seen["calibration"], server["calibration"]);
+    assert_eq!(seen["disagreements"], json!([]), "{seen}");
 
     let (code, metrics) = app.bytes("/metrics").await;
     assert_eq!(code, 200);
