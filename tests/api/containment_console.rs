@@ -173,3 +173,59 @@ async fn the_session_page_lists_a_pause_and_only_an_admins_resume_button_resumes
         .expect(200);
     assert_eq!(pauses[0]["resumed_by"], "admin");
 }
+
+/// The console's stream of every session, as an agent's browser follows it:
+/// it never carries the figures of a session with gold (nor of its gold
+/// companion), whose moves would tell the agent its quest is gold.
+#[tokio::test]
+async fn an_agents_console_stream_never_carries_a_session_with_gold() {
+    use crate::helpers::contact_config;
+    let app = spawn_app().await;
+    let mut config = contact_config(3);
+    config["gold"] = json!({"rate": 1.0, "warmup": 0});
+    let gold = app.scan(config, companies(3)).await;
+    let item = json!({"input": {"company": "Gold 0000", "city": "Busan"},
+                      "expected": {"email": "g@gold.test"}});
+    app.post(
+        &format!("/v1/sessions/{gold}/gold"),
+        &app.admin,
+        json!({"items": [item]}),
+    )
+    .await
+    .expect(201);
+    let plain = app.scan(contact_config(3), companies(3)).await;
+    let secret = app.token("agent", "watcher").await;
+    let who = sign_in(&app, &secret).await;
+    let mut stream = reqwest::Client::new()
+        .get(format!("{}/ui/events", app.base))
+        .header("cookie", format!("quest_console={}", who.cookie))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    // A gold quest moves the companion's figures, a real one of the gold
+    // session that session's; then a real one moves the plain session's.
+    let next = app.next(&secret, &gold, "bot").await;
+    assert_eq!(next["quest"]["key"], "Gold 0000", "{next}");
+    let (quest, lease) = assigned(&next);
+    let result = json!({"email": "g@gold.test", "confidence": "high"});
+    app.submit(&secret, &quest, &lease, result)
+        .await
+        .expect(200);
+    let next = app.next(&secret, &gold, "bot").await;
+    assert_ne!(next["quest"]["key"], "Gold 0000", "{next}");
+    assert_eq!(app.next(&secret, &plain, "bot").await["status"], "assigned");
+    let mut seen = crate::helpers::read_until(&mut stream, &plain).await;
+    // Once more, so that every figure of the first flush has arrived.
+    let other = app.token("agent", "other").await;
+    assert_eq!(app.next(&other, &plain, "bot").await["status"], "assigned");
+    while seen.matches(plain.as_str()).count() < 2 {
+        seen.push_str(&crate::helpers::read_until(&mut stream, &plain).await);
+    }
+    let sessions: Vec<&str> = seen
+        .match_indices("\"session_id\":\"")
+        .map(|(at, m)| &seen[at + m.len()..at + m.len() + 36])
+        .collect();
+    assert!(!sessions.is_empty(), "{seen}");
+    assert!(sessions.iter().all(|s| *s == plain), "{seen}");
+}
