@@ -156,55 +156,53 @@ pub async fn gold_standing(
     agent: &AgentId,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<GoldStanding, StoreError> {
+    // One read in the common case: the companion and every figure; the
+    // held gold quest's row only when the agent holds one.
     let mut conn = pool.acquire().await?;
-    let companion: Option<SessionId> = sqlx::query("SELECT id FROM sessions WHERE gold_of = $1")
-        .bind(session)
-        .fetch_optional(&mut *conn)
-        .await?
-        .map(|r| r.id("id"))
-        .transpose()?;
-    let Some(companion) = companion else {
-        return Ok(GoldStanding::default());
-    };
     let name = agent.to_string();
-    let held_gold = sqlx::query(HELD)
-        .bind(companion)
-        .bind(&name)
-        .bind(at(now))
-        .fetch_optional(&mut *conn)
-        .await?
-        .map(|r| held(&r, agent))
-        .transpose()?;
-    let holds_real = sqlx::query(HELD)
-        .bind(session)
-        .bind(&name)
-        .bind(at(now))
-        .fetch_optional(&mut *conn)
-        .await?
-        .is_some();
-    let token = agent.token.to_string();
     let row = sqlx::query(concat!(
-        "SELECT (SELECT CAST(COALESCE(SUM(leased), 0) AS BIGINT) FROM console_agent_stats
-                 WHERE session_id IN ($1, $3) AND ",
+        "SELECT c.id AS companion,
+                EXISTS (SELECT 1 FROM leases WHERE session_id = c.id AND agent = $4
+                        AND ended_at IS NULL AND expires_at > $5) AS holds_gold,
+                EXISTS (SELECT 1 FROM leases WHERE session_id = $1 AND agent = $4
+                        AND ended_at IS NULL AND expires_at > $5) AS holds_real,
+                (SELECT CAST(COALESCE(SUM(leased), 0) AS BIGINT) FROM console_agent_stats
+                 WHERE session_id IN ($1, c.id) AND ",
         agent_of_token!("agent"),
         ") AS assignments,
-                (SELECT COUNT(*) FROM gold_quests WHERE session_id = $1 AND token_id = $4) AS golds,
+                (SELECT COUNT(*) FROM gold_quests WHERE session_id = $1 AND token_id = $3) AS golds,
                 ",
-        paused_in!("$1", "$4"),
+        paused_in!("$1", "$3"),
         " AS paused,
-                EXISTS (SELECT 1 FROM leases WHERE session_id = $3 AND agent = $5
-                        AND ended_at IS NULL AND expires_at <= $6) AS lapsed,
+                EXISTS (SELECT 1 FROM leases WHERE session_id = c.id AND agent = $4
+                        AND ended_at IS NULL AND expires_at <= $5) AS lapsed,
                 EXISTS (SELECT 1 FROM gold_quests g JOIN quests q ON q.id = g.quest_id
-                        WHERE g.session_id = $1 AND g.token_id = $4 AND q.phase = 'open') AS reopened"
+                        WHERE g.session_id = $1 AND g.token_id = $3 AND q.phase = 'open') AS reopened
+         FROM sessions c WHERE c.gold_of = $1"
     ))
     .bind(session)
-    .bind(&token)
-    .bind(companion)
+    .bind(agent.token.to_string())
     .bind(agent.token)
     .bind(&name)
     .bind(at(now))
-    .fetch_one(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await?;
+    let Some(row) = row else {
+        return Ok(GoldStanding::default());
+    };
+    let companion: SessionId = row.id("companion")?;
+    let held_gold = match row.flag("holds_gold")? {
+        true => sqlx::query(HELD)
+            .bind(companion)
+            .bind(&name)
+            .bind(at(now))
+            .fetch_optional(&mut *conn)
+            .await?
+            .map(|r| held(&r, agent))
+            .transpose()?,
+        false => None,
+    };
+    let holds_real = row.flag("holds_real")?;
     Ok(GoldStanding {
         companion: Some(companion),
         held: held_gold,
