@@ -149,6 +149,15 @@ pub fn pass_event(
     }
 }
 
+/// The quests, with their sessions, that these events moved into `state`
+/// (a re-check's event moves none: its state is the quest's own).
+pub fn ended_in(events: &[QuestEvent], state: crate::domain::State) -> Vec<(SessionId, QuestId)> {
+    (events.iter())
+        .filter(|e| e.state == Some(state) && e.kind != EventKind::Rechecked)
+        .filter_map(|e| e.quest_id.map(|q| (e.session_id, q)))
+        .collect()
+}
+
 /// Counts what a committed event says the operators alert on: each canary
 /// that ended PASS (`quest_canary_passes_total`). Called where each engine
 /// publishes the events its own transactions committed, so that a relayed

@@ -14,7 +14,7 @@ use super::pause_rule::{self, pause_row};
 use super::saves::{end_leases, save_quests};
 use super::sql::canary;
 use super::tx::Tx;
-use crate::domain::ids::{QuestId, SessionId, TokenId};
+use crate::domain::ids::{SessionId, TokenId};
 use crate::domain::pause::Pause;
 use crate::domain::work::{self, AgentId, LeaseEnd, Refusal};
 use crate::domain::{EventKind, State};
@@ -28,10 +28,7 @@ const LOCK_KEY: &str = pause_lock_key!();
 /// DONE run, or a canary that passed.
 pub async fn after_endings(tx: &mut Tx) -> Result<(), StoreError> {
     after_done(tx).await?;
-    let passed: Vec<(SessionId, QuestId)> = (tx.events.iter())
-        .filter(|e| e.state == Some(State::Pass) && e.kind != EventKind::Rechecked)
-        .filter_map(|e| e.quest_id.map(|q| (e.session_id, q)))
-        .collect();
+    let passed = crate::store::common::ended_in(&tx.events, State::Pass);
     for token in canary::after_pass(tx, passed).await? {
         for session in canary::leased_sessions(tx, token).await? {
             release_live_leases(tx, session, token).await?;
@@ -42,11 +39,9 @@ pub async fn after_endings(tx: &mut Tx) -> Result<(), StoreError> {
 
 /// Decides the pauses of the tokens whose quests this transaction ended in DONE.
 async fn after_done(tx: &mut Tx) -> Result<(), StoreError> {
-    let quests: Vec<uuid::Uuid> = tx
-        .events
-        .iter()
-        .filter(|e| e.state == Some(State::Done))
-        .filter_map(|e| e.quest_id.map(Into::into))
+    let quests: Vec<uuid::Uuid> = (crate::store::common::ended_in(&tx.events, State::Done))
+        .into_iter()
+        .map(|(_, q)| q.into())
         .collect();
     if quests.is_empty() {
         return Ok(());

@@ -124,10 +124,7 @@ impl WriteCtx {
 
     /// The quests, with their sessions, this batch has moved into `state` so far.
     pub fn ended_in(&self, state: State) -> Vec<(SessionId, crate::domain::ids::QuestId)> {
-        (self.events.iter())
-            .filter(|e| e.state == Some(state) && e.kind != EventKind::Rechecked)
-            .filter_map(|e| e.quest_id.map(|q| (e.session_id, q)))
-            .collect()
+        crate::store::common::ended_in(&self.events, state)
     }
 
     /// Nothing to wait for: the single writer runs every write alone.
