@@ -29,10 +29,8 @@ const LOCK_KEY: &str = pause_lock_key!();
 pub async fn after_endings(tx: &mut Tx) -> Result<(), StoreError> {
     after_done(tx).await?;
     let passed = crate::store::common::ended_in(&tx.events, State::Pass);
-    for token in canary::after_pass(tx, passed).await? {
-        for session in canary::leased_sessions(tx, token).await? {
-            release_live_leases(tx, session, token).await?;
-        }
+    for (session, token) in canary::after_pass(tx, passed).await? {
+        release_live_leases(tx, session, token).await?;
     }
     Ok(())
 }

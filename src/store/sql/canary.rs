@@ -6,7 +6,7 @@
 //! Each engine calls [`after_pass`] where it decides the pauses of DONE runs
 //! (at the end of a write batch on SQLite, before commit on PostgreSQL), so
 //! that the pause commits with the PASS that caused it, and then releases
-//! the token's leases in the sessions [`leased_sessions`] names.
+//! the token's leases in the sessions it names.
 
 use super::Tx;
 use super::codec::*;
@@ -47,11 +47,11 @@ const INSERT_CANARY_PAUSE: &str = "INSERT INTO token_pauses
 
 /// Records the canaries among `passed` (the quests, by session, that the
 /// transaction moved to PASS) and pauses their tokens in every session; the
-/// tokens paused now, whose leases the engine then releases.
+/// (session, token) pairs whose live leases the engine then releases.
 pub async fn after_pass(
     tx: &mut Tx,
     passed: Vec<(SessionId, QuestId)>,
-) -> Result<Vec<TokenId>, StoreError> {
+) -> Result<Vec<(SessionId, TokenId)>, StoreError> {
     // Only a gold companion holds canaries: other sessions cost no query.
     let mut quests = Vec::new();
     for (session, quest) in passed {
@@ -122,14 +122,16 @@ pub async fn after_pass(
         tracing::warn!(session = %session, token = %token, quest = %quest, decided_by,
             reason = PauseReason::Canary.as_str(), "a canary ended PASS: its token is paused in every session");
         if pause.is_some() {
-            paused.push(token);
+            for leased in leased_sessions(tx, token).await? {
+                paused.push((leased, token));
+            }
         }
     }
     Ok(paused)
 }
 
 /// The sessions where the token holds a live lease.
-pub async fn leased_sessions(tx: &mut Tx, token: TokenId) -> Result<Vec<SessionId>, StoreError> {
+async fn leased_sessions(tx: &mut Tx, token: TokenId) -> Result<Vec<SessionId>, StoreError> {
     let rows = tx
         .rows(
             sqlx::query(concat!(

@@ -26,10 +26,8 @@ use crate::store::common::{set_status, status_of};
 pub async fn after_endings(ctx: &mut WriteCtx) -> Result<(), GroupError> {
     after_done(ctx).await?;
     let passed = ctx.ended_in(State::Pass);
-    for token in canary::after_pass(ctx, passed).await? {
-        for session in canary::leased_sessions(ctx, token).await? {
-            release_live_leases(ctx, session, token).await?;
-        }
+    for (session, token) in canary::after_pass(ctx, passed).await? {
+        release_live_leases(ctx, session, token).await?;
     }
     Ok(())
 }
