@@ -4,8 +4,26 @@
 use fantoccini::Locator;
 use serde_json::json;
 
-use crate::browser::{launch, screenshot_on_failure};
+use crate::browser::{Browser, launch, screenshot_on_failure};
 use crate::helpers::{assigned, companies, contact_config, spawn_app};
+
+/// Clicks Resume on the page's live pause and waits for the page to show it resumed.
+async fn click_resume(browser: &Browser) {
+    browser
+        .client
+        .find(Locator::Css("[data-pause] [data-form='resume'] button"))
+        .await
+        .expect("a Resume button on the live pause")
+        .click()
+        .await
+        .unwrap();
+    browser
+        .until(
+            "the page to show the pause resumed",
+            "return document.querySelector('[data-pause][data-live=\"false\"]') !== null",
+        )
+        .await;
+}
 
 #[tokio::test]
 async fn an_admin_clicks_resume_on_the_session_page_and_the_paused_token_works_again() {
@@ -36,18 +54,7 @@ async fn an_admin_clicks_resume_on_the_session_page_and_the_paused_token_works_a
         browser
             .open(&format!("{}/ui/sessions/{session}", app.base))
             .await;
-        c.find(Locator::Css("[data-pause] [data-form='resume'] button"))
-            .await
-            .expect("a Resume button on the live pause")
-            .click()
-            .await
-            .unwrap();
-        browser
-            .until(
-                "the page to show the pause resumed",
-                "return document.querySelector('[data-pause][data-live=\"false\"]') !== null",
-            )
-            .await;
+        click_resume(&browser).await;
         let row = c.find(Locator::Css("[data-pause]")).await.unwrap();
         assert!(row.text().await.unwrap().contains("by admin"));
         assert!(c.find(Locator::Css("[data-form='resume']")).await.is_err());
@@ -97,18 +104,7 @@ async fn a_canary_pause_shows_on_every_session_page_of_its_token_and_is_resumed_
             .await
             .expect("the canary pause on the other session's page");
         assert!(row.text().await.unwrap().contains("canary"));
-        c.find(Locator::Css("[data-pause] [data-form='resume'] button"))
-            .await
-            .unwrap()
-            .click()
-            .await
-            .unwrap();
-        browser
-            .until(
-                "the page to show the pause resumed",
-                "return document.querySelector('[data-pause][data-live=\"false\"]') !== null",
-            )
-            .await;
+        click_resume(&browser).await;
     })
     .await;
     assert_eq!(app.next(&bot, &other, "eager").await["status"], "assigned");
